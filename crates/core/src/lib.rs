@@ -1,0 +1,25 @@
+//! Backend-neutral core of memofs.
+//!
+//! Everything a backend and the FUSE transport agree on lives here:
+//! - [`ops::Backend`], the operations trait every backend implements;
+//! - [`types`], the attribute, entry and directory-entry types;
+//! - [`errno::Errno`], the error type every operation returns;
+//! - [`cache::CachePolicy`], the one place where kernel cache timeouts are derived;
+//! - [`atime::AtimePolicy`], the strictatime/relatime/noatime rule;
+//! - [`options`], the `-o` option parser shared by the CLI, the tests and the benchmarks.
+#![deny(missing_docs)]
+
+pub mod atime;
+pub mod cache;
+pub mod errno;
+pub mod ops;
+pub mod options;
+pub mod time;
+pub mod types;
+
+pub use atime::AtimePolicy;
+pub use cache::CachePolicy;
+pub use errno::{Errno, Result};
+pub use ops::Backend;
+pub use time::Timestamp;
+pub use types::*;

@@ -1,0 +1,131 @@
+//! The operations every backend implements.
+//!
+//! The transport (FUSE) calls these with already-decoded arguments and turns the results into
+//! replies; cache timeouts are added by [`crate::CachePolicy`], never by a backend. Every
+//! operation returns `Result<_, Errno>`.
+//!
+//! Lookup counting follows FUSE: each successful `lookup`, `mknod`, `mkdir`, `symlink`,
+//! `link`, `create`, and each READDIRPLUS entry the sink accepts (except `.` and `..`) gives
+//! the kernel one reference, which it returns with `forget`.
+
+use std::ffi::OsStr;
+
+use crate::errno::Result;
+use crate::types::{Attr, BackendUsage, Caller, DirEntry, Ino, Opened, SetAttr, StatFs};
+
+/// A filesystem backend.
+pub trait Backend: Send + Sync + 'static {
+    /// Finds `name` in directory `parent`. A miss is `Err(ENOENT)`.
+    fn lookup(&self, caller: &Caller, parent: Ino, name: &OsStr) -> Result<Attr>;
+    /// The kernel dropped `nlookup` references to `ino`.
+    fn forget(&self, ino: Ino, nlookup: u64);
+    /// Attributes of `ino`.
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+    /// Changes attributes (chmod, chown, truncate, utimens).
+    fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr) -> Result<Attr>;
+    /// Target of a symlink.
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
+    /// Creates a regular file, FIFO, socket or device node. `mode` includes the kind bits
+    /// and has the caller's umask applied already.
+    fn mknod(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr>;
+    /// Creates a directory.
+    fn mkdir(&self, caller: &Caller, parent: Ino, name: &OsStr, mode: u32) -> Result<Attr>;
+    /// Removes a non-directory name.
+    fn unlink(&self, caller: &Caller, parent: Ino, name: &OsStr) -> Result<()>;
+    /// Removes an empty directory.
+    fn rmdir(&self, caller: &Caller, parent: Ino, name: &OsStr) -> Result<()>;
+    /// Creates a symlink to `target`.
+    fn symlink(&self, caller: &Caller, parent: Ino, name: &OsStr, target: &OsStr) -> Result<Attr>;
+    /// Renames, with `renameat2` flags.
+    fn rename(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<()>;
+    /// Adds a hard link to `ino`.
+    fn link(&self, caller: &Caller, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr>;
+    /// Opens a regular file with open(2) `flags`.
+    fn open(&self, caller: &Caller, ino: Ino, flags: i32) -> Result<Opened>;
+    /// Creates and opens a regular file (the kernel sends this for `open(O_CREAT)`).
+    fn create(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)>;
+    /// Reads up to `size` bytes at `offset` into `buf` (cleared first); short at end of file.
+    fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
+    /// Writes `data` at `offset` (or at the end for `O_APPEND` opens); returns bytes written.
+    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
+    /// `close` of one file descriptor.
+    fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Last close of an open file.
+    fn release(&self, ino: Ino, fh: u64) -> Result<()>;
+    /// Makes data durable, as far as the backend has durability.
+    fn fsync(&self, ino: Ino, fh: u64, datasync: bool) -> Result<()>;
+    /// Opens a directory for reading.
+    fn opendir(&self, caller: &Caller, ino: Ino, flags: i32) -> Result<Opened>;
+    /// Lists entries after `offset` (0 = from the start). `sink` returns false when its buffer
+    /// is full and the entry was not taken; listing stops there. With `plus`, entries carry
+    /// attributes and count as lookups when taken.
+    fn readdir(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        sink: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> Result<()>;
+    /// Closes a directory handle.
+    fn releasedir(&self, ino: Ino, fh: u64) -> Result<()>;
+    /// Filesystem usage.
+    fn statfs(&self) -> Result<StatFs>;
+    /// Sets an extended attribute (`flags`: `XATTR_CREATE`, `XATTR_REPLACE`).
+    fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<()>;
+    /// Reads an extended attribute.
+    fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>>;
+    /// Lists extended attribute names, each NUL-terminated.
+    fn listxattr(&self, ino: Ino) -> Result<Vec<u8>>;
+    /// Removes an extended attribute.
+    fn removexattr(&self, caller: &Caller, ino: Ino, name: &OsStr) -> Result<()>;
+    /// Allocates or punches a range (`mode` as fallocate(2)).
+    fn fallocate(&self, ino: Ino, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()>;
+    /// `SEEK_DATA` / `SEEK_HOLE` (the kernel handles the other whences).
+    fn lseek(&self, ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64>;
+    /// Copies a range between two open files; returns bytes copied.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ino_in: Ino,
+        fh_in: u64,
+        offset_in: u64,
+        ino_out: Ino,
+        fh_out: u64,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u64>;
+    /// Memory and inode usage, for `memofs stats`.
+    fn usage(&self) -> BackendUsage;
+}

@@ -1,0 +1,573 @@
+//! `-o` mount options: parsing, validation, defaults and their documentation.
+//!
+//! [`option_docs`] is what `memofs mount --help` prints; it is built from the same constants
+//! the parser uses, so the documented defaults cannot drift from the real ones.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::atime::{AtimeMode, AtimePolicy};
+use crate::cache::{CacheMode, CachePolicy, DEFAULT_CACHE_MODE};
+
+/// `-o passthrough=`: whether to use the kernel's FUSE passthrough for file data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassthroughMode {
+    /// Use it where the kernel and privileges allow.
+    Auto,
+    /// Require it; mounting fails where it is unavailable.
+    On,
+    /// Never use it.
+    Off,
+}
+
+/// Mount flags handed to the kernel as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFlag {
+    /// `ro`
+    ReadOnly,
+    /// `nosuid`
+    NoSuid,
+    /// `nodev`
+    NoDev,
+    /// `noexec`
+    NoExec,
+    /// `sync`
+    Sync,
+    /// `dirsync`
+    DirSync,
+}
+
+/// Everything `-o` can set, resolved to values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountOptions {
+    /// Byte limit for data and xattrs (mem backend); 0 = unlimited.
+    pub size: u64,
+    /// Inode limit (mem backend); 0 = unlimited.
+    pub nr_inodes: u64,
+    /// Root directory permission bits (mem backend).
+    pub mode: u32,
+    /// Root directory owner; `None` = the mounting user.
+    pub uid: Option<u32>,
+    /// Root directory group; `None` = the mounting user's group.
+    pub gid: Option<u32>,
+    /// Let other users access the mount.
+    pub allow_other: bool,
+    /// The source name shown in `/proc/mounts`.
+    pub fsname: String,
+    /// Kernel cache timeouts.
+    pub cache: CachePolicy,
+    /// atime rule.
+    pub atime: AtimePolicy,
+    /// Kernel writeback cache for regular files.
+    pub writeback: bool,
+    /// Bypass the page cache for every open (every read and write reaches the server).
+    pub direct_io: bool,
+    /// Request threads, each on its own cloned `/dev/fuse` queue.
+    pub threads: usize,
+    /// Kernel passthrough for file data.
+    pub passthrough: PassthroughMode,
+    /// Flags for the kernel mount.
+    pub kernel_flags: Vec<KernelFlag>,
+    /// Log every request to stderr.
+    pub debug: bool,
+}
+
+/// A rejected option, with a message a user can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptionError {
+    /// The option as given.
+    pub option: String,
+    /// What is wrong and what is accepted.
+    pub reason: String,
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid mount option '{}': {}", self.option, self.reason)
+    }
+}
+
+impl std::error::Error for OptionError {}
+
+/// Default `size=`: half of RAM, as tmpfs.
+pub const DEFAULT_SIZE_PERCENT: u64 = 50;
+/// Default root `mode=`, as tmpfs mounted by root.
+pub const DEFAULT_ROOT_MODE: u32 = 0o1777;
+/// Default atime rule.
+pub const DEFAULT_ATIME: AtimeMode = AtimeMode::Relatime;
+/// Default for `writeback=`.
+pub const DEFAULT_WRITEBACK: bool = false;
+/// Most request threads `threads=` accepts.
+pub const MAX_THREADS: usize = 64;
+
+/// Default `threads=`: one per CPU, at least two.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2)
+}
+
+/// Default `nr_inodes=`: half the number of RAM pages, as tmpfs.
+pub fn default_nr_inodes(ram_bytes: u64) -> u64 {
+    ram_bytes / 4096 / 2
+}
+
+/// One documented option.
+#[derive(Clone, Debug)]
+pub struct OptionDoc {
+    /// Spelling, e.g. `size=BYTES`.
+    pub name: &'static str,
+    /// The default, as a user would write it.
+    pub default: String,
+    /// What it does.
+    pub help: &'static str,
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s == s.trunc() {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}
+
+/// Every `-o` option with its default, for `--help` and the README.
+pub fn option_docs() -> Vec<OptionDoc> {
+    let cache = CachePolicy::default();
+    let d = |name, default: String, help| OptionDoc {
+        name,
+        default,
+        help,
+    };
+    vec![
+        d(
+            "size=BYTES|N%",
+            format!("{DEFAULT_SIZE_PERCENT}%"),
+            "limit on file data and xattrs (k/m/g/t suffixes, % of RAM, 0 = unlimited)",
+        ),
+        d(
+            "nr_inodes=N",
+            "RAM pages / 2".into(),
+            "limit on inodes (k/m/g suffixes, 0 = unlimited)",
+        ),
+        d(
+            "mode=OCTAL",
+            format!("{DEFAULT_ROOT_MODE:o}"),
+            "permission bits of the root directory",
+        ),
+        d(
+            "uid=N",
+            "mounting user".into(),
+            "owner of the root directory",
+        ),
+        d(
+            "gid=N",
+            "mounting group".into(),
+            "group of the root directory",
+        ),
+        d(
+            "allow_other",
+            "off".into(),
+            "let other users use the mount (permissions still apply)",
+        ),
+        d(
+            "default_permissions",
+            "always on".into(),
+            "the kernel checks permissions (accepted for compatibility)",
+        ),
+        d(
+            "fsname=NAME",
+            "memofs".into(),
+            "source name shown in /proc/mounts",
+        ),
+        d(
+            "cache=never|auto|always",
+            DEFAULT_CACHE_MODE.name().into(),
+            "preset for the three timeouts below (never 0 s, auto 1 s, always 3600 s)",
+        ),
+        d(
+            "entry_timeout=SECS",
+            secs(cache.entry_timeout),
+            "how long the kernel caches names (fractions allowed)",
+        ),
+        d(
+            "attr_timeout=SECS",
+            secs(cache.attr_timeout),
+            "how long the kernel caches attributes",
+        ),
+        d(
+            "negative_timeout=SECS",
+            secs(cache.negative_timeout),
+            "how long the kernel caches misses (alias negative_dentry_timeout; 0 = reply ENOENT)",
+        ),
+        d(
+            "strictatime|relatime|noatime",
+            "relatime".into(),
+            "when reads and readdir update atime",
+        ),
+        d(
+            "nodiratime",
+            "off".into(),
+            "never update directories' atime",
+        ),
+        d(
+            "writeback=on|off",
+            if DEFAULT_WRITEBACK { "on" } else { "off" }.into(),
+            "kernel writeback cache (merges small writes)",
+        ),
+        d(
+            "direct_io",
+            "off".into(),
+            "bypass the kernel page cache: every read and write reaches the server",
+        ),
+        d(
+            "threads=N",
+            "CPUs (at least 2)".into(),
+            "request threads, each with its own cloned /dev/fuse queue",
+        ),
+        d(
+            "passthrough=auto|on|off",
+            "auto".into(),
+            "kernel FUSE passthrough for file data (passthrough backend)",
+        ),
+        d(
+            "ro, nosuid, nodev, noexec, sync, dirsync",
+            "off".into(),
+            "kernel mount flags (rw, suid, dev, exec, async undo them)",
+        ),
+        d(
+            "debug",
+            "off".into(),
+            "log every request to stderr (use with -f)",
+        ),
+    ]
+}
+
+fn percent_of(ram_bytes: u64, percent: u64) -> u64 {
+    ((ram_bytes as u128 * percent as u128) / 100).min(u64::MAX as u128) as u64
+}
+
+fn err(option: &str, reason: impl Into<String>) -> OptionError {
+    OptionError {
+        option: option.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a count or byte size with an optional k/m/g/t (binary) suffix.
+pub fn parse_size(value: &str) -> Option<u64> {
+    let v = value.trim();
+    let (digits, mult) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&v[..i], 1 << 20),
+        (i, 'g' | 'G') => (&v[..i], 1 << 30),
+        (i, 't' | 'T') => (&v[..i], 1 << 40),
+        _ => (v, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn parse_seconds(option: &str, value: &str) -> Result<Duration, OptionError> {
+    let s: f64 = value
+        .parse()
+        .map_err(|_| err(option, "expected seconds, e.g. 0, 1.5 or 3600"))?;
+    if !s.is_finite() || s < 0.0 || s > 1e9 {
+        return Err(err(option, "seconds must be between 0 and 1e9"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn parse_u32(option: &str, value: &str, radix: u32) -> Result<u32, OptionError> {
+    u32::from_str_radix(value, radix).map_err(|_| {
+        err(
+            option,
+            if radix == 8 {
+                "expected an octal number, e.g. 1777"
+            } else {
+                "expected a number"
+            },
+        )
+    })
+}
+
+fn parse_switch(option: &str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "on" | "1" | "yes" | "true" => Ok(true),
+        "off" | "0" | "no" | "false" => Ok(false),
+        _ => Err(err(option, "expected on or off")),
+    }
+}
+
+/// Parses `-o` option lists (each comma-separated) for a machine with `ram_bytes` of RAM.
+/// Later options override earlier ones; explicit timeouts override the `cache=` preset.
+pub fn parse_options<S: AsRef<str>>(
+    lists: &[S],
+    ram_bytes: u64,
+) -> Result<MountOptions, OptionError> {
+    let mut o = MountOptions {
+        size: percent_of(ram_bytes, DEFAULT_SIZE_PERCENT),
+        nr_inodes: default_nr_inodes(ram_bytes),
+        mode: DEFAULT_ROOT_MODE,
+        uid: None,
+        gid: None,
+        allow_other: false,
+        fsname: "memofs".into(),
+        cache: CachePolicy::default(),
+        atime: AtimePolicy {
+            mode: DEFAULT_ATIME,
+            nodiratime: false,
+        },
+        writeback: DEFAULT_WRITEBACK,
+        direct_io: false,
+        threads: default_threads(),
+        passthrough: PassthroughMode::Auto,
+        kernel_flags: Vec::new(),
+        debug: false,
+    };
+    let (mut mode, mut entry, mut attr, mut negative) = (None, None, None, None);
+    let set_flag = |flags: &mut Vec<KernelFlag>, f: KernelFlag, on: bool| {
+        flags.retain(|x| *x != f);
+        if on {
+            flags.push(f);
+        }
+    };
+    for list in lists {
+        for opt in list.as_ref().split(',') {
+            if opt.is_empty() {
+                continue;
+            }
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let need =
+                || value.ok_or_else(|| err(opt, format!("'{key}' needs a value ({key}=...)")));
+            let flag = |v: Option<&str>| match v {
+                None => Ok(()),
+                Some(_) => Err(err(opt, format!("'{key}' takes no value"))),
+            };
+            match key {
+                "size" => {
+                    let v = need()?;
+                    o.size = if let Some(p) = v.strip_suffix('%') {
+                        let p: u64 = p
+                            .parse()
+                            .map_err(|_| err(opt, "expected a percentage, e.g. 50%"))?;
+                        if p > 10_000 {
+                            return Err(err(opt, "percentage too large"));
+                        }
+                        percent_of(ram_bytes, p)
+                    } else {
+                        parse_size(v).ok_or_else(|| err(opt, "expected bytes with an optional k/m/g/t suffix, or a percentage of RAM"))?
+                    };
+                }
+                "nr_inodes" => {
+                    o.nr_inodes = parse_size(need()?).ok_or_else(|| {
+                        err(opt, "expected a count with an optional k/m/g suffix")
+                    })?;
+                }
+                "mode" => {
+                    let m = parse_u32(opt, need()?, 8)?;
+                    if m > 0o7777 {
+                        return Err(err(opt, "mode must be at most 7777"));
+                    }
+                    o.mode = m;
+                }
+                "uid" => o.uid = Some(parse_u32(opt, need()?, 10)?),
+                "gid" => o.gid = Some(parse_u32(opt, need()?, 10)?),
+                "allow_other" => {
+                    flag(value)?;
+                    o.allow_other = true;
+                }
+                "default_permissions" => flag(value)?,
+                "fsname" => {
+                    let v = need()?;
+                    if v.is_empty()
+                        || v.contains(|c: char| c.is_whitespace() || c == ',' || c.is_control())
+                    {
+                        return Err(err(
+                            opt,
+                            "fsname must be non-empty, without spaces or commas",
+                        ));
+                    }
+                    o.fsname = v.to_string();
+                }
+                "cache" => {
+                    mode = Some(
+                        CacheMode::parse(need()?)
+                            .ok_or_else(|| err(opt, "expected never, auto or always"))?,
+                    );
+                }
+                "entry_timeout" => entry = Some(parse_seconds(opt, need()?)?),
+                "attr_timeout" => attr = Some(parse_seconds(opt, need()?)?),
+                "negative_timeout" | "negative_dentry_timeout" => {
+                    negative = Some(parse_seconds(opt, need()?)?)
+                }
+                "strictatime" | "relatime" | "noatime" | "atime" => {
+                    flag(value)?;
+                    o.atime.mode = match key {
+                        "strictatime" => AtimeMode::Strict,
+                        "noatime" => AtimeMode::Noatime,
+                        _ => AtimeMode::Relatime,
+                    };
+                }
+                "nodiratime" | "diratime" => {
+                    flag(value)?;
+                    o.atime.nodiratime = key == "nodiratime";
+                }
+                "writeback" | "writeback_cache" => {
+                    o.writeback = match value {
+                        None => true,
+                        Some(v) => parse_switch(opt, v)?,
+                    }
+                }
+                "direct_io" => {
+                    flag(value)?;
+                    o.direct_io = true;
+                }
+                "threads" => {
+                    let n: usize = need()?
+                        .parse()
+                        .map_err(|_| err(opt, "expected a number of threads"))?;
+                    if n == 0 || n > MAX_THREADS {
+                        return Err(err(
+                            opt,
+                            format!("threads must be between 1 and {MAX_THREADS}"),
+                        ));
+                    }
+                    o.threads = n;
+                }
+                "passthrough" => {
+                    o.passthrough = match need()? {
+                        "auto" => PassthroughMode::Auto,
+                        "on" => PassthroughMode::On,
+                        "off" => PassthroughMode::Off,
+                        _ => return Err(err(opt, "expected auto, on or off")),
+                    }
+                }
+                "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec" | "sync"
+                | "async" | "dirsync" => {
+                    flag(value)?;
+                    let (f, on) = match key {
+                        "ro" => (KernelFlag::ReadOnly, true),
+                        "rw" => (KernelFlag::ReadOnly, false),
+                        "nosuid" => (KernelFlag::NoSuid, true),
+                        "suid" => (KernelFlag::NoSuid, false),
+                        "nodev" => (KernelFlag::NoDev, true),
+                        "dev" => (KernelFlag::NoDev, false),
+                        "noexec" => (KernelFlag::NoExec, true),
+                        "exec" => (KernelFlag::NoExec, false),
+                        "sync" => (KernelFlag::Sync, true),
+                        "async" => (KernelFlag::Sync, false),
+                        _ => (KernelFlag::DirSync, true),
+                    };
+                    set_flag(&mut o.kernel_flags, f, on);
+                }
+                "debug" => {
+                    flag(value)?;
+                    o.debug = true;
+                }
+                _ => return Err(err(opt, "unknown option (see 'memofs mount --help')")),
+            }
+        }
+    }
+    o.cache = CachePolicy::derive(mode, entry, attr, negative);
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RAM: u64 = 8 << 30;
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let o = parse_options::<&str>(&[], RAM).unwrap();
+        assert_eq!(o.size, RAM / 2);
+        assert_eq!(o.nr_inodes, RAM / 4096 / 2);
+        assert_eq!(o.mode, 0o1777);
+        assert_eq!(o.atime.mode, AtimeMode::Relatime);
+        let docs = option_docs();
+        let get = |n: &str| {
+            docs.iter()
+                .find(|d| d.name.starts_with(n))
+                .unwrap()
+                .default
+                .clone()
+        };
+        assert_eq!(get("size="), "50%");
+        assert_eq!(
+            get("entry_timeout"),
+            format!("{}", o.cache.entry_timeout.as_secs())
+        );
+        assert_eq!(
+            get("negative_timeout"),
+            format!("{}", o.cache.negative_timeout.as_secs())
+        );
+        assert_eq!(get("cache="), o.cache.mode.name());
+    }
+
+    #[test]
+    fn sizes_and_percentages() {
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("12"), Some(12));
+        assert_eq!(parse_size("k"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999t"), None);
+        let o = parse_options(&["size=25%,nr_inodes=1k"], RAM).unwrap();
+        assert_eq!(o.size, RAM / 4);
+        assert_eq!(o.nr_inodes, 1024);
+    }
+
+    #[test]
+    fn timeouts_and_presets() {
+        let o = parse_options(&["cache=never", "negative_dentry_timeout=2.5"], RAM).unwrap();
+        assert_eq!(o.cache.entry_timeout, Duration::ZERO);
+        assert_eq!(o.cache.negative_timeout, Duration::from_millis(2500));
+        let o = parse_options(&["negative_timeout=0,cache=auto"], RAM).unwrap();
+        assert_eq!(o.cache.negative_timeout, Duration::ZERO);
+        assert_eq!(o.cache.attr_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn bad_options_name_the_option() {
+        for bad in [
+            "bogus",
+            "size=",
+            "size=12q",
+            "size=x%",
+            "nr_inodes=-3",
+            "mode=9",
+            "mode=77777",
+            "uid=root",
+            "cache=sometimes",
+            "entry_timeout=-1",
+            "entry_timeout=nan",
+            "negative_timeout=abc",
+            "threads=0",
+            "threads=1000",
+            "writeback=maybe",
+            "passthrough=yes",
+            "noatime=1",
+            "allow_other=1",
+            "fsname=a b",
+            "size",
+        ] {
+            let e = parse_options(&[bad], RAM).unwrap_err();
+            assert_eq!(e.option, bad, "{bad}");
+            assert!(e.to_string().contains(bad));
+        }
+    }
+
+    #[test]
+    fn kernel_flags_toggle() {
+        let o = parse_options(&["ro,nosuid,rw"], RAM).unwrap();
+        assert_eq!(o.kernel_flags, vec![KernelFlag::NoSuid]);
+    }
+}

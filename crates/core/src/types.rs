@@ -1,0 +1,228 @@
+//! Types shared by backends and the transport.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::time::Timestamp;
+
+/// An inode number as seen by the kernel. `ROOT_INO` is the root directory.
+pub type Ino = u64;
+
+/// The root directory's inode number (FUSE's `FUSE_ROOT_ID`).
+pub const ROOT_INO: Ino = 1;
+
+/// Longest file name accepted, as on tmpfs.
+pub const NAME_MAX: usize = 255;
+
+/// The kind of object an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// Regular file.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Symbolic link.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Unix socket.
+    Socket,
+    /// Character device node.
+    CharDevice,
+    /// Block device node.
+    BlockDevice,
+}
+
+impl FileKind {
+    /// The kind encoded in the `S_IFMT` bits of a mode, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::Regular,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Regular => libc::S_IFREG,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// Generation: with `ino`, identifies the inode for the inode's whole life.
+    pub generation: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timestamp,
+    /// Last data modification.
+    pub mtime: Timestamp,
+    /// Last status change.
+    pub ctime: Timestamp,
+    /// Creation (birth) time.
+    pub crtime: Timestamp,
+    /// Object kind.
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (no `S_IFMT` bits).
+    pub perm: u16,
+    /// Number of hard links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number for device nodes.
+    pub rdev: u32,
+    /// Preferred I/O size.
+    pub blksize: u32,
+}
+
+/// A reply to a lookup-like request: the attributes (or none, for a negative entry) with how
+/// long the kernel may cache the name and the attributes. Built only by [`crate::CachePolicy`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Entry {
+    /// `None` for a negative entry (FUSE nodeid 0): "this name does not exist".
+    pub attr: Option<Attr>,
+    /// How long the kernel may keep the name → inode mapping (or the negative entry).
+    pub entry_timeout: Duration,
+    /// How long the kernel may keep the attributes.
+    pub attr_timeout: Duration,
+}
+
+/// Who is making a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective (filesystem) user id.
+    pub uid: u32,
+    /// Effective (filesystem) group id.
+    pub gid: u32,
+    /// Process id, for diagnostics.
+    pub pid: u32,
+}
+
+impl Caller {
+    /// The superuser, for internal use and tests.
+    pub const ROOT: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+}
+
+/// A time to set with `utimensat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    /// `UTIME_NOW`: the server's current time.
+    Now,
+    /// An explicit time.
+    At(Timestamp),
+}
+
+/// The fields a SETATTR request changes; `None` leaves a field alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (the kind bits are ignored).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (truncate or extend).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: Option<TimeSet>,
+    /// New modification time.
+    pub mtime: Option<TimeSet>,
+    /// New change time, when the kernel sends one.
+    pub ctime: Option<Timestamp>,
+    /// The open file handle the change came through, if any.
+    pub fh: Option<u64>,
+}
+
+/// One directory entry produced by `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode number.
+    pub ino: Ino,
+    /// The offset to pass to `readdir` to continue after this entry.
+    pub offset: u64,
+    /// Kind of the entry.
+    pub kind: FileKind,
+    /// Entry name.
+    pub name: OsString,
+    /// Attributes, filled for READDIRPLUS only (not for `.` and `..`).
+    pub attr: Option<Attr>,
+}
+
+/// Filesystem-wide usage, as `statfs` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Total blocks of `bsize` bytes.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Free blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Block size.
+    pub bsize: u32,
+    /// Longest name.
+    pub namelen: u32,
+}
+
+/// What `open`/`create` hands back to the transport.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Opened {
+    /// The file handle the kernel passes back on later requests.
+    pub fh: u64,
+    /// Keep the kernel page cache across opens (the backend knows nothing changed behind it).
+    pub keep_cache: bool,
+    /// Bypass the kernel page cache for this open.
+    pub direct_io: bool,
+}
+
+/// `renameat2` flags understood by backends.
+pub mod rename_flags {
+    /// Fail with `EEXIST` if the target exists.
+    pub const NOREPLACE: u32 = libc::RENAME_NOREPLACE;
+    /// Atomically swap source and target.
+    pub const EXCHANGE: u32 = libc::RENAME_EXCHANGE;
+    /// Leave a whiteout (overlayfs); not supported.
+    pub const WHITEOUT: u32 = libc::RENAME_WHITEOUT;
+}
+
+/// Counters a backend exposes for `memofs stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendUsage {
+    /// Bytes of file data, xattrs and symlink targets held.
+    pub bytes_used: u64,
+    /// Byte limit (`size=`).
+    pub bytes_limit: u64,
+    /// Live inodes, including unlinked-but-open ones.
+    pub inodes_used: u64,
+    /// Inode limit (`nr_inodes=`).
+    pub inodes_limit: u64,
+}
