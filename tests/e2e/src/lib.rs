@@ -1,1 +1,126 @@
-//! placeholder
+//! End-to-end harness for memofs: start the real `memofs` binary on a fresh mount point, or a
+//! kernel tmpfs to compare against, and unmount it again whatever happens to the test.
+//!
+//! * [`Mount`]: a mounted file system (memofs or tmpfs) that always unmounts on drop.
+//! * [`cli`]: run the `memofs` command line with a time limit and capture its output.
+//! * [`sys`]: thin `io::Result` wrappers over the syscalls std does not offer.
+//! * [`user`]: run a closure with the credentials of another user (per-thread).
+//! * [`rng`]: a small deterministic PRNG, so a seed reproduces a run.
+//! * [`tree`]: walk a tree and describe it, for comparisons.
+//!
+//! Environment:
+//! * `MEMOFS_BIN`: the binary to test (default `<workspace>/target/debug/memofs`, then release).
+//! * `MEMOFS_E2E_REFERENCE=tmpfs`: run the semantic tests against kernel tmpfs instead of memofs,
+//!   to check the tests themselves.
+//! * `MEMOFS_E2E_TMPDIR`: where mount points are made (default `/tmp`).
+
+pub mod cli;
+pub mod mount;
+pub mod rng;
+pub mod sys;
+pub mod tree;
+pub mod user;
+
+pub use cli::{memofs, memofs_bin, run, CliOutput};
+pub use mount::{is_mounted, mountinfo_for, Mount, MountInfo, TempDir, FUSE_SUPER_MAGIC, TMPFS_MAGIC};
+pub use rng::Rng;
+pub use sys::{errno_name, Errno};
+
+/// Print why a test is skipped and return from it.
+#[macro_export]
+macro_rules! skip {
+    ($($arg:tt)*) => {{
+        eprintln!("SKIP {}: {}", module_path!(), format!($($arg)*));
+        return;
+    }};
+}
+
+/// Assert that an `io::Result` failed with the given errno.
+#[macro_export]
+macro_rules! assert_errno {
+    ($res:expr, $errno:expr) => {
+        $crate::assert_errno!($res, $errno, "{}", stringify!($res))
+    };
+    ($res:expr, $errno:expr, $($what:tt)+) => {{
+        let want: i32 = $errno;
+        match $res {
+            Ok(v) => panic!(
+                "{}: expected {} but the call succeeded ({:?})",
+                format!($($what)+),
+                $crate::errno_name(want),
+                v
+            ),
+            Err(e) => {
+                let got = e.raw_os_error().unwrap_or(-1);
+                assert!(
+                    got == want,
+                    "{}: expected {} but got {} ({})",
+                    format!($($what)+),
+                    $crate::errno_name(want),
+                    $crate::errno_name(got),
+                    e
+                );
+            }
+        }
+    }};
+}
+
+/// Unwrap an `io::Result`, naming the call on failure.
+#[macro_export]
+macro_rules! ok {
+    ($res:expr) => {
+        match $res {
+            Ok(v) => v,
+            Err(e) => panic!("{} failed: {} ({})", stringify!($res), $crate::errno_name(e.raw_os_error().unwrap_or(-1)), e),
+        }
+    };
+    ($res:expr, $($what:tt)+) => {
+        match $res {
+            Ok(v) => v,
+            Err(e) => panic!("{} failed: {} ({})", format!($($what)+), $crate::errno_name(e.raw_os_error().unwrap_or(-1)), e),
+        }
+    };
+}
+
+/// Whether this process runs as root (all tests need it to mount).
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Find an executable on `PATH`.
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+        })
+}
+
+/// A byte pattern that differs from position to position and from seed to seed.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    let mut v = vec![0u8; len];
+    r.fill(&mut v);
+    v
+}
+
+/// Index of the first difference between two byte strings, for readable failures.
+pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter().zip(b).position(|(x, y)| x != y).or(if a.len() != b.len() { Some(a.len().min(b.len())) } else { None })
+}
+
+/// Assert two byte strings are equal, reporting lengths and the first differing offset.
+#[track_caller]
+pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
+    if let Some(i) = first_difference(got, want) {
+        panic!(
+            "{what}: content differs at offset {i} (got {} bytes, want {}): got {:?}.., want {:?}..",
+            got.len(),
+            want.len(),
+            &got[i..got.len().min(i + 16)],
+            &want[i..want.len().min(i + 16)]
+        );
+    }
+}
