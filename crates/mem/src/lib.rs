@@ -1,1 +1,99 @@
-//! placeholder
+//! memofs's in-memory backend: a tmpfs-like filesystem kept in the server's memory.
+//!
+//! Files are split by object kind, as in gVisor's tmpfs: [`dir`] (directories),
+//! [`regular`] (regular files and their page store), [`symlink`] (symbolic links); device
+//! nodes, FIFOs and sockets carry no data. [`inode`] holds what every kind shares
+//! (attributes, timestamps, link and lookup counts, the atime choke point) and the inode
+//! table; [`namespace`] implements the operations that change names; [`xattr`] extended
+//! attributes; [`limits`] the `size=`/`nr_inodes=` accounting.
+//!
+//! # Lock order
+//! Take locks only in this order; functions that need a lock held end in `_locked`.
+//! 1. [`MemFs::rename_lock`]: held by every operation that locks two directories (rename,
+//!    rmdir), so at most one thread ever holds more than one directory lock;
+//! 2. directory locks (`RwLock<Directory>`), in ascending inode number;
+//! 3. an inode's `meta` mutex;
+//! 4. a regular file's page-store lock;
+//! 5. leaf locks, never held while taking another: an inode's xattr mutex, inode-table shards.
+//!
+//! Counters (`nlink`, lookup and open counts, timestamps, usage) are atomics and need no lock.
+#![deny(missing_docs)]
+
+pub mod dir;
+pub mod inode;
+pub mod limits;
+mod namespace;
+mod ops;
+pub mod regular;
+pub mod symlink;
+pub mod xattr;
+
+use memofs_core::{AtimePolicy, Timestamp};
+use parking_lot::Mutex;
+
+use crate::inode::{InodeTable, NodeData, Owner};
+use crate::limits::Limits;
+
+/// Configuration of a mem filesystem.
+#[derive(Clone, Copy, Debug)]
+pub struct MemConfig {
+    /// Byte limit for data, xattrs and symlink targets; 0 = unlimited.
+    pub size_limit: u64,
+    /// Inode limit; 0 = unlimited.
+    pub inode_limit: u64,
+    /// Root directory permission bits.
+    pub root_mode: u32,
+    /// Root directory owner.
+    pub root_uid: u32,
+    /// Root directory group.
+    pub root_gid: u32,
+    /// atime rule.
+    pub atime: AtimePolicy,
+}
+
+impl Default for MemConfig {
+    fn default() -> Self {
+        MemConfig {
+            size_limit: 0,
+            inode_limit: 0,
+            root_mode: 0o1777,
+            root_uid: 0,
+            root_gid: 0,
+            atime: AtimePolicy::default(),
+        }
+    }
+}
+
+/// The in-memory filesystem.
+pub struct MemFs {
+    pub(crate) table: InodeTable,
+    pub(crate) limits: Limits,
+    pub(crate) atime: AtimePolicy,
+    /// Lock order 1: serializes operations that lock two directories.
+    pub(crate) rename_lock: Mutex<()>,
+}
+
+impl MemFs {
+    /// Creates an empty filesystem with only its root directory.
+    pub fn new(config: MemConfig) -> MemFs {
+        let fs = MemFs {
+            table: InodeTable::new(),
+            limits: Limits::new(config.size_limit, config.inode_limit),
+            atime: config.atime,
+            rename_lock: Mutex::new(()),
+        };
+        fs.limits.charge_inode_unchecked();
+        let owner = Owner {
+            uid: config.root_uid,
+            gid: config.root_gid,
+        };
+        let root = fs.table.insert_root(
+            libc::S_IFDIR | (config.root_mode & 0o7777),
+            owner,
+            NodeData::new_dir(memofs_core::ROOT_INO),
+            Timestamp::now(),
+        );
+        debug_assert_eq!(root.ino, memofs_core::ROOT_INO);
+        fs
+    }
+}

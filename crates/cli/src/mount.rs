@@ -1,0 +1,220 @@
+//! `memofs mount`.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use memofs_core::options::{option_docs, parse_options, MountOptions};
+use memofs_core::Backend;
+use memofs_fuse::control::{self, StatsSource};
+use memofs_mem::{MemConfig, MemFs};
+
+use crate::daemon;
+use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
+
+fn help() -> String {
+    let mut s = String::from(
+        "usage: memofs mount [-o OPT[,OPT...]] [-f] [SOURCE] MOUNTPOINT\n\n\
+         Mounts memofs at MOUNTPOINT. Without SOURCE: the in-memory backend (tmpfs-like).\n\
+         Returns once the mount is live; the server runs on in the background.\n\n\
+         \x20 -f         stay in the foreground (Ctrl-C / SIGTERM unmount)\n\
+         \x20 -o OPTS    comma-separated options (repeatable):\n\n",
+    );
+    let docs = option_docs();
+    let width = docs.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    for d in docs {
+        s.push_str(&format!(
+            "    {:<width$}  {} [default: {}]\n",
+            d.name, d.help, d.default
+        ));
+    }
+    s.push_str("\nUnmount with: memofs umount MOUNTPOINT\n");
+    s
+}
+
+/// Total RAM, for `size=N%` and the tmpfs-like defaults.
+fn ram_bytes() -> u64 {
+    // SAFETY: sysinfo fills the zeroed struct we pass; nothing else is touched.
+    unsafe {
+        let mut si: libc::sysinfo = std::mem::zeroed();
+        if libc::sysinfo(&mut si) == 0 {
+            return si.totalram as u64 * si.mem_unit as u64;
+        }
+    }
+    8 << 30
+}
+
+struct Args {
+    option_lists: Vec<String>,
+    foreground: bool,
+    positional: Vec<String>,
+}
+
+fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
+    let mut a = Args {
+        option_lists: Vec::new(),
+        foreground: false,
+        positional: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "-f" | "--foreground" => a.foreground = true,
+            "-o" => a.option_lists.push(
+                it.next()
+                    .ok_or("-o needs an argument (-o OPT[,OPT...])")?
+                    .clone(),
+            ),
+            s if s.starts_with("-o") => a.option_lists.push(s[2..].to_string()),
+            "--" => a.positional.extend(it.by_ref().cloned()),
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(format!("unknown flag '{s}' (see 'memofs mount --help')"))
+            }
+            s => a.positional.push(s.to_string()),
+        }
+    }
+    Ok(Some(a))
+}
+
+pub fn main(raw: &[String]) -> ExitCode {
+    let args = match parse_args(raw) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            print!("{}", help());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(EXIT_USAGE, e),
+    };
+    let opts = match parse_options(&args.option_lists, ram_bytes()) {
+        Ok(o) => o,
+        Err(e) => return fail(EXIT_USAGE, e),
+    };
+    let (source, mountpoint) = match args.positional.as_slice() {
+        [m] => (None, PathBuf::from(m)),
+        [s, m] => (Some(PathBuf::from(s)), PathBuf::from(m)),
+        [] => {
+            return fail(
+                EXIT_USAGE,
+                "missing MOUNTPOINT (usage: memofs mount [-o OPTS] [SOURCE] MOUNTPOINT)",
+            )
+        }
+        _ => {
+            return fail(
+                EXIT_USAGE,
+                "too many arguments (usage: memofs mount [-o OPTS] [SOURCE] MOUNTPOINT)",
+            )
+        }
+    };
+    if let Some(src) = &source {
+        return match std::fs::metadata(src) {
+            Err(e) => fail(EXIT_FAILURE, format!("source {}: {e}", src.display())),
+            Ok(m) if !m.is_dir() => fail(
+                EXIT_FAILURE,
+                format!("source {} is not a directory", src.display()),
+            ),
+            Ok(_) => fail(
+                EXIT_USAGE,
+                "the passthrough backend (mount with a SOURCE directory) is not yet supported",
+            ),
+        };
+    }
+    let mountpoint = match memofs_fuse::preflight(&mountpoint) {
+        Ok(m) => m,
+        Err(e) => return fail(EXIT_FAILURE, e),
+    };
+    let ready_fd = std::env::var(daemon::READY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok());
+    if !args.foreground && ready_fd.is_none() {
+        return daemon::spawn_background(raw);
+    }
+    serve(opts, &mountpoint, ready_fd)
+}
+
+fn init_logging(opts: &MountOptions) {
+    let level = if opts.debug { "debug" } else { "warn" };
+    let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
+    let _ = env_logger::Builder::from_env(env)
+        .format_timestamp_micros()
+        .try_init();
+}
+
+/// The st_dev of the mount at `mountpoint`, from mountinfo: a stat of our own mount point
+/// before we serve requests would wait for ourselves.
+fn mount_dev(mountpoint: &Path) -> Option<u64> {
+    memofs_fuse::mountinfo::mounts()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == mountpoint)
+        .map(|m| m.dev)
+}
+
+fn serve(opts: MountOptions, mountpoint: &Path, ready_fd: Option<i32>) -> ExitCode {
+    daemon::block_stop_signals();
+    if ready_fd.is_some() {
+        daemon::detach_session();
+    }
+    init_logging(&opts);
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let backend = Arc::new(MemFs::new(MemConfig {
+        size_limit: opts.size,
+        inode_limit: opts.nr_inodes,
+        root_mode: opts.mode,
+        root_uid: opts.uid.unwrap_or(uid),
+        root_gid: opts.gid.unwrap_or(gid),
+        atime: opts.atime,
+    }));
+    let mut mounted = match memofs_fuse::mount(backend.clone(), mountpoint, &opts) {
+        Ok(m) => m,
+        Err(e) => return fail(EXIT_FAILURE, e),
+    };
+    if let Some(dev) = mount_dev(mountpoint) {
+        let usage_backend = backend.clone();
+        let source = StatsSource {
+            stats: mounted.stats.clone(),
+            policy: opts.cache,
+            usage: Box::new(move || usage_backend.usage()),
+            settings: vec![
+                ("backend".into(), "mem".into()),
+                (
+                    "atime".into(),
+                    format!("{:?}", opts.atime.mode).to_lowercase(),
+                ),
+                ("threads".into(), opts.threads.to_string()),
+                ("writeback".into(), opts.writeback.to_string()),
+            ],
+        };
+        if let Err(e) = control::serve(dev, source) {
+            log::warn!("memofs stats will not work for this mount: {e}");
+        }
+    }
+    let mut unmounter = mounted.unmounter();
+    let mp = mountpoint.to_path_buf();
+    daemon::on_stop_signal(move |_sig| {
+        if unmounter.unmount().is_err() {
+            // Busy: detach now; the kernel finishes when the last user leaves.
+            if let Ok(c) = CString::new(mp.as_os_str().as_bytes()) {
+                // SAFETY: `c` is a valid NUL-terminated path.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    });
+    if let Some(fd) = ready_fd {
+        daemon::report_ready(fd);
+    } else {
+        eprintln!(
+            "memofs: mounted at {} (unmount with: memofs umount {})",
+            mountpoint.display(),
+            mountpoint.display()
+        );
+    }
+    match mounted.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(EXIT_FAILURE, format!("server stopped: {e}")),
+    }
+}

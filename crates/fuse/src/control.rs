@@ -1,0 +1,153 @@
+//! The control socket behind `memofs stats`.
+//!
+//! Each mount listens on the abstract Unix socket `memofs-stats:<st_dev of the mount>`; a
+//! connection gets one JSON document and is closed. The name needs no file on disk (so
+//! nothing is left behind when the server dies) and is found from the mount point alone.
+//! Reading counters sums per-thread slots: it never stops the request threads.
+
+use std::io::{self, Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memofs_core::{BackendUsage, CachePolicy};
+
+use crate::stats::Stats;
+
+/// Abstract socket name for the mount whose root has device `dev`.
+pub fn socket_name(dev: u64) -> String {
+    format!("memofs-stats:{dev}")
+}
+
+/// Everything `memofs stats` reports.
+pub struct StatsSource {
+    /// Request counters.
+    pub stats: Arc<Stats>,
+    /// Effective cache policy.
+    pub policy: CachePolicy,
+    /// Backend usage, read on demand.
+    pub usage: Box<dyn Fn() -> BackendUsage + Send + Sync>,
+    /// Other settings worth showing (name, value).
+    pub settings: Vec<(String, String)>,
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl StatsSource {
+    /// The JSON document served.
+    pub fn to_json(&self) -> String {
+        let snap = self.stats.snapshot();
+        let ops: Vec<String> = snap
+            .ops
+            .iter()
+            .map(|(n, c, p50, p99)| {
+                format!(
+                    "{}:{{\"count\":{c},\"p50_ns\":{p50},\"p99_ns\":{p99}}}",
+                    json_str(n)
+                )
+            })
+            .collect();
+        let events: Vec<String> = snap
+            .events
+            .iter()
+            .map(|(n, v)| format!("{}:{v}", json_str(n)))
+            .collect();
+        let u = (self.usage)();
+        let p = &self.policy;
+        let settings: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
+            .collect();
+        format!(
+            "{{\"requests\":{{{}}},\"events\":{{{}}},\"cache\":{{\"mode\":{},\"entry_timeout\":{},\"attr_timeout\":{},\"negative_timeout\":{}}},\"usage\":{{\"bytes_used\":{},\"bytes_limit\":{},\"inodes_used\":{},\"inodes_limit\":{}}},\"settings\":{{{}}}}}",
+            ops.join(","),
+            events.join(","),
+            json_str(p.mode.name()),
+            p.entry_timeout.as_secs_f64(),
+            p.attr_timeout.as_secs_f64(),
+            p.negative_timeout.as_secs_f64(),
+            u.bytes_used,
+            u.bytes_limit,
+            u.inodes_used,
+            u.inodes_limit,
+            settings.join(",")
+        )
+    }
+}
+
+/// Starts the control socket for the mount with device `dev` on a background thread.
+pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
+    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
+    let listener = UnixListener::bind_addr(&addr)?;
+    std::thread::Builder::new()
+        .name("memofs-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+                let _ = conn.write_all(source.to_json().as_bytes());
+            }
+        })?;
+    Ok(())
+}
+
+/// Fetches the JSON document of the mount with device `dev`.
+pub fn fetch(dev: u64) -> io::Result<String> {
+    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
+    let mut conn = UnixStream::connect_addr(&addr)?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut out = String::new();
+    conn.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_every_section_and_escapes() {
+        let src = StatsSource {
+            stats: Arc::new(Stats::new()),
+            policy: CachePolicy::default(),
+            usage: Box::new(BackendUsage::default),
+            settings: vec![("fsname".into(), "a\"b".into())],
+        };
+        src.stats
+            .record(crate::stats::Op::Lookup, std::time::Instant::now());
+        let j = src.to_json();
+        assert!(j.contains("\"LOOKUP\":{\"count\":1"), "{j}");
+        assert!(j.contains("\"negative_timeout\":3600"), "{j}");
+        assert!(j.contains("\"fsname\":\"a\\\"b\""), "{j}");
+    }
+
+    #[test]
+    fn serve_and_fetch_round_trip() {
+        let dev = 0xdead_0000_0000 + std::process::id() as u64;
+        let src = StatsSource {
+            stats: Arc::new(Stats::new()),
+            policy: CachePolicy::default(),
+            usage: Box::new(|| BackendUsage {
+                bytes_used: 42,
+                ..Default::default()
+            }),
+            settings: vec![],
+        };
+        serve(dev, src).unwrap();
+        assert!(fetch(dev).unwrap().contains("\"bytes_used\":42"));
+    }
+}

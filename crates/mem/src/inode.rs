@@ -1,0 +1,327 @@
+//! What every kind of inode shares, the inode table, and the atime choke point.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use memofs_core::{AtimePolicy, Attr, Errno, FileKind, Ino, Result, Timestamp, ROOT_INO};
+use parking_lot::{Mutex, RwLock};
+
+use crate::dir::Directory;
+use crate::regular::RegularFile;
+use crate::symlink::Symlink;
+use crate::xattr::Xattrs;
+
+/// Owner and group of a new inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// Kind-specific contents.
+pub enum NodeData {
+    /// A directory's entries.
+    Dir(RwLock<Directory>),
+    /// A regular file's pages.
+    File(RegularFile),
+    /// A symlink's target.
+    Symlink(Symlink),
+    /// FIFO, socket or device node: no data.
+    Special,
+}
+
+impl NodeData {
+    /// An empty directory whose `..` is `parent`.
+    pub fn new_dir(parent: Ino) -> NodeData {
+        NodeData::Dir(RwLock::new(Directory::new(parent)))
+    }
+}
+
+/// Attributes changed under the `meta` lock.
+#[derive(Clone, Copy, Debug)]
+pub struct Meta {
+    /// Full mode including the kind bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+/// One inode.
+pub struct Inode {
+    /// Inode number, never reused during the filesystem's life.
+    pub ino: Ino,
+    /// Object kind (never changes).
+    pub kind: FileKind,
+    /// Device number (device nodes).
+    pub rdev: u32,
+    /// Mode, owner, group.
+    pub meta: Mutex<Meta>,
+    /// Hard links; 0 means the inode has no lookup path (a pseudo inode).
+    pub nlink: AtomicU32,
+    lookups: AtomicU64,
+    opens: AtomicU64,
+    atime: AtomicI64,
+    mtime: AtomicI64,
+    ctime: AtomicI64,
+    crtime: i64,
+    /// Kind-specific data.
+    pub data: NodeData,
+    /// Extended attributes.
+    pub xattrs: Mutex<Xattrs>,
+}
+
+impl Inode {
+    /// Current attributes.
+    pub fn attr(&self) -> Attr {
+        let meta = *self.meta.lock();
+        let (size, blocks) = match &self.data {
+            NodeData::File(f) => f.size_and_blocks(),
+            NodeData::Dir(d) => (d.read().bogo_size(), 0),
+            NodeData::Symlink(s) => (s.target().len() as u64, 0),
+            NodeData::Special => (0, 0),
+        };
+        Attr {
+            ino: self.ino,
+            generation: 1,
+            size,
+            blocks,
+            atime: Timestamp(self.atime.load(Ordering::Relaxed)),
+            mtime: Timestamp(self.mtime.load(Ordering::Relaxed)),
+            ctime: Timestamp(self.ctime.load(Ordering::Relaxed)),
+            crtime: Timestamp(self.crtime),
+            kind: self.kind,
+            perm: (meta.mode & 0o7777) as u16,
+            nlink: self.nlink.load(Ordering::Relaxed),
+            uid: meta.uid,
+            gid: meta.gid,
+            rdev: self.rdev,
+            blksize: 4096,
+        }
+    }
+
+    /// The directory contents, or `ENOTDIR`.
+    pub fn dir(&self) -> Result<&RwLock<Directory>> {
+        match &self.data {
+            NodeData::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// The file contents: `EISDIR` for directories, `EINVAL` for other kinds.
+    pub fn file(&self) -> Result<&RegularFile> {
+        match &self.data {
+            NodeData::File(f) => Ok(f),
+            NodeData::Dir(_) => Err(Errno::EISDIR),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The atime choke point: the only place where reads and readdir update atime.
+    ///
+    /// An inode with no lookup path (unlinked but open, or internal) returns at once: no
+    /// clock read, no store, no lock. Otherwise the policy decides; the store is one atomic,
+    /// so readers of the same file never serialize on the inode to record an access.
+    pub fn touch_atime(&self, policy: &AtimePolicy) {
+        if self.nlink.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let is_dir = self.kind == FileKind::Directory;
+        if policy.never(is_dir) {
+            return;
+        }
+        let now = Timestamp::now();
+        let atime = Timestamp(self.atime.load(Ordering::Relaxed));
+        let mtime = Timestamp(self.mtime.load(Ordering::Relaxed));
+        let ctime = Timestamp(self.ctime.load(Ordering::Relaxed));
+        if policy.needs_update(is_dir, atime, mtime, ctime, now) {
+            self.atime.store(now.0, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets atime explicitly (utimensat).
+    pub fn set_atime(&self, t: Timestamp) {
+        self.atime.store(t.0, Ordering::Relaxed);
+    }
+
+    /// Sets mtime explicitly.
+    pub fn set_mtime(&self, t: Timestamp) {
+        self.mtime.store(t.0, Ordering::Relaxed);
+    }
+
+    /// Sets ctime.
+    pub fn set_ctime(&self, t: Timestamp) {
+        self.ctime.store(t.0, Ordering::Relaxed);
+    }
+
+    /// Data or entries changed: mtime and ctime become `now`.
+    pub fn touch_modified(&self, now: Timestamp) {
+        self.mtime.store(now.0, Ordering::Relaxed);
+        self.ctime.store(now.0, Ordering::Relaxed);
+    }
+
+    /// One more kernel reference.
+    pub fn inc_lookup(&self, n: u64) {
+        self.lookups.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// One more open file.
+    pub fn inc_open(&self) {
+        self.opens.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// True when nothing can reach the inode any more: no name, no kernel reference, not
+    /// open.
+    fn is_dead(&self) -> bool {
+        self.nlink.load(Ordering::SeqCst) == 0
+            && self.lookups.load(Ordering::SeqCst) == 0
+            && self.opens.load(Ordering::SeqCst) == 0
+    }
+
+    /// Bytes this inode holds against `size=` besides file pages.
+    fn charged_bytes(&self) -> u64 {
+        let sym = match &self.data {
+            NodeData::Symlink(s) => s.charged_bytes(),
+            _ => 0,
+        };
+        sym + self.xattrs.lock().charged_bytes()
+    }
+}
+
+const SHARDS: usize = 64;
+
+/// Inode number → inode, sharded so that requests on different inodes rarely share a lock.
+pub struct InodeTable {
+    shards: Box<[RwLock<HashMap<Ino, Arc<Inode>>>]>,
+    next_ino: AtomicU64,
+}
+
+impl InodeTable {
+    /// An empty table; the first inode allocated is the root.
+    pub fn new() -> InodeTable {
+        InodeTable {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            next_ino: AtomicU64::new(ROOT_INO),
+        }
+    }
+
+    fn shard(&self, ino: Ino) -> &RwLock<HashMap<Ino, Arc<Inode>>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+
+    /// The live inode `ino`, or `ESTALE` once it was forgotten and removed.
+    pub fn get(&self, ino: Ino) -> Result<Arc<Inode>> {
+        self.shard(ino)
+            .read()
+            .get(&ino)
+            .cloned()
+            .ok_or(Errno::ESTALE)
+    }
+
+    pub(crate) fn insert_root(
+        &self,
+        mode: u32,
+        owner: Owner,
+        data: NodeData,
+        now: Timestamp,
+    ) -> Arc<Inode> {
+        let root = self.insert(mode, 0, owner, data, now);
+        root.nlink.store(2, Ordering::SeqCst);
+        root
+    }
+
+    /// Allocates a new inode number and inserts a new inode with nlink 0 and no lookups;
+    /// the caller links it into a directory.
+    pub fn insert(
+        &self,
+        mode: u32,
+        rdev: u32,
+        owner: Owner,
+        data: NodeData,
+        now: Timestamp,
+    ) -> Arc<Inode> {
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let kind = FileKind::from_mode(mode).expect("caller validated the kind");
+        let inode = Arc::new(Inode {
+            ino,
+            kind,
+            rdev,
+            meta: Mutex::new(Meta {
+                mode,
+                uid: owner.uid,
+                gid: owner.gid,
+            }),
+            nlink: AtomicU32::new(0),
+            lookups: AtomicU64::new(0),
+            opens: AtomicU64::new(0),
+            atime: AtomicI64::new(now.0),
+            mtime: AtomicI64::new(now.0),
+            ctime: AtomicI64::new(now.0),
+            crtime: now.0,
+            data,
+            xattrs: Mutex::new(Xattrs::default()),
+        });
+        self.shard(ino).write().insert(ino, inode.clone());
+        inode
+    }
+
+    /// Removes `inode` if nothing can reach it any more, returning what it held against
+    /// the limits as `(bytes, inodes)`. Safe to call from racing threads: only the caller
+    /// that removes it gets a non-zero answer.
+    pub fn evict_if_dead(&self, inode: &Inode) -> (u64, u64) {
+        if inode.ino == ROOT_INO || !inode.is_dead() {
+            return (0, 0);
+        }
+        let removed = self.shard(inode.ino).write().remove(&inode.ino);
+        match removed {
+            Some(node) => {
+                let pages = match &node.data {
+                    NodeData::File(f) => f.release_all(),
+                    _ => 0,
+                };
+                (pages + node.charged_bytes(), 1)
+            }
+            None => (0, 0),
+        }
+    }
+
+    /// Drops `n` kernel references; true if the count reached zero.
+    pub fn forget(&self, inode: &Inode, n: u64) -> bool {
+        let prev = inode
+            .lookups
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_sub(n))
+            })
+            .unwrap_or(0);
+        prev <= n
+    }
+
+    /// Drops one open reference.
+    pub fn close(&self, inode: &Inode) {
+        let _ = inode
+            .opens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_sub(1))
+            });
+    }
+
+    /// Number of live inodes (for tests).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+
+    /// Never true: the root always exists.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        InodeTable::new()
+    }
+}

@@ -1,0 +1,392 @@
+//! Operations that change names: create, link, unlink, rmdir, rename.
+//!
+//! Single-directory operations hold exactly one directory lock. Operations that need two
+//! (rmdir: parent and victim; rename: both parents, and moved or replaced directories) take
+//! `rename_lock` first, so at most one thread holds several directory locks at a time and
+//! the others, holding one each, never wait for a second: no lock cycle can form.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use memofs_core::{
+    rename_flags, Caller, Errno, FileKind, Ino, Result, Timestamp, NAME_MAX, ROOT_INO,
+};
+
+use crate::dir::Directory;
+use crate::inode::{Inode, NodeData, Owner};
+use crate::MemFs;
+
+/// Rejects names the kernel would never send and the ones no filesystem may hold.
+pub(crate) fn check_name(name: &OsStr) -> Result<()> {
+    let b = name.as_bytes();
+    if b.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// Sets a directory inode's link count from its entries: 2 + subdirectories, or 0 once
+/// removed.
+fn sync_nlink_locked(inode: &Inode, dir: &Directory) {
+    let n = if dir.removed { 0 } else { 2 + dir.subdirs };
+    inode.nlink.store(n, Ordering::SeqCst);
+}
+
+impl MemFs {
+    /// Owner and final mode of a new inode in `parent` (setgid directories pass their group
+    /// on, and their setgid bit to new subdirectories).
+    fn new_owner(caller: &Caller, parent: &Inode, mode: u32) -> (Owner, u32) {
+        let pmeta = *parent.meta.lock();
+        if pmeta.mode & libc::S_ISGID != 0 {
+            let mode = if mode & libc::S_IFMT == libc::S_IFDIR {
+                mode | libc::S_ISGID
+            } else {
+                mode
+            };
+            (
+                Owner {
+                    uid: caller.uid,
+                    gid: pmeta.gid,
+                },
+                mode,
+            )
+        } else {
+            (
+                Owner {
+                    uid: caller.uid,
+                    gid: caller.gid,
+                },
+                mode,
+            )
+        }
+    }
+
+    /// Creates a new inode called `name` in `parent`; the kernel gets one lookup reference.
+    pub(crate) fn create_node(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        data: NodeData,
+    ) -> Result<Arc<Inode>> {
+        check_name(name)?;
+        let pinode = self.table.get(parent)?;
+        let mut dir = pinode.dir()?.write();
+        if dir.removed {
+            return Err(Errno::ENOENT);
+        }
+        if dir.get(name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let sym_bytes = match &data {
+            NodeData::Symlink(s) => s.charged_bytes(),
+            _ => 0,
+        };
+        self.limits.charge_inode()?;
+        if let Err(e) = self.limits.charge_bytes(sym_bytes) {
+            self.limits.uncharge_inode();
+            return Err(e);
+        }
+        let (owner, mode) = Self::new_owner(caller, &pinode, mode);
+        let now = Timestamp::now();
+        let inode = self.table.insert(mode, rdev, owner, data, now);
+        inode.nlink.store(
+            if inode.kind == FileKind::Directory {
+                2
+            } else {
+                1
+            },
+            Ordering::SeqCst,
+        );
+        inode.inc_lookup(1);
+        dir.insert(name, inode.ino, inode.kind);
+        sync_nlink_locked(&pinode, &dir);
+        pinode.touch_modified(now);
+        Ok(inode)
+    }
+
+    /// Looks `name` up in `parent` without taking a reference.
+    pub(crate) fn find(&self, parent: Ino, name: &OsStr) -> Result<Arc<Inode>> {
+        if name.as_bytes().len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let pinode = self.table.get(parent)?;
+        let ino = {
+            let dir = pinode.dir()?.read();
+            match name.as_bytes() {
+                b"." => parent,
+                b".." => dir.parent,
+                _ => dir.get(name).ok_or(Errno::ENOENT)?.ino,
+            }
+        };
+        self.table.get(ino).map_err(|_| Errno::ENOENT)
+    }
+
+    /// Frees `inode` if nothing can reach it any more.
+    pub(crate) fn evict_if_dead(&self, inode: &Inode) {
+        let (bytes, inodes) = self.table.evict_if_dead(inode);
+        self.limits.uncharge_bytes(bytes);
+        if inodes != 0 {
+            self.limits.uncharge_inode();
+        }
+    }
+
+    pub(crate) fn do_link(
+        &self,
+        ino: Ino,
+        new_parent: Ino,
+        new_name: &OsStr,
+    ) -> Result<Arc<Inode>> {
+        check_name(new_name)?;
+        let inode = self.table.get(ino)?;
+        if inode.kind == FileKind::Directory {
+            return Err(Errno::EPERM);
+        }
+        let pinode = self.table.get(new_parent)?;
+        let mut dir = pinode.dir()?.write();
+        if dir.removed {
+            return Err(Errno::ENOENT);
+        }
+        if dir.get(new_name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if inode.nlink.load(Ordering::SeqCst) == 0 {
+            return Err(Errno::ENOENT);
+        }
+        dir.insert(new_name, inode.ino, inode.kind);
+        inode.nlink.fetch_add(1, Ordering::SeqCst);
+        inode.inc_lookup(1);
+        let now = Timestamp::now();
+        inode.set_ctime(now);
+        pinode.touch_modified(now);
+        Ok(inode)
+    }
+
+    pub(crate) fn do_unlink(&self, parent: Ino, name: &OsStr) -> Result<()> {
+        let pinode = self.table.get(parent)?;
+        let victim = {
+            let mut dir = pinode.dir()?.write();
+            let slot = dir.get(name).ok_or(Errno::ENOENT)?;
+            if slot.kind == FileKind::Directory {
+                return Err(Errno::EISDIR);
+            }
+            let victim = self.table.get(slot.ino)?;
+            dir.remove(name);
+            victim.nlink.fetch_sub(1, Ordering::SeqCst);
+            let now = Timestamp::now();
+            victim.set_ctime(now);
+            pinode.touch_modified(now);
+            victim
+        };
+        self.evict_if_dead(&victim);
+        Ok(())
+    }
+
+    pub(crate) fn do_rmdir(&self, parent: Ino, name: &OsStr) -> Result<()> {
+        match name.as_bytes() {
+            b"." => return Err(Errno::EINVAL),
+            b".." => return Err(Errno::ENOTEMPTY),
+            _ => {}
+        }
+        let _rename = self.rename_lock.lock();
+        let pinode = self.table.get(parent)?;
+        let victim = {
+            let mut dir = pinode.dir()?.write();
+            let slot = dir.get(name).ok_or(Errno::ENOENT)?;
+            if slot.kind != FileKind::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            let victim = self.table.get(slot.ino)?;
+            {
+                let mut vdir = victim.dir()?.write();
+                if !vdir.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                vdir.removed = true;
+                sync_nlink_locked(&victim, &vdir);
+            }
+            dir.remove(name);
+            sync_nlink_locked(&pinode, &dir);
+            let now = Timestamp::now();
+            victim.set_ctime(now);
+            pinode.touch_modified(now);
+            victim
+        };
+        self.evict_if_dead(&victim);
+        Ok(())
+    }
+
+    pub(crate) fn do_rename(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        let exchange = flags & rename_flags::EXCHANGE != 0;
+        let noreplace = flags & rename_flags::NOREPLACE != 0;
+        if flags & !(rename_flags::EXCHANGE | rename_flags::NOREPLACE) != 0
+            || (exchange && noreplace)
+        {
+            return Err(Errno::EINVAL);
+        }
+        check_name(new_name)?;
+        if name.as_bytes() == b"." || name.as_bytes() == b".." {
+            return Err(Errno::EBUSY);
+        }
+        let _rename = self.rename_lock.lock();
+        let pinode = self.table.get(parent)?;
+        let npinode = self.table.get(new_parent)?;
+        pinode.dir()?;
+        npinode.dir()?;
+        // Lock the parents in inode-number order.
+        let (mut pguard, mut nguard);
+        let same = parent == new_parent;
+        if same {
+            pguard = Some(pinode.dir()?.write());
+            nguard = None;
+        } else if parent < new_parent {
+            pguard = Some(pinode.dir()?.write());
+            nguard = Some(npinode.dir()?.write());
+        } else {
+            nguard = Some(npinode.dir()?.write());
+            pguard = Some(pinode.dir()?.write());
+        }
+        let pdir = pguard.as_deref_mut().expect("locked");
+        let mut ndir = nguard.as_deref_mut();
+
+        let src = pdir.get(name).ok_or(Errno::ENOENT)?;
+        let dst = match &ndir {
+            Some(d) => d.get(new_name),
+            None => pdir.get(new_name),
+        };
+        if ndir.as_ref().is_some_and(|d| d.removed) {
+            return Err(Errno::ENOENT);
+        }
+        if let Some(d) = dst {
+            if d.ino == src.ino {
+                // Same inode (same name, or two links of one file): nothing to do.
+                return if exchange || !noreplace {
+                    Ok(())
+                } else {
+                    Err(Errno::EEXIST)
+                };
+            }
+        }
+        let src_inode = self.table.get(src.ino)?;
+        let dst_inode = match dst {
+            Some(d) => Some(self.table.get(d.ino)?),
+            None => None,
+        };
+        // A directory may not move below itself.
+        if !same {
+            let ancestors = |start: Ino, pdir: &Directory, ndir: &Directory| -> Result<Vec<Ino>> {
+                let mut chain = Vec::new();
+                let mut cur = start;
+                while cur != ROOT_INO && chain.len() < 1 << 20 {
+                    chain.push(cur);
+                    cur = if cur == parent {
+                        pdir.parent
+                    } else if cur == new_parent {
+                        ndir.parent
+                    } else {
+                        self.table.get(cur)?.dir()?.read().parent
+                    };
+                }
+                Ok(chain)
+            };
+            let nd = ndir.as_deref().expect("different parents");
+            if src.kind == FileKind::Directory
+                && ancestors(new_parent, pdir, nd)?.contains(&src.ino)
+            {
+                return Err(Errno::EINVAL);
+            }
+            if exchange
+                && dst.is_some_and(|d| d.kind == FileKind::Directory)
+                && ancestors(parent, pdir, nd)?.contains(&dst.map_or(0, |d| d.ino))
+            {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let now = Timestamp::now();
+        if exchange {
+            let (dst, dst_inode) = (
+                dst.ok_or(Errno::ENOENT)?,
+                dst_inode.as_ref().expect("dst exists"),
+            );
+            pdir.replace(name, dst.ino, dst.kind);
+            match ndir.as_deref_mut() {
+                Some(nd) => nd.replace(new_name, src.ino, src.kind),
+                None => pdir.replace(new_name, src.ino, src.kind),
+            };
+            if !same {
+                if src.kind == FileKind::Directory {
+                    src_inode.dir()?.write().parent = new_parent;
+                }
+                if dst.kind == FileKind::Directory {
+                    dst_inode.dir()?.write().parent = parent;
+                }
+            }
+            src_inode.set_ctime(now);
+            dst_inode.set_ctime(now);
+        } else {
+            if let Some(d) = dst {
+                if noreplace {
+                    return Err(Errno::EEXIST);
+                }
+                match (
+                    src.kind == FileKind::Directory,
+                    d.kind == FileKind::Directory,
+                ) {
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    (false, true) => return Err(Errno::EISDIR),
+                    _ => {}
+                }
+            }
+            if let (Some(d), Some(victim)) = (dst, &dst_inode) {
+                if d.kind == FileKind::Directory {
+                    let mut vdir = victim.dir()?.write();
+                    if !vdir.is_empty() {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                    vdir.removed = true;
+                    sync_nlink_locked(victim, &vdir);
+                } else {
+                    victim.nlink.fetch_sub(1, Ordering::SeqCst);
+                }
+                victim.set_ctime(now);
+            }
+            pdir.remove(name);
+            let target = ndir.as_deref_mut().unwrap_or(&mut *pdir);
+            if dst.is_some() {
+                target.replace(new_name, src.ino, src.kind);
+            } else {
+                target.insert(new_name, src.ino, src.kind);
+            }
+            if !same && src.kind == FileKind::Directory {
+                src_inode.dir()?.write().parent = new_parent;
+            }
+            src_inode.set_ctime(now);
+        }
+        sync_nlink_locked(&pinode, pdir);
+        pinode.touch_modified(now);
+        if let Some(nd) = ndir {
+            sync_nlink_locked(&npinode, nd);
+            npinode.touch_modified(now);
+        }
+        drop(pguard);
+        drop(nguard);
+        if let (false, Some(victim)) = (exchange, dst_inode) {
+            self.evict_if_dead(&victim);
+        }
+        Ok(())
+    }
+}

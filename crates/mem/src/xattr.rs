@@ -1,0 +1,128 @@
+//! Extended attributes: `user.`, `trusted.` and `security.` namespaces, as tmpfs.
+
+use std::collections::BTreeMap;
+
+use memofs_core::{Errno, Result};
+
+/// Namespaces stored; others (e.g. `system.` ACLs) are `EOPNOTSUPP`.
+const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// Largest value, as the VFS (`XATTR_SIZE_MAX`).
+pub const XATTR_SIZE_MAX: usize = 65536;
+
+/// One inode's extended attributes.
+#[derive(Default)]
+pub struct Xattrs {
+    map: BTreeMap<Box<[u8]>, Box<[u8]>>,
+    charged: u64,
+}
+
+fn cost(name: &[u8], value: &[u8]) -> u64 {
+    (name.len() + value.len()) as u64
+}
+
+/// Checks that `name` is in a supported namespace and well formed.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(if name.is_empty() {
+            Errno::EINVAL
+        } else {
+            Errno::ERANGE
+        });
+    }
+    match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        Some(ns) if name.len() > ns.len() => Ok(()),
+        Some(_) => Err(Errno::EINVAL),
+        None => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+impl Xattrs {
+    /// Value of `name`.
+    pub fn get(&self, name: &[u8]) -> Result<&[u8]> {
+        check_name(name)?;
+        self.map.get(name).map(|v| &v[..]).ok_or(Errno::ENODATA)
+    }
+
+    /// Works out the byte-count change of a set, checking flags, before anything changes.
+    /// Returns `(old_cost, new_cost)`.
+    pub fn plan_set(&self, name: &[u8], value: &[u8], flags: i32) -> Result<(u64, u64)> {
+        check_name(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(Errno::E2BIG);
+        }
+        let old = self.map.get(name);
+        if flags & libc::XATTR_CREATE != 0 && old.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && old.is_none() {
+            return Err(Errno::ENODATA);
+        }
+        Ok((old.map_or(0, |v| cost(name, v)), cost(name, value)))
+    }
+
+    /// Stores `name` = `value` (after [`Xattrs::plan_set`] and the byte charge).
+    pub fn set(&mut self, name: &[u8], value: &[u8]) {
+        let new = cost(name, value);
+        if let Some(old) = self.map.insert(name.into(), value.into()) {
+            self.charged -= cost(name, &old);
+        }
+        self.charged += new;
+    }
+
+    /// Removes `name`, returning the bytes it held.
+    pub fn remove(&mut self, name: &[u8]) -> Result<u64> {
+        check_name(name)?;
+        let v = self.map.remove(name).ok_or(Errno::ENODATA)?;
+        let c = cost(name, &v);
+        self.charged -= c;
+        Ok(c)
+    }
+
+    /// Names, each NUL-terminated.
+    pub fn list(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for name in self.map.keys() {
+            out.extend_from_slice(name);
+            out.push(0);
+        }
+        out
+    }
+
+    /// Bytes held against `size=`.
+    pub fn charged_bytes(&self) -> u64 {
+        self.charged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_namespaces_and_accounting() {
+        let mut x = Xattrs::default();
+        assert_eq!(
+            x.plan_set(b"system.posix_acl_access", b"", 0),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(x.plan_set(b"user.", b"v", 0), Err(Errno::EINVAL));
+        assert_eq!(
+            x.plan_set(b"user.a", b"v", libc::XATTR_REPLACE),
+            Err(Errno::ENODATA)
+        );
+        x.plan_set(b"user.a", b"v", libc::XATTR_CREATE).unwrap();
+        x.set(b"user.a", b"v");
+        assert_eq!(
+            x.plan_set(b"user.a", b"w", libc::XATTR_CREATE),
+            Err(Errno::EEXIST)
+        );
+        x.set(b"user.a", b"www");
+        assert_eq!(x.charged_bytes(), 9);
+        assert_eq!(x.get(b"user.a").unwrap(), b"www");
+        assert_eq!(x.list(), b"user.a\0");
+        assert_eq!(x.remove(b"user.a"), Ok(9));
+        assert_eq!(x.charged_bytes(), 0);
+        assert_eq!(x.get(b"user.a"), Err(Errno::ENODATA));
+    }
+}
