@@ -1,0 +1,81 @@
+"""What the samples were measured on: kernel, CPU, tools, memofs build, placement."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from . import __version__
+from .targets import memofs_binary
+from .tools import REPO
+
+
+def _first_line(cmd: list[str]) -> str | None:
+    if not shutil.which(cmd[0]) and not os.path.isfile(cmd[0]):
+        return None
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable ({e})"
+    text = (r.stdout or r.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    info = _read("/proc/cpuinfo") or ""
+    for line in info.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def now() -> str:
+    return dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def capture() -> dict:
+    mem = next((line.split()[1] for line in (_read("/proc/meminfo") or "").splitlines()
+                if line.startswith("MemTotal")), None)
+    memofs = memofs_binary()
+    git = None
+    if shutil.which("git") and (REPO / ".git").exists():
+        r = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                           capture_output=True, text=True)
+        git = r.stdout.strip() or None
+    return {
+        "time": now(),
+        "hostname": platform.node(),
+        "kernel": " ".join(os.uname()),
+        "cpu_model": cpu_model(),
+        "online_cpus": os.cpu_count(),
+        "memory_kib": int(mem) if mem else None,
+        "runner_affinity": sorted(os.sched_getaffinity(0)),
+        "cpufreq_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "fuse_max_pages_limit": _read("/proc/sys/fs/fuse/max_pages_limit"),
+        "python": platform.python_version(),
+        "memofs_bench": __version__,
+        "repo_commit": git,
+        "memofs_binary": memofs,
+        "memofs_version": _first_line([memofs, "--version"]) if memofs else None,
+        "perf": _first_line(["perf", "--version"]),
+        "cc": _first_line(["cc", "--version"]),
+        "fusermount3": _first_line(["fusermount3", "--version"]),
+        "bindfs": _first_line(["bindfs", "--version"]),
+    }
+
+
+def summary_lines(env: dict) -> list[str]:
+    keys = ["time", "kernel", "cpu_model", "online_cpus", "memory_kib", "runner_affinity",
+            "repo_commit", "memofs_binary", "memofs_version", "perf", "cc"]
+    return [f"{k}: {env.get(k)}" for k in keys if k in env]

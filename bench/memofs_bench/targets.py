@@ -1,0 +1,353 @@
+"""Targets: named configurations of how to bring a filesystem up and down.
+
+A target spec is `KIND` or `KIND:ARGS`, ARGS being passed to the mount command, e.g.
+`memofs:-o negative_timeout=0` or `passthrough_ll:-o timeout=10`. Every mount is made fresh on a
+temporary mount point and always unmounted (context manager + atexit + deferred signals).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+from . import mounts
+from .tools import REPO, BenchError, ToolMissing, compile_c, require
+
+
+class TargetError(BenchError):
+    pass
+
+
+class Target:
+    kind: ClassVar[str]
+    summary: ClassVar[str]
+    fstype: ClassVar[str] = ""
+
+    def __init__(self, spec: str, args: list[str], workdir: Path):
+        self.spec, self.args, self.workdir = spec, args, workdir
+        self.mnt: Path | None = None
+        self.backing: Path | None = None
+        self.notes: list[str] = []
+
+    # -- to be provided by kinds -----------------------------------------------------------
+    def check(self) -> None:
+        """Raise ToolMissing/TargetError if this target cannot be mounted here."""
+
+    def version(self) -> str:
+        return ""
+
+    def _mount(self, mnt: Path) -> None:
+        raise NotImplementedError
+
+    def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
+        return [["umount", str(mnt)]]
+
+    def server_pids(self) -> list[int]:
+        return []
+
+    def _stop_server(self) -> None:
+        pass
+
+    # -- common ---------------------------------------------------------------------------
+    def _mkdir(self, prefix: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir))
+
+    def _backing_tmpfs(self) -> Path:
+        """A fresh kernel tmpfs for FUSE servers that pass through to a directory."""
+        self.backing = self._mkdir(f"{self.kind}-backing-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "memofs-bench-backing", str(self.backing)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise TargetError(f"cannot mount the backing tmpfs: {r.stderr.strip()}")
+        return self.backing
+
+    def mount(self) -> Path:
+        self.check()
+        mnt = self._mkdir(f"{self.kind}-mnt-")
+        self.mnt = mnt
+        mounts.register_cleanup(id(self), self.unmount)
+        try:
+            self._mount(mnt)
+            mounts.wait_mounted(mnt, fstype_prefix=self.fstype, abort=self._server_died)
+        except BaseException as e:
+            self.unmount()
+            if isinstance(e, (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError)):
+                raise TargetError(f"mounting {self.spec} failed: {e}") from e
+            raise
+        return mnt
+
+    def _server_died(self) -> str | None:
+        return None
+
+    def unmount(self) -> None:
+        with mounts.signals_deferred():
+            mounts.unregister_cleanup(id(self))
+            if self.mnt is not None:
+                self.notes += mounts.unmount(self.mnt, self._unmount_cmds(self.mnt))
+                self._stop_server()
+                _rmdir(self.mnt)
+                self.mnt = None
+            if self.backing is not None:
+                self.notes += mounts.unmount(self.backing, [])
+                _rmdir(self.backing)
+                self.backing = None
+
+    def __enter__(self) -> Path:
+        return self.mount()
+
+    def __exit__(self, *exc) -> None:
+        self.unmount()
+
+    def describe(self) -> dict:
+        entry = mounts.mount_entry(self.mnt) if self.mnt else None
+        pids = self.server_pids()
+        return {"spec": self.spec, "kind": self.kind, "args": self.args,
+                "version": self.version(),
+                "mount": entry and {k: entry[k] for k in ("fstype", "source", "options",
+                                                          "super_options")},
+                "server_pids": pids,
+                "server_affinity": {str(p): mounts.affinity(p) for p in pids}}
+
+
+def _rmdir(p: Path) -> None:
+    try:
+        p.rmdir()
+    except OSError:
+        pass
+
+
+class ProcessServer(Target):
+    """A FUSE server we start in the foreground (-f) and own as a child process."""
+
+    fstype = "fuse"
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.proc: subprocess.Popen | None = None
+        self.log: Path | None = None
+
+    def command(self, mnt: Path, backing: Path) -> list[str]:
+        raise NotImplementedError
+
+    def _mount(self, mnt: Path) -> None:
+        backing = self._backing_tmpfs()
+        self.log = Path(self.workdir) / f"{mnt.name}.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.command(mnt, backing), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+
+    def _server_died(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace").strip()[-500:] if self.log else ""
+            return f"server exited with status {self.proc.returncode}: {tail or '(no output)'}"
+        return None
+
+    def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
+        return [["fusermount3", "-u", str(mnt)], ["umount", str(mnt)]]
+
+    def server_pids(self) -> list[int]:
+        return [self.proc.pid] if self.proc is not None and self.proc.poll() is None else []
+
+    def _stop_server(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.notes.append(f"{self.kind} server {self.proc.pid} did not exit; killed it")
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        if self.log:
+            self.log.unlink(missing_ok=True)
+
+
+class Tmpfs(Target):
+    kind, summary, fstype = "tmpfs", "kernel tmpfs (the in-kernel reference)", "tmpfs"
+
+    def version(self) -> str:
+        return "kernel " + os.uname().release
+
+    def _mount(self, mnt: Path) -> None:
+        r = subprocess.run(["mount", "-t", "tmpfs", *self.args, "memofs-bench", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise TargetError(f"mount -t tmpfs failed: {r.stderr.strip()}")
+
+
+PASSTHROUGH_SRC = Path("/usr/share/doc/libfuse3-dev/examples/passthrough_ll.c")
+
+
+class PassthroughLL(ProcessServer):
+    kind = "passthrough_ll"
+    summary = "libfuse's passthrough_ll example over a fresh tmpfs directory"
+
+    def check(self) -> None:
+        require("fusermount3", "apt-get install fuse3")
+        self.binary()
+
+    def binary(self) -> Path:
+        if not PASSTHROUGH_SRC.exists():
+            raise ToolMissing(f"{PASSTHROUGH_SRC} is missing: apt-get install libfuse3-dev")
+        require("pkg-config", "apt-get install pkg-config")
+        pc = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"],
+                            capture_output=True, text=True)
+        if pc.returncode != 0:
+            raise ToolMissing("pkg-config knows no fuse3: apt-get install libfuse3-dev")
+        flags = pc.stdout.split()
+        return compile_c("passthrough_ll", [PASSTHROUGH_SRC],
+                         ["-DHAVE_FALLOCATE", "-DHAVE_POSIX_FALLOCATE", "-DHAVE_COPY_FILE_RANGE",
+                          f"-I{PASSTHROUGH_SRC.parent}", *[f for f in flags if not f.startswith("-l")]],
+                         [f for f in flags if f.startswith("-l")])
+
+    def version(self) -> str:
+        r = subprocess.run(["pkg-config", "--modversion", "fuse3"], capture_output=True, text=True)
+        return "libfuse " + r.stdout.strip()
+
+    def command(self, mnt: Path, backing: Path) -> list[str]:
+        return [str(self.binary()), "-f", "-o", f"source={backing}", *self.args, str(mnt)]
+
+
+class Bindfs(ProcessServer):
+    kind, summary = "bindfs", "bindfs over a fresh tmpfs directory"
+
+    def check(self) -> None:
+        require("bindfs", "apt-get install bindfs")
+
+    def version(self) -> str:
+        r = subprocess.run(["bindfs", "--version"], capture_output=True, text=True)
+        return r.stdout.strip()
+
+    def command(self, mnt: Path, backing: Path) -> list[str]:
+        return ["bindfs", "-f", *self.args, str(backing), str(mnt)]
+
+
+def memofs_binary() -> str | None:
+    """$MEMOFS_BIN, else the workspace's target/release or target/debug build, else PATH."""
+    env = os.environ.get("MEMOFS_BIN")
+    if env:
+        return env
+    for profile in ("release", "debug"):
+        p = REPO / "target" / profile / "memofs"
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    return shutil.which("memofs")
+
+
+class Memofs(Target):
+    kind, summary, fstype = "memofs", "the memofs server (`memofs mount [ARGS] MNT`)", "fuse"
+
+    def binary(self) -> str:
+        b = memofs_binary()
+        if not b:
+            raise ToolMissing("no memofs binary: set MEMOFS_BIN, build target/release/memofs, "
+                              "or put memofs on PATH")
+        return b
+
+    def check(self) -> None:
+        self.binary()
+
+    def version(self) -> str:
+        try:
+            r = subprocess.run([self.binary(), "--version"], capture_output=True, text=True,
+                               timeout=10)
+            return (r.stdout or r.stderr).strip() or f"exit {r.returncode}"
+        except (OSError, BenchError, subprocess.SubprocessError) as e:
+            return f"unknown ({e})"
+
+    def _mount(self, mnt: Path) -> None:
+        cmd = [self.binary(), "mount", *self.args, str(mnt)]
+        try:
+            r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+        except subprocess.TimeoutExpired as e:
+            raise TargetError(f"`{shlex.join(cmd)}` did not return within 60 s") from e
+        if r.returncode != 0:
+            raise TargetError(f"`{shlex.join(cmd)}` exited {r.returncode}: "
+                              f"{(r.stderr or r.stdout).strip()[-500:]}")
+
+    def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
+        return [[self.binary(), "umount", str(mnt)], ["fusermount3", "-u", str(mnt)]]
+
+    def server_pids(self) -> list[int]:
+        if self.mnt is None:
+            return []
+        return [p for p in mounts.pids_with_arg(str(self.mnt))
+                if "memofs" in _argv0(p)]
+
+    def unmount(self) -> None:
+        pids = self.server_pids()
+        super().unmount()
+        # the server should exit once unmounted; do not leave one behind
+        try:
+            mounts.wait_for(lambda: not any(_alive(p) for p in pids), 10, what="memofs to exit")
+        except TimeoutError:
+            for p in pids:
+                if _alive(p):
+                    self.notes.append(f"memofs server {p} still running after unmount; "
+                                      "sent SIGTERM")
+                    os.kill(p, 15)
+
+
+def _argv0(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return st.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, Tmpfs, PassthroughLL, Bindfs)}
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+def split_specs(text: str) -> list[str]:
+    """Split `--targets` on commas, except commas inside a `-o a=1,b=2` option list: a piece
+    continues the previous spec if that spec has arguments and the piece neither names a known
+    kind nor has a ':' of its own."""
+    specs: list[str] = []
+    for piece in text.split(","):
+        kind = piece.split(":", 1)[0].strip()
+        if specs and ":" in specs[-1] and ":" not in piece and kind not in KINDS:
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece.strip())
+    return [s for s in specs if s]
+
+
+def parse_spec(spec: str) -> tuple[str, list[str]]:
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip()
+    if kind not in KINDS:
+        raise UnknownTarget(f"unknown target kind {kind!r} in {spec!r}; "
+                            f"known kinds: {', '.join(KINDS)}")
+    try:
+        return kind, shlex.split(rest)
+    except ValueError as e:
+        raise UnknownTarget(f"cannot parse the arguments of {spec!r}: {e}") from e
+
+
+def make_target(spec: str, workdir: Path) -> Target:
+    kind, args = parse_spec(spec)
+    return KINDS[kind](spec, args, workdir)
+
+
+def canonical(spec: str) -> str:
+    kind, args = parse_spec(spec)
+    return kind + (":" + shlex.join(args) if args else "")
+
