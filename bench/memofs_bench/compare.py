@@ -104,7 +104,7 @@ def format_table(metric: Mapping, targets: Sequence[str],
 
     def cell(i: int, c) -> str:
         if c is None:
-            return f"{'-':>{vw[i]}}" + " " * PCT_WIDTH
+            return "-"       # no samples: a dash at the right edge of the column
         v, pct, sig = c
         if pct is None:
             return f"{v:{vw[i]}.4f}" + " " * PCT_WIDTH

@@ -76,7 +76,8 @@ class Target:
             mounts.wait_mounted(mnt, fstype_prefix=self.fstype, abort=self._server_died)
         except BaseException as e:
             self.unmount()
-            if isinstance(e, (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError)):
+            if isinstance(e, (BenchError, RuntimeError, TimeoutError, OSError,
+                              subprocess.SubprocessError)):
                 raise TargetError(f"mounting {self.spec} failed: {e}") from e
             raise
         return mnt
@@ -269,7 +270,7 @@ class Memofs(Target):
             raise TargetError(f"`{shlex.join(cmd)}` did not return within 60 s") from e
         if r.returncode != 0:
             raise TargetError(f"`{shlex.join(cmd)}` exited {r.returncode}: "
-                              f"{(r.stderr or r.stdout).strip()[-500:]}")
+                              f"{(r.stderr or r.stdout).strip()[-500:] or '(no output)'}")
 
     def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
         return [[self.binary(), "umount", str(mnt)], ["fusermount3", "-u", str(mnt)]]

@@ -1,0 +1,165 @@
+"""Smoke runs: every workload with tiny parameters on a fresh tmpfs target, plus the runner's
+failure handling (a target that fails to mount, a missing tool, an unknown name, Ctrl-C) and
+the real FUSE peers' mount/unmount. Values are checked for sanity, never for speed."""
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memofs_bench import cli, mounts, results
+from memofs_bench.runner import Runner
+from memofs_bench.targets import make_target
+from memofs_bench.workloads import Metric, Part, Workload, registry
+
+pytestmark = pytest.mark.smoke
+
+
+def our_mounts():
+    return [m for m in mounts.mounts()
+            if "memofs-bench-" in m["mountpoint"] or m["source"].startswith("memofs-bench")]
+
+
+@pytest.fixture(scope="module")
+def smoke_doc(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    before = our_mounts()
+    doc = Runner(list(registry().values()), ["tmpfs"], reps=2, out=out, quick=True,
+                 quiet=True).execute()
+    assert our_mounts() == before, "a mount was left behind"
+    doc["_out"] = out
+    return doc
+
+
+def samples(doc, key):
+    return [s for s in doc["samples"] if s["metric"] == key]
+
+
+@pytest.mark.parametrize("name", list(registry()))
+def test_workload_smoke_on_tmpfs(smoke_doc, name):
+    w = registry()[name]
+    missing = {e["part"] for e in smoke_doc["errors"]
+               if e["workload"] == name and "not installed" in e["message"]}
+    assert missing <= ({"perf-pipe"} if name == "messaging" else set()), smoke_doc["errors"]
+    other = [e for e in smoke_doc["errors"] if e["workload"] == name and e["part"] not in missing]
+    assert other == []
+    params = smoke_doc["workloads"][[x["name"] for x in smoke_doc["workloads"]].index(name)]
+    for part in w.parts:
+        if part.name in missing:
+            continue
+        for metric in part.metrics:
+            key = w.key(metric)
+            got = samples(smoke_doc, key)
+            assert got, f"no samples for {key}"
+            assert {s["round"] for s in got} == {0, 1}
+            assert all(math.isfinite(s["value"]) and s["value"] > 0 for s in got)
+            labels = {s["param"] for s in got}
+            assert labels == set(smoke_doc["metrics"][key]["params"]) & labels
+            assert labels, params
+
+
+def test_messaging_perf_part(smoke_doc):
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed (apt-get install linux-perf): "
+                    "messaging's perf-pipe part cannot run")
+    got = samples(smoke_doc, "messaging/perf-pipe")
+    assert {s["param"] for s in got} == {"1", "2"}
+
+
+def test_results_saved_and_comparable(smoke_doc, capsys):
+    out = smoke_doc["_out"]
+    on_disk = results.load(out)
+    assert len(on_disk["samples"]) == len(smoke_doc["samples"])
+    assert on_disk["env"]["kernel"] and on_disk["env"]["cpu_model"]
+    assert on_disk["targets"][0]["mounts"][0]["mount"]["fstype"] == "tmpfs"
+    assert cli.main(["compare", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Amean     untar" in text and "Hmean     1000" in text and "Procs     1M" in text
+    assert {p.name for p in (out / "plots").glob("*.png")} == \
+        {f"{w}.png" for w in registry()}
+    assert "![loopdd](plots/loopdd.png)" in (out / "report.md").read_text()
+
+
+def _tiny(**kw):
+    return ["--quick", "-q", "--no-plots", "--reps", "1", "--param", "loops=5",
+            "--param", "counts=50"]
+
+
+def test_failed_mount_and_unknown_target_reported(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEMOFS_BIN", "/bin/false")      # `false mount ... MNT` fails
+    rc = cli.main(["run", "stat-missing", "--targets", "memofs,tmpfs,nosuch",
+                   "--out", str(tmp_path), *_tiny()])
+    assert rc == 2                                      # the unknown kind is a usage error
+    err = capsys.readouterr().err
+    assert "unknown target kind 'nosuch'" in err
+    doc = results.load(tmp_path)
+    assert [t["name"] for t in doc["targets"]] == ["memofs", "tmpfs"]
+    assert any(e["target"] == "memofs" and "failed" in e["message"] for e in doc["errors"])
+    assert {s["target"] for s in doc["samples"]} == {"tmpfs"}
+    assert our_mounts() == []
+
+
+def test_failed_mount_alone_is_not_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMOFS_BIN", "/bin/false")
+    assert cli.main(["run", "stat-missing", "--targets", "memofs,tmpfs",
+                     "--out", str(tmp_path), *_tiny()]) == 0
+
+
+def test_unknown_workload_is_usage_error(tmp_path):
+    assert cli.main(["run", "nosuch", "--targets", "tmpfs", "--out", str(tmp_path)]) == 2
+    assert cli.main(["run", "stat-missing", "--param", "nosuch=1", "--targets", "tmpfs",
+                     "--out", str(tmp_path)]) == 2
+
+
+def _fake(name, fn, requires=()):
+    return Workload(name, "test", "-", [], [Metric("m", "m", "s", False)],
+                    [Part("p", ("m",), fn, requires, lambda p: [""])])
+
+
+def test_missing_tool_skips_part_other_targets_run(tmp_path):
+    def ok(ctx):
+        yield "m", "", 1.0
+    doc = Runner([_fake("needs", ok, ("no-such-tool-xyz",)), _fake("plain", ok)],
+                 ["tmpfs", "tmpfs:-o size=64m"], 1, tmp_path, quiet=True).execute()
+    assert any("no-such-tool-xyz not installed" in e["message"] for e in doc["errors"])
+    assert {(s["metric"], s["target"]) for s in doc["samples"]} == {
+        ("plain/m", "tmpfs"), ("plain/m", "tmpfs:-o size=64m")}
+
+
+def test_interrupt_unmounts_and_keeps_results(tmp_path):
+    seen = []
+
+    def boom(ctx):
+        seen.append(ctx.mnt)
+        assert mounts.mount_entry(ctx.mnt) is not None
+        yield "m", "", 1.0
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Runner([_fake("boom", boom)], ["tmpfs"], 3, tmp_path, quiet=True).execute()
+    assert seen and mounts.mount_entry(seen[0]) is None
+    assert not Path(seen[0]).exists()
+    doc = results.load(tmp_path)
+    assert doc["interrupted"] is True and len(doc["samples"]) == 1
+    assert our_mounts() == []
+
+
+@pytest.mark.parametrize("spec,tool", [("passthrough_ll", "fusermount3"), ("bindfs", "bindfs"),
+                                       ("passthrough_ll:-o timeout=10", "fusermount3")])
+def test_fuse_peer_mounts_and_unmounts(tmp_path, spec, tool):
+    if not shutil.which(tool) or not Path("/dev/fuse").exists():
+        pytest.skip(f"{tool} or /dev/fuse missing")
+    if spec.startswith("passthrough_ll") and not shutil.which("pkg-config"):
+        pytest.skip("pkg-config missing (apt-get install pkg-config libfuse3-dev)")
+    t = make_target(spec, tmp_path)
+    with t as mnt:
+        assert mounts.mount_entry(mnt)["fstype"].startswith("fuse")
+        (mnt / "hello").write_text("hi")
+        assert (mnt / "hello").read_text() == "hi"
+        assert t.server_pids()
+        server = t.server_pids()[0]
+    assert mounts.mount_entry(mnt) is None
+    assert not Path(f"/proc/{server}").exists() or \
+        Path(f"/proc/{server}/stat").read_text().split()[2] == "Z"
+    assert our_mounts() == []
