@@ -97,6 +97,9 @@ pub const DEFAULT_ROOT_MODE: u32 = 0o1777;
 pub const DEFAULT_ATIME: AtimeMode = AtimeMode::Relatime;
 /// Default for `writeback=`.
 pub const DEFAULT_WRITEBACK: bool = false;
+/// Kernel flags every mount starts with, as FUSE mounts conventionally do (`dev` and `suid`
+/// lift them).
+pub const DEFAULT_KERNEL_FLAGS: [KernelFlag; 2] = [KernelFlag::NoSuid, KernelFlag::NoDev];
 /// Most request threads `threads=` accepts.
 pub const MAX_THREADS: usize = 64;
 
@@ -275,7 +278,7 @@ fn parse_seconds(option: &str, value: &str) -> Result<Duration, OptionError> {
     let s: f64 = value
         .parse()
         .map_err(|_| err(option, "expected seconds, e.g. 0, 1.5 or 3600"))?;
-    if !s.is_finite() || s < 0.0 || s > 1e9 {
+    if !s.is_finite() || !(0.0..=1e9).contains(&s) {
         return Err(err(option, "seconds must be between 0 and 1e9"));
     }
     Ok(Duration::from_secs_f64(s))
@@ -325,7 +328,7 @@ pub fn parse_options<S: AsRef<str>>(
         direct_io: false,
         threads: default_threads(),
         passthrough: PassthroughMode::Auto,
-        kernel_flags: Vec::new(),
+        kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
         debug: false,
     };
     let (mut mode, mut entry, mut attr, mut negative) = (None, None, None, None);
@@ -567,7 +570,9 @@ mod tests {
 
     #[test]
     fn kernel_flags_toggle() {
-        let o = parse_options(&["ro,nosuid,rw"], RAM).unwrap();
+        let o = parse_options(&["ro,nosuid,rw,dev"], RAM).unwrap();
         assert_eq!(o.kernel_flags, vec![KernelFlag::NoSuid]);
+        let d = parse_options::<&str>(&[], RAM).unwrap();
+        assert_eq!(d.kernel_flags, DEFAULT_KERNEL_FLAGS.to_vec());
     }
 }

@@ -110,6 +110,13 @@ pub fn fuser_config(opts: &MountOptions) -> Config {
             KernelFlag::DirSync => MountOption::DirSync,
         });
     }
+    // fuser mounts nodev,nosuid unless told otherwise.
+    if !opts.kernel_flags.contains(&KernelFlag::NoDev) {
+        mount_options.push(MountOption::Dev);
+    }
+    if !opts.kernel_flags.contains(&KernelFlag::NoSuid) {
+        mount_options.push(MountOption::Suid);
+    }
     let mut config = Config::default();
     config.mount_options = mount_options;
     config.acl = if opts.allow_other {

@@ -194,9 +194,12 @@ impl Inode {
 
 const SHARDS: usize = 64;
 
+/// One shard of the inode table.
+type Shard = RwLock<HashMap<Ino, Arc<Inode>>>;
+
 /// Inode number → inode, sharded so that requests on different inodes rarely share a lock.
 pub struct InodeTable {
-    shards: Box<[RwLock<HashMap<Ino, Arc<Inode>>>]>,
+    shards: Box<[Shard]>,
     next_ino: AtomicU64,
 }
 
@@ -209,7 +212,7 @@ impl InodeTable {
         }
     }
 
-    fn shard(&self, ino: Ino) -> &RwLock<HashMap<Ino, Arc<Inode>>> {
+    fn shard(&self, ino: Ino) -> &Shard {
         &self.shards[(ino as usize) % SHARDS]
     }
 

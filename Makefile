@@ -1,0 +1,47 @@
+# memofs: the three commands of the README, and their parts.
+#   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build and mount (mem backend)
+#   make test                                              every test, as CI runs them
+#   make bench                                             the seeds' experiments (report in bench/results)
+
+CARGO ?= cargo
+MNT ?= /tmp/memofs
+OPTS ?=
+BIN := target/release/memofs
+
+.PHONY: setup build mount umount test lint unit e2e pytest bench clean
+
+setup:
+	bash scripts/setup.sh
+
+build:
+	$(CARGO) build --release -p memofs
+
+mount: setup build
+	mkdir -p $(MNT)
+	$(BIN) mount $(if $(OPTS),-o $(OPTS)) $(MNT)
+	@echo "memofs is mounted at $(MNT). Unmount with: make umount MNT=$(MNT)   (or: $(BIN) umount $(MNT))"
+
+umount:
+	$(BIN) umount $(MNT)
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --exclude memofs-e2e
+
+e2e:
+	$(CARGO) build -p memofs
+	$(CARGO) test -p memofs-e2e
+
+pytest:
+	python3 -m pytest bench/tests -q
+
+test: setup lint unit e2e pytest
+
+bench: setup build
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds
+
+clean:
+	$(CARGO) clean

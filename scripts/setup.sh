@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what memofs's build, tests and benchmarks need on a Debian machine (run as root).
+# Idempotent: skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+    echo "setup: installing ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup: cargo not found: install Rust >= 1.85 (rustup), then run this again" >&2
+    exit 1
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import numpy, scipy, matplotlib, rich, pytest' 2>/dev/null; then
+    echo "setup: installing Python packages for bench/"
+    "$PY" -m pip install -q -r bench/requirements.txt pytest
+fi
+[ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
+echo "setup: ok"
