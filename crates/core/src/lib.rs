@@ -6,12 +6,14 @@
 //! - [`errno::Errno`], the error type every operation returns;
 //! - [`cache::CachePolicy`], the one place where kernel cache timeouts are derived;
 //! - [`atime::AtimePolicy`], the strictatime/relatime/noatime rule;
+//! - [`invalidate::Invalidator`], how a backend reports changes the kernel did not see;
 //! - [`options`], the `-o` option parser shared by the CLI, the tests and the benchmarks.
 #![deny(missing_docs)]
 
 pub mod atime;
 pub mod cache;
 pub mod errno;
+pub mod invalidate;
 pub mod ops;
 pub mod options;
 pub mod time;
@@ -20,6 +22,7 @@ pub mod types;
 pub use atime::AtimePolicy;
 pub use cache::CachePolicy;
 pub use errno::{Errno, Result};
+pub use invalidate::Invalidator;
 pub use ops::Backend;
 pub use time::Timestamp;
 pub use types::*;

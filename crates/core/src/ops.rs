@@ -9,8 +9,11 @@
 //! the kernel one reference, which it returns with `forget`.
 
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 
 use crate::errno::Result;
+use crate::invalidate::Invalidator;
 use crate::types::{Attr, BackendUsage, Caller, DirEntry, Ino, Opened, SetAttr, StatFs};
 
 /// A filesystem backend.
@@ -128,4 +131,12 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<u64>;
     /// Memory and inode usage, for `memofs stats`.
     fn usage(&self) -> BackendUsage;
+    /// A file descriptor the kernel may use directly for the data of open file `fh` (FUSE
+    /// passthrough), or `None` to serve reads and writes through this trait.
+    fn backing_fd(&self, _ino: Ino, _fh: u64) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    /// Hands the backend the transport's invalidator, once mounted. Backends whose every
+    /// change comes through the mount ignore it.
+    fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}
 }
