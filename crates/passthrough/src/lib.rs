@@ -1,0 +1,1 @@
+//! placeholder: the passthrough backend (work in progress).
