@@ -32,6 +32,32 @@ fn new_page() -> Page {
         .expect("page size")
 }
 
+/// A new page holding `bytes` at `off`, zero elsewhere; a full page is copied without
+/// zeroing first.
+fn page_with(off: usize, bytes: &[u8]) -> Page {
+    if bytes.len() == PAGE_SIZE as usize {
+        return bytes.to_vec().into_boxed_slice().try_into().expect("page size");
+    }
+    let mut p = new_page();
+    p[off..off + bytes.len()].copy_from_slice(bytes);
+    p
+}
+
+/// Splits `[start, end)` at page boundaries: `(page index, offset in page, length)`.
+fn segments(start: u64, end: u64) -> impl Iterator<Item = (u64, usize, usize)> {
+    let mut pos = start;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let off = (pos % PAGE_SIZE) as usize;
+        let n = (PAGE_SIZE - off as u64).min(end - pos) as usize;
+        let seg = (pos / PAGE_SIZE, off, n);
+        pos += n as u64;
+        Some(seg)
+    })
+}
+
 struct Chunk {
     pages: [Option<Page>; CHUNK_PAGES as usize],
     present: u32,
@@ -114,16 +140,31 @@ impl FileData {
 
     /// Zeroes `[start, end)` inside existing pages (holes are zero already).
     fn zero(&mut self, start: u64, end: u64) {
-        let mut pos = start;
-        while pos < end {
-            let idx = pos / PAGE_SIZE;
-            let off = (pos % PAGE_SIZE) as usize;
-            let n = ((PAGE_SIZE - off as u64).min(end - pos)) as usize;
+        for (idx, off, n) in segments(start, end) {
             if let Some(p) = self.page_mut(idx) {
                 p[off..off + n].fill(0);
             }
-            pos += n as u64;
         }
+    }
+
+    /// Copies `data` to `offset`, creating absent pages (already charged).
+    fn store(&mut self, offset: u64, data: &[u8]) {
+        let mut src = data;
+        let mut added = 0;
+        for (idx, off, n) in segments(offset, offset + data.len() as u64) {
+            let chunk = self.chunks.entry(idx / CHUNK_PAGES).or_insert_with(Chunk::new);
+            let slot = &mut chunk.pages[(idx % CHUNK_PAGES) as usize];
+            match slot {
+                Some(p) => p[off..off + n].copy_from_slice(&src[..n]),
+                None => {
+                    *slot = Some(page_with(off, &src[..n]));
+                    chunk.present += 1;
+                    added += 1;
+                }
+            }
+            src = &src[n..];
+        }
+        self.pages += added;
     }
 
     /// Frees whole pages inside `[start, end)` and zeroes the partial ends.
@@ -180,16 +221,11 @@ impl RegularFile {
         }
         let end = d.size.min(offset.saturating_add(len as u64));
         buf.reserve((end - offset) as usize);
-        let mut pos = offset;
-        while pos < end {
-            let idx = pos / PAGE_SIZE;
-            let off = (pos % PAGE_SIZE) as usize;
-            let n = ((PAGE_SIZE - off as u64).min(end - pos)) as usize;
+        for (idx, off, n) in segments(offset, end) {
             match d.page(idx) {
                 Some(p) => buf.extend_from_slice(&p[off..off + n]),
                 None => buf.resize(buf.len() + n, 0),
             }
-            pos += n as u64;
         }
     }
 
@@ -207,17 +243,7 @@ impl RegularFile {
             .ok_or(Errno::EFBIG)?;
         let (first, last) = (offset / PAGE_SIZE, last_page(offset, data.len() as u64));
         limits.charge_bytes(d.missing(first, last) * PAGE_SIZE)?;
-        d.allocate(first, last);
-        let mut pos = offset;
-        let mut src = data;
-        while !src.is_empty() {
-            let off = (pos % PAGE_SIZE) as usize;
-            let n = (PAGE_SIZE as usize - off).min(src.len());
-            let page = d.page_mut(pos / PAGE_SIZE).expect("allocated above");
-            page[off..off + n].copy_from_slice(&src[..n]);
-            src = &src[n..];
-            pos += n as u64;
-        }
+        d.store(offset, data);
         d.size = d.size.max(end);
         Ok(data.len() as u32)
     }
