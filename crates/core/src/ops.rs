@@ -136,6 +136,11 @@ pub trait Backend: Send + Sync + 'static {
     fn backing_fd(&self, _ino: Ino, _fh: u64) -> Option<BorrowedFd<'_>> {
         None
     }
+    /// True if [`Backend::backing_fd`] can return file descriptors; the transport asks the
+    /// kernel for passthrough (which excludes the writeback cache) only then.
+    fn has_backing_fds(&self) -> bool {
+        false
+    }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.
     fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}

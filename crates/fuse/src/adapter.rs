@@ -2,18 +2,24 @@
 //! counts, and encodes replies. No filesystem logic lives here.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, FileHandle, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use memofs_core::{Attr, Backend, CachePolicy, Caller, Errno, Opened, Result, SetAttr, Timestamp};
+use memofs_core::{
+    Attr, Backend, CachePolicy, Caller, Errno, Ino, Opened, Result, SetAttr, Timestamp,
+};
+use parking_lot::Mutex;
 
 use crate::convert::{errno, file_attr, file_type, negative_attr, time_set};
 use crate::stats::{Event, Op, Stats};
@@ -28,6 +34,11 @@ pub struct TransportConfig {
     pub writeback: bool,
     /// Open every file with `FOPEN_DIRECT_IO`.
     pub direct_io: bool,
+    /// Hand regular files' backing fds to the kernel (FUSE passthrough) where the backend has
+    /// them and the kernel allows it.
+    pub passthrough: bool,
+    /// Fail the mount if passthrough was asked for and the kernel does not offer it.
+    pub passthrough_required: bool,
 }
 
 /// The `fuser::Filesystem` implementation.
@@ -36,6 +47,10 @@ pub struct Adapter<B: Backend> {
     policy: CachePolicy,
     config: TransportConfig,
     stats: Arc<Stats>,
+    /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
+    passthrough: AtomicBool,
+    /// One backing id per inode with passthrough opens, with its open count.
+    backing: Mutex<HashMap<Ino, (Arc<BackingId>, usize)>>,
 }
 
 thread_local! {
@@ -75,6 +90,50 @@ impl<B: Backend> Adapter<B> {
             policy,
             config,
             stats,
+            passthrough: AtomicBool::new(false),
+            backing: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The backing id to open `ino`/`fh` with, registering the backend's fd with the kernel
+    /// on the inode's first passthrough open. `None`: serve this open through the server.
+    fn backing_for(
+        &self,
+        ino: Ino,
+        fh: u64,
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut map = self.backing.lock();
+        if let Some((id, opens)) = map.get_mut(&ino) {
+            *opens += 1;
+            return Some(id.clone());
+        }
+        let fd = self.backend.backing_fd(ino, fh)?;
+        match register(fd) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                map.insert(ino, (id.clone(), 1));
+                Some(id)
+            }
+            Err(e) => {
+                log::warn!("kernel refused a passthrough backing fd ({e}); serving file data through the server");
+                self.passthrough.store(false, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// A passthrough open of `ino` was released.
+    fn release_backing(&self, ino: Ino) {
+        let mut map = self.backing.lock();
+        if let Some((_, opens)) = map.get_mut(&ino) {
+            *opens -= 1;
+            if *opens == 0 {
+                map.remove(&ino);
+            }
         }
     }
 
@@ -141,7 +200,21 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_ASYNC_DIO;
-        if self.config.writeback {
+        if self.config.passthrough {
+            // Passthrough and the writeback cache exclude each other; passthrough wins.
+            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+                && config.set_max_stack_depth(1).is_ok()
+            {
+                wanted |= InitFlags::FUSE_PASSTHROUGH;
+                self.passthrough.store(true, Ordering::Relaxed);
+            } else if self.config.passthrough_required {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "passthrough=on, but this kernel does not offer FUSE passthrough",
+                ));
+            }
+        }
+        if self.config.writeback && !self.passthrough.load(Ordering::Relaxed) {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         // Ask for each capability the kernel offers; missing ones are simply not used.
@@ -341,7 +414,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let t = Instant::now();
         match self.backend.open(&caller(req), ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
+            Ok(o) => match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
+                Some(id) => reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id),
+                None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
+            },
             Err(e) => reply.error(errno(e)),
         }
         self.stats.record(Op::Open, t);
@@ -413,6 +489,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         let t = Instant::now();
+        self.release_backing(ino.0);
         self.reply_empty(reply, self.backend.release(ino.0, fh.0));
         self.stats.record(Op::Release, t);
     }

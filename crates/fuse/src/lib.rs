@@ -9,6 +9,7 @@
 pub mod adapter;
 pub mod control;
 pub mod convert;
+pub mod invalidator;
 pub mod mountinfo;
 pub mod stats;
 
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
-use memofs_core::options::{KernelFlag, MountOptions};
+use memofs_core::options::{KernelFlag, MountOptions, PassthroughMode};
 use memofs_core::Backend;
 
 pub use adapter::{Adapter, TransportConfig};
+use invalidator::NotifyInvalidator;
 pub use stats::Stats;
 
 /// Why a mount could not be set up, with what the user can do about it.
@@ -164,9 +166,14 @@ pub fn mount<B: Backend>(
     let transport = TransportConfig {
         writeback: opts.writeback,
         direct_io: opts.direct_io,
+        passthrough: opts.passthrough != PassthroughMode::Off && backend.has_backing_fds(),
+        passthrough_required: opts.passthrough == PassthroughMode::On && backend.has_backing_fds(),
     };
-    let adapter = Adapter::new(backend, opts.cache, transport, stats.clone());
+    let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
     let session =
         fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
+    let invalidator =
+        NotifyInvalidator::start(session.notifier(), stats.clone()).map_err(SetupError::Mount)?;
+    backend.attach_invalidator(Arc::new(invalidator));
     Ok(Mounted { session, stats })
 }
