@@ -222,4 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"memofs-bench: error: {e}", file=sys.stderr)
         return USAGE_ERROR
+    except BrokenPipeError:          # e.g. `memofs-bench list | head`
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 

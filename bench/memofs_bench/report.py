@@ -53,6 +53,7 @@ def _panel(ax, c: Combined, key: str) -> None:
         if xs:
             ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=t,
                         linestyle="-" if ordinal and len(xs) > 1 else "none")
+    ax.set_xlim(-0.5, len(params) - 0.5)
     ax.set_xticks(range(len(params)))
     ax.set_xticklabels(params, rotation=30 if len(params) > 6 else 0)
     ax.set_xlabel(m.get("param_name") or "")
