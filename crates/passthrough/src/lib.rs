@@ -1,1 +1,258 @@
-//! placeholder: the passthrough backend (work in progress).
+//! memofs's passthrough backend: exports a host directory through FUSE, confined to it, like
+//! virtiofsd or libfuse's `passthrough_ll`.
+//!
+//! # Layout
+//! [`inode`] maps our inode numbers to host inodes, each pinned by an `O_PATH` descriptor;
+//! [`namespace`] resolves and changes names; [`file`] opens files and does I/O on handles
+//! ([`handles`]); [`dir`] lists directories; [`attr`] converts and sets attributes;
+//! [`xattr`] extended attributes; [`creds`] switches to the caller's filesystem ids; [`fd`]
+//! the descriptor budget and `/proc/self/fd`; [`name`] checks names; [`sys`] wraps the
+//! system calls; [`watch`] reports host-side changes to the kernel; [`ops`] is the
+//! `Backend` implementation on top.
+//!
+//! # Confinement
+//! The server never builds a host path. Every access is a system call on a descriptor the
+//! server resolved beneath the export root, with at most one name component:
+//! - names from the kernel must be single components ([`name`]): no `/`, not empty, at most
+//!   255 bytes; `.` and `..` only in LOOKUP, where `..` of the root is the root and `..`
+//!   elsewhere is checked to lead back to the root;
+//! - lookups use `openat2(dir, name, O_PATH | O_NOFOLLOW, RESOLVE_BENEATH |
+//!   RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)`: a symlink is returned as itself and never
+//!   followed by the server (readlink returns its text; stat, chown and utimens act on the
+//!   link with `AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW`);
+//! - mount points below the source are crossed by default (their inodes keep their own
+//!   `st_dev`); [`PassthroughConfig::cross_mounts`] = false adds `RESOLVE_NO_XDEV`. A
+//!   single-component lookup cannot leave the export either way, but a bind mount of an
+//!   outside directory placed below the source by the host administrator is exported;
+//! - files are opened for I/O by re-opening their `O_PATH` descriptor through
+//!   `/proc/self/fd/N` (as virtiofsd does) only after checking that they are regular files
+//!   (directories are opened with `openat(fd, ".")`): the descriptor pins the inode, so a
+//!   name swapped for a symlink after the lookup changes nothing;
+//! - create, mknod, mkdir, symlink, unlink, rmdir, rename and link take parent descriptors
+//!   and single names; link only gives new names to inodes the server resolved.
+//!
+//! What the host does behind the server is outside this: a directory the kernel knows that
+//! a host user moves out of the export keeps being served where it now is (as with
+//! virtiofsd), except that `..` from it is refused.
+//!
+//! # Credentials
+//! Operations that create inodes (create, mknod, mkdir, symlink) and that change extended
+//! attributes run with the caller's `fsuid`/`fsgid` ([`creds`]), so new files belong to the
+//! caller (with the host's set-gid directory rules) and the host checks ACL and xattr
+//! changes as the caller. The others run with the server's ids: the mount uses
+//! `default_permissions`, so the kernel has already checked them against the caller, with
+//! its supplementary groups, which FUSE does not pass to the server. When the server is not
+//! root, ids cannot be switched and everything belongs to the server's user.
+//!
+//! # Descriptors
+//! One `O_PATH` descriptor per inode the kernel knows, one per open file or directory
+//! handle; see [`fd`] and [`PassthroughConfig::max_open_fds`]. At startup the soft
+//! `RLIMIT_NOFILE` is raised to the hard limit.
+//!
+//! # atime
+//! The host kernel updates atime for the reads the server makes, by the host mount's rules.
+//! The mount's [`AtimePolicy`](memofs_core::AtimePolicy) only adds `O_NOATIME` when it says
+//! never (`noatime`, or `nodiratime` for directories).
+//!
+//! # Host changes
+//! See [`watch`]: started by `attach_invalidator`, stopped by [`PassthroughFs::stop_watcher`]
+//! or on drop.
+//!
+//! # Lock order
+//! Take locks only in this order; functions that need a lock held end in `_locked`.
+//! 1. [`PassthroughFs`]'s watcher slot (starting and stopping the watcher installs the
+//!    table hook);
+//! 2. an open directory's stream mutex (READDIRPLUS looks names up while holding it);
+//! 3. the inode table's `RwLock` (its hook runs under the write lock);
+//! 4. the watcher's maps (marks, handles, watch descriptors), taken by the table hook and
+//!    by the watcher thread;
+//! 5. leaf locks, never held while taking another: the file and directory handle tables and
+//!    the watcher's invalidator slot.
+//!
+//! The watcher thread holds no lock while it calls the invalidator.
+#![deny(missing_docs)]
+
+pub mod attr;
+pub mod config;
+pub mod creds;
+pub mod dir;
+pub mod error;
+pub mod fd;
+pub mod file;
+pub mod handles;
+pub mod inode;
+pub mod name;
+pub mod namespace;
+mod ops;
+pub mod sys;
+pub mod watch;
+pub mod xattr;
+
+use std::ffi::CString;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use memofs_core::{Caller, Errno, Ino, Invalidator};
+use parking_lot::Mutex;
+
+pub use crate::config::{PassthroughConfig, WatchMode, DEFAULT_MAX_OPEN_FDS};
+pub use crate::error::SetupError;
+pub use crate::fd::RESERVED_FDS;
+pub use crate::watch::WatchMechanism;
+
+use crate::creds::AsCaller;
+use crate::fd::{FdBudget, ProcSelf};
+use crate::handles::{HandleTable, OpenDir, OpenFile};
+use crate::inode::InodeTable;
+use crate::watch::Watcher;
+
+/// The passthrough filesystem: a host directory exported through a `Backend`.
+pub struct PassthroughFs {
+    pub(crate) table: Arc<InodeTable>,
+    pub(crate) files: HandleTable<OpenFile>,
+    pub(crate) dirs: HandleTable<OpenDir>,
+    pub(crate) proc: Arc<ProcSelf>,
+    pub(crate) budget: Arc<FdBudget>,
+    pub(crate) config: PassthroughConfig,
+    /// `RESOLVE_*` flags of every lookup.
+    pub(crate) resolve: u64,
+    /// Whether this process may switch filesystem ids.
+    switch_creds: bool,
+    /// Lock order 1.
+    watcher: Mutex<Option<Watcher>>,
+}
+
+impl PassthroughFs {
+    /// Exports the directory `source` (symlinks in `source` itself are followed, once, here).
+    pub fn new(source: &Path, config: PassthroughConfig) -> Result<PassthroughFs, SetupError> {
+        let proc = ProcSelf::open().map_err(SetupError::NoProc)?;
+        let budget = FdBudget::new(fd_limit(config.max_open_fds));
+        let cannot_open = |e: Errno| SetupError::CannotOpen {
+            path: source.to_path_buf(),
+            source: e.into(),
+        };
+        let path =
+            CString::new(source.as_os_str().as_bytes()).map_err(|_| cannot_open(Errno::EINVAL))?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        let fd = match sys::at::openat(fd::at_fdcwd(), &path, flags) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Err(SetupError::SourceMissing(source.to_path_buf())),
+            Err(Errno::ENOTDIR) => return Err(SetupError::NotADirectory(source.to_path_buf())),
+            Err(e) => return Err(cannot_open(e)),
+        };
+        let st = sys::at::statx_fd(fd.as_fd()).map_err(cannot_open)?;
+        let mut resolve =
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+        if !config.cross_mounts {
+            resolve |= libc::RESOLVE_NO_XDEV;
+        }
+        // Probe openat2 once, so a kernel without it fails here and not on every lookup.
+        sys::at::openat2(fd.as_fd(), c".", libc::O_PATH, 0, resolve)
+            .map_err(|e| SetupError::NoOpenat2(e.into()))?;
+        let root = budget.keep(fd).map_err(cannot_open)?;
+        Ok(PassthroughFs {
+            table: Arc::new(InodeTable::new(root, &st)),
+            files: HandleTable::new(),
+            dirs: HandleTable::new(),
+            proc: Arc::new(proc),
+            budget,
+            config,
+            resolve,
+            switch_creds: creds::can_switch(),
+            watcher: Mutex::new(None),
+        })
+    }
+
+    /// The configuration in effect; `max_open_fds` is the budget after the `RLIMIT_NOFILE`
+    /// cap.
+    pub fn config(&self) -> PassthroughConfig {
+        PassthroughConfig {
+            max_open_fds: self.budget.max(),
+            ..self.config
+        }
+    }
+
+    /// Descriptors currently held against the budget.
+    pub fn open_fds(&self) -> usize {
+        self.budget.used()
+    }
+
+    /// The kernel's lookup references to `ino` (0 when the inode is not known), for tests
+    /// and diagnostics.
+    pub fn lookups(&self, ino: Ino) -> u64 {
+        self.table.lookups(ino)
+    }
+
+    /// Open file and directory handles.
+    pub fn open_handles(&self) -> usize {
+        self.files.len() + self.dirs.len()
+    }
+
+    /// Switches this thread to `caller`'s filesystem ids until the guard drops (no-op when
+    /// the server cannot switch).
+    pub(crate) fn as_caller(&self, caller: &Caller) -> Option<AsCaller> {
+        self.switch_creds.then(|| AsCaller::switch(caller))
+    }
+
+    /// Starts the watcher with `invalidator`, or hands a running watcher the new one.
+    pub(crate) fn start_watcher(&self, invalidator: Arc<dyn Invalidator>) {
+        let mut slot = self.watcher.lock();
+        match &*slot {
+            Some(w) => w.set_invalidator(invalidator),
+            None => *slot = Watcher::start(&self.table, &self.proc, self.config.watch, invalidator),
+        }
+    }
+
+    /// The mechanism of the running watcher, if any.
+    pub fn watch_mechanism(&self) -> Option<WatchMechanism> {
+        self.watcher.lock().as_ref().map(Watcher::mechanism)
+    }
+
+    /// Stops the watcher (waits for its thread); `attach_invalidator` starts a new one.
+    pub fn stop_watcher(&self) {
+        let w = self.watcher.lock().take();
+        drop(w);
+    }
+}
+
+impl Drop for PassthroughFs {
+    fn drop(&mut self) {
+        self.stop_watcher();
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the descriptor budget: the
+/// configured maximum, capped at the limit minus [`RESERVED_FDS`].
+fn fd_limit(configured: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid `rlimit` for the kernel to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return configured;
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: `raised` is a valid `rlimit`; raising the soft limit up to the hard one
+        // needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
+    }
+    let allowed = usize::try_from(lim.rlim_cur)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVED_FDS);
+    if allowed < configured {
+        log::info!(
+            "passthrough: descriptor budget {allowed} (RLIMIT_NOFILE {}), not {configured}",
+            lim.rlim_cur
+        );
+    }
+    configured.min(allowed)
+}

@@ -1,0 +1,131 @@
+//! Attributes: host `statx` → [`Attr`], and SETATTR on the host.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use memofs_core::{Attr, Errno, FileKind, Ino, Result, SetAttr, TimeSet, Timestamp};
+
+use crate::inode::Inode;
+use crate::sys;
+use crate::PassthroughFs;
+
+fn timestamp(t: &libc::statx_timestamp) -> Timestamp {
+    Timestamp::from_timespec(t.tv_sec, t.tv_nsec)
+}
+
+/// A device number in the kernel's FUSE encoding (`new_encode_dev`).
+fn fuse_dev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// A device number from the kernel's FUSE encoding (`new_decode_dev`) as a host `dev_t`.
+pub(crate) fn host_dev(rdev: u32) -> libc::dev_t {
+    let major = (rdev & 0xfff00) >> 8;
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+    libc::makedev(major, minor)
+}
+
+/// Our attributes for host attributes `st`, under our number `ino`.
+pub(crate) fn attr_of(ino: Ino, st: &libc::statx) -> Result<Attr> {
+    let mode = u32::from(st.stx_mode);
+    Ok(Attr {
+        ino,
+        generation: 0,
+        size: st.stx_size,
+        blocks: st.stx_blocks,
+        atime: timestamp(&st.stx_atime),
+        mtime: timestamp(&st.stx_mtime),
+        ctime: timestamp(&st.stx_ctime),
+        crtime: if st.stx_mask & libc::STATX_BTIME != 0 {
+            timestamp(&st.stx_btime)
+        } else {
+            Timestamp::default()
+        },
+        kind: FileKind::from_mode(mode).ok_or(Errno::EIO)?,
+        perm: (mode & 0o7777) as u16,
+        nlink: st.stx_nlink,
+        uid: st.stx_uid,
+        gid: st.stx_gid,
+        rdev: fuse_dev(st.stx_rdev_major, st.stx_rdev_minor),
+        blksize: st.stx_blksize,
+    })
+}
+
+fn timespec(t: Option<TimeSet>) -> libc::timespec {
+    let (tv_sec, tv_nsec) = match t {
+        None => (0, libc::UTIME_OMIT),
+        Some(TimeSet::Now) => (0, libc::UTIME_NOW),
+        Some(TimeSet::At(t)) => {
+            let (s, ns) = t.to_timespec();
+            (s, i64::from(ns))
+        }
+    };
+    libc::timespec { tv_sec, tv_nsec }
+}
+
+impl PassthroughFs {
+    /// Current attributes of `inode`.
+    pub(crate) fn attr(&self, inode: &Inode) -> Result<Attr> {
+        attr_of(inode.ino, &sys::at::statx_fd(inode.fd.as_fd())?)
+    }
+
+    /// SETATTR: owner, then mode (a chown may clear set-id bits), then size, then times (last,
+    /// so a truncate's timestamp update does not override explicit times). The host's ctime
+    /// cannot be set and `set.ctime` is ignored. Runs with the server's credentials: the
+    /// kernel has checked the caller's permission (`default_permissions`).
+    pub(crate) fn set_attr(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
+        let fd = inode.fd.as_fd();
+        if set.uid.is_some() || set.gid.is_some() {
+            sys::at::chown_fd(fd, set.uid, set.gid)?;
+        }
+        if let Some(mode) = set.mode {
+            if inode.kind == FileKind::Symlink {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            sys::at::chmod_at(
+                self.proc.dir(),
+                &crate::fd::ProcSelf::name(fd),
+                mode & 0o7777,
+            )?;
+        }
+        if let Some(size) = set.size {
+            self.truncate(inode, set.fh, size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            sys::at::utimens_fd(fd, &[timespec(set.atime), timespec(set.mtime)])?;
+        }
+        self.attr(inode)
+    }
+
+    /// Truncates through the open handle `fh` when given, else through a short-lived
+    /// write-only re-open of the inode.
+    fn truncate(&self, inode: &Inode, fh: Option<u64>, size: u64) -> Result<()> {
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        let open = fh.and_then(|fh| self.files.get(fh).ok());
+        let reopened: OwnedFd;
+        let fd: BorrowedFd<'_> = match &open {
+            Some(file) if file.ino == inode.ino && file.writable => file.fd.as_fd(),
+            _ => {
+                reopened = self.proc.reopen(inode.fd.as_fd(), libc::O_WRONLY)?;
+                reopened.as_fd()
+            }
+        };
+        sys::io::ftruncate(fd, size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_round_trip_through_fuse_encoding() {
+        for (major, minor) in [(1, 3), (8, 17), (259, 0), (4095, 1 << 19)] {
+            let dev = host_dev(fuse_dev(major, minor));
+            assert_eq!((libc::major(dev), libc::minor(dev)), (major, minor));
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Configuration of a passthrough export.
+
+use memofs_core::AtimePolicy;
+
+/// Default for [`PassthroughConfig::max_open_fds`].
+///
+/// Every inode the kernel holds costs one descriptor, and the kernel keeps inodes cached
+/// until memory pressure, so a `find` over a large tree needs one descriptor per entry
+/// walked. The default is therefore high; it is lowered at startup to what `RLIMIT_NOFILE`
+/// allows after raising the soft limit to the hard one (minus [`crate::RESERVED_FDS`]).
+pub const DEFAULT_MAX_OPEN_FDS: usize = 1 << 20;
+
+/// How the backend learns about changes made on the host, behind the kernel's back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WatchMode {
+    /// fanotify if the host allows it, else inotify.
+    #[default]
+    Auto,
+    /// fanotify only (no watcher if unavailable).
+    Fanotify,
+    /// inotify only.
+    Inotify,
+    /// No watcher: host-side changes show up when cached entries and attributes expire.
+    Off,
+}
+
+/// Configuration of a [`crate::PassthroughFs`].
+#[derive(Clone, Copy, Debug)]
+pub struct PassthroughConfig {
+    /// The atime rule. Only `noatime` (and `nodiratime` for directories) has an effect:
+    /// files are then opened with `O_NOATIME`. Otherwise the host filesystem's own mount
+    /// options decide atime updates for reads the server makes.
+    pub atime: AtimePolicy,
+    /// Most descriptors kept at once: one per inode the kernel knows plus one per open file
+    /// and directory handle. Beyond it, lookups and opens fail with `ENFILE`. Capped at
+    /// startup by `RLIMIT_NOFILE` (see [`DEFAULT_MAX_OPEN_FDS`]).
+    pub max_open_fds: usize,
+    /// Set when the transport enables the kernel's writeback cache: the kernel then reads
+    /// pages of files opened write-only and does `O_APPEND` itself, so write-only opens
+    /// become read-write and `O_APPEND` is dropped.
+    pub writeback: bool,
+    /// Export filesystems mounted below the source (default). When false, lookups do not
+    /// cross mount points (`RESOLVE_NO_XDEV`) and fail with `EXDEV`.
+    pub cross_mounts: bool,
+    /// The host-change watcher, started by `attach_invalidator`.
+    pub watch: WatchMode,
+}
+
+impl Default for PassthroughConfig {
+    fn default() -> Self {
+        PassthroughConfig {
+            atime: AtimePolicy::default(),
+            max_open_fds: DEFAULT_MAX_OPEN_FDS,
+            writeback: false,
+            cross_mounts: true,
+            watch: WatchMode::Auto,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Running a request with the caller's filesystem credentials.
+//!
+//! Linux keeps `fsuid`/`fsgid` per thread, so the request thread switches to the caller's ids
+//! with the raw `setfsuid`/`setfsgid` system calls (the glibc wrappers are per-thread too,
+//! but the raw calls make that explicit) and an RAII guard switches back. While switched the
+//! host kernel checks permissions and assigns ownership as for the caller; moving `fsuid`
+//! away from 0 also drops the filesystem capabilities (`CAP_CHOWN`, `CAP_DAC_OVERRIDE`,
+//! `CAP_FOWNER`, `CAP_FSETID`, `CAP_MKNOD`, ...) from the thread's effective set, and moving
+//! back to 0 restores them.
+//!
+//! FUSE does not tell the server the caller's supplementary groups, so the host sees only
+//! `fsgid`: a caller whose access comes from a supplementary group is refused by the host
+//! for the operations run this way. Only operations where the host's check or ownership
+//! matters switch (see [`crate`]); the kernel has already checked the rest with
+//! `default_permissions`, including supplementary groups.
+
+use memofs_core::Caller;
+
+/// `setfsuid`/`setfsgid` return the previous id and cannot report failure directly; this id
+/// is never valid, so passing it reads the current id without changing it.
+const QUERY: u32 = u32::MAX;
+
+fn setfsuid(uid: u32) -> u32 {
+    // SAFETY: the system call takes an integer and only changes this thread's fsuid.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid) as u32 }
+}
+
+fn setfsgid(gid: u32) -> u32 {
+    // SAFETY: the system call takes an integer and only changes this thread's fsgid.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid) as u32 }
+}
+
+/// While alive, the thread's filesystem ids are the caller's. Not `Send`: it must be dropped
+/// on the thread that made it.
+pub(crate) struct AsCaller {
+    old_uid: u32,
+    old_gid: u32,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl AsCaller {
+    /// Switches this thread to `caller`'s ids (group first, while the thread still has the
+    /// capability to change it). When the server lacks the privilege, the ids silently stay
+    /// the server's, as for an unprivileged `passthrough_ll`.
+    pub(crate) fn switch(caller: &Caller) -> AsCaller {
+        let old_gid = setfsgid(caller.gid);
+        let old_uid = setfsuid(caller.uid);
+        AsCaller {
+            old_uid,
+            old_gid,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for AsCaller {
+    fn drop(&mut self) {
+        // User first: back at fsuid 0 the thread has its capabilities again.
+        setfsuid(self.old_uid);
+        setfsgid(self.old_gid);
+    }
+}
+
+/// This thread's current `(fsuid, fsgid)`.
+pub(crate) fn current() -> (u32, u32) {
+    (setfsuid(QUERY), setfsgid(QUERY))
+}
+
+/// Whether this process can switch its filesystem ids (root, or `CAP_SETUID` and
+/// `CAP_SETGID`): probes with `nobody`'s ids on the calling thread.
+pub(crate) fn can_switch() -> bool {
+    const PROBE: u32 = 65534;
+    if current() == (PROBE, PROBE) {
+        return false;
+    }
+    let guard = AsCaller::switch(&Caller {
+        uid: PROBE,
+        gid: PROBE,
+        pid: 0,
+    });
+    let switched = current() == (PROBE, PROBE);
+    drop(guard);
+    switched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_restores_ids() {
+        let before = current();
+        {
+            let _g = AsCaller::switch(&Caller {
+                uid: 1234,
+                gid: 4321,
+                pid: 0,
+            });
+            if can_switch() {
+                assert_eq!(current(), (1234, 4321));
+            }
+        }
+        assert_eq!(current(), before);
+    }
+}

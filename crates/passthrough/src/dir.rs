@@ -1,0 +1,222 @@
+//! Directory handles: a host directory stream per handle, listed with `getdents64`.
+//!
+//! Offsets are the host's `d_off` cookies: the offset of an entry is where the host stream
+//! continues after it, so a READDIR at any offset the kernel got from us seeks the host
+//! stream there (`lseek(SEEK_SET)`) and carries on exactly, even when entries were added or
+//! removed in between. An entry the sink refuses stays buffered for the next call.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use memofs_core::{Caller, DirEntry, Errno, FileKind, Ino, Opened, Result, ROOT_INO};
+use parking_lot::Mutex;
+
+use crate::attr::attr_of;
+use crate::fd::CountedFd;
+use crate::handles::OpenDir;
+use crate::inode::{HostId, Inode};
+use crate::sys;
+use crate::PassthroughFs;
+
+/// Bytes of `getdents64` records read at once.
+const DIRENT_BUF: usize = 32 * 1024;
+
+/// Offset of `d_name` in a `linux_dirent64` (`d_ino` u64, `d_off` i64, `d_reclen` u16,
+/// `d_type` u8).
+const NAME_OFFSET: usize = 19;
+
+/// One host directory stream.
+#[derive(Debug)]
+pub(crate) struct DirStream {
+    fd: CountedFd,
+    buf: Box<[u8]>,
+    /// Unconsumed records are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// The host offset the stream is at: the `d_off` of the last consumed entry.
+    pos: u64,
+}
+
+/// One `linux_dirent64` record, copied out of the buffer.
+struct RawEntry {
+    ino: u64,
+    off: u64,
+    kind: u8,
+    name: OsString,
+    len: usize,
+}
+
+impl DirStream {
+    fn new(fd: CountedFd) -> DirStream {
+        DirStream {
+            fd,
+            buf: vec![0; DIRENT_BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            pos: 0,
+        }
+    }
+
+    /// Positions the stream at `offset` (0 = the beginning).
+    fn seek(&mut self, offset: u64) -> Result<()> {
+        if offset != self.pos {
+            sys::io::lseek(self.fd.as_fd(), offset, libc::SEEK_SET)?;
+            self.start = 0;
+            self.end = 0;
+            self.pos = offset;
+        }
+        Ok(())
+    }
+
+    /// The next entry, without consuming it; `None` at the end.
+    fn peek(&mut self) -> Result<Option<RawEntry>> {
+        if self.start >= self.end {
+            self.end = sys::io::getdents64(self.fd.as_fd(), &mut self.buf)?;
+            self.start = 0;
+            if self.end == 0 {
+                return Ok(None);
+            }
+        }
+        let rec = &self.buf[self.start..self.end];
+        let u64_at = |i: usize| u64::from_ne_bytes(rec[i..i + 8].try_into().expect("8 bytes"));
+        let len = u16::from_ne_bytes([rec[16], rec[17]]) as usize;
+        if len < NAME_OFFSET || len > rec.len() {
+            return Err(Errno::EIO);
+        }
+        let name = &rec[NAME_OFFSET..len];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        Ok(Some(RawEntry {
+            ino: u64_at(0),
+            off: u64_at(8),
+            kind: rec[18],
+            name: OsString::from_vec(name.to_vec()),
+            len,
+        }))
+    }
+
+    /// Consumes the entry `peek` returned.
+    fn consume(&mut self, e: &RawEntry) {
+        self.start += e.len;
+        self.pos = e.off;
+    }
+}
+
+fn kind_of_dtype(t: u8) -> Option<FileKind> {
+    Some(match t {
+        libc::DT_REG => FileKind::Regular,
+        libc::DT_DIR => FileKind::Directory,
+        libc::DT_LNK => FileKind::Symlink,
+        libc::DT_FIFO => FileKind::Fifo,
+        libc::DT_SOCK => FileKind::Socket,
+        libc::DT_CHR => FileKind::CharDevice,
+        libc::DT_BLK => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+impl PassthroughFs {
+    /// OPENDIR: a host stream opened from the directory's `O_PATH` descriptor (`openat` of
+    /// `.`, no path resolved). `O_NOATIME` when the atime policy never updates directories.
+    pub(crate) fn open_dir(&self, _caller: &Caller, ino: Ino) -> Result<Opened> {
+        let inode = self.table.get(ino)?;
+        if inode.kind != FileKind::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let fd = self.open_noatime(true, flags, |f| sys::at::openat(inode.fd.as_fd(), c".", f))?;
+        let dir = OpenDir {
+            ino,
+            stream: Mutex::new(DirStream::new(self.budget.keep(fd)?)),
+        };
+        Ok(Opened {
+            fh: self.dirs.insert(dir),
+            ..Opened::default()
+        })
+    }
+
+    /// READDIR / READDIRPLUS from host offset `offset`. With `plus`, each entry but `.` and
+    /// `..` is looked up (one reference, given back with `forget` if the sink refuses it);
+    /// names that vanished meanwhile are skipped.
+    pub(crate) fn read_dir(
+        &self,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        sink: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> Result<()> {
+        let handle = self.dirs.get(fh)?;
+        let dir = self.table.get(handle.ino)?;
+        let mut stream = handle.stream.lock();
+        stream.seek(offset)?;
+        let mut emitted = false;
+        while let Some(raw) = stream.peek()? {
+            let entry = match self.dir_entry(&dir, &raw, plus) {
+                Ok(Some(e)) => e,
+                Ok(None) => {
+                    stream.consume(&raw);
+                    continue;
+                }
+                Err(e) if !emitted => return Err(e),
+                // Report what was listed; the error comes back on the next call.
+                Err(_) => break,
+            };
+            if !sink(&entry) {
+                if entry.attr.is_some() {
+                    self.table.forget(entry.ino, 1);
+                }
+                break;
+            }
+            stream.consume(&raw);
+            emitted = true;
+        }
+        Ok(())
+    }
+
+    /// The entry to report for `raw`, or `None` when its name no longer exists.
+    fn dir_entry(&self, dir: &Inode, raw: &RawEntry, plus: bool) -> Result<Option<DirEntry>> {
+        let mut entry = DirEntry {
+            ino: 0,
+            offset: raw.off,
+            kind: FileKind::Directory,
+            name: raw.name.clone(),
+            attr: None,
+        };
+        let host = HostId {
+            dev: dir.host.dev,
+            ino: raw.ino,
+        };
+        match raw.name.as_bytes() {
+            b"." => entry.ino = dir.ino,
+            b".." if dir.ino == ROOT_INO => entry.ino = ROOT_INO,
+            b".." => entry.ino = self.table.ino_hint(host),
+            name if plus => {
+                let name = CString::new(name).map_err(|_| Errno::EIO)?;
+                match self.lookup_name(dir, &name) {
+                    Ok((inode, attr)) => {
+                        entry.ino = inode.ino;
+                        entry.kind = attr.kind;
+                        entry.attr = Some(attr);
+                    }
+                    Err(Errno::ENOENT) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
+            name => {
+                entry.ino = self.table.ino_hint(host);
+                entry.kind = match kind_of_dtype(raw.kind) {
+                    Some(kind) => kind,
+                    None => {
+                        let name = CString::new(name).map_err(|_| Errno::EIO)?;
+                        match sys::at::statx(dir.fd.as_fd(), &name) {
+                            Ok(st) => attr_of(entry.ino, &st)?.kind,
+                            Err(Errno::ENOENT) => return Ok(None),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                };
+            }
+        }
+        Ok(Some(entry))
+    }
+}

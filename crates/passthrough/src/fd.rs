@@ -1,0 +1,132 @@
+//! Descriptors the backend keeps: the budget they count against, and `/proc/self/fd`.
+//!
+//! # Descriptor budget
+//! The backend keeps one `O_PATH` descriptor per inode the kernel holds a reference to, one
+//! descriptor per open file handle and one per open directory handle. Each of those is a
+//! [`CountedFd`], counted against [`FdBudget`]; a request that would exceed the budget fails
+//! with `ENFILE` instead of taking the process's last descriptors. Short-lived descriptors
+//! (a re-open to truncate, a lookup of an inode already known) are not counted: the budget
+//! is kept below `RLIMIT_NOFILE` by [`RESERVED_FDS`] to leave room for them, the FUSE
+//! device, the watcher and the transport.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use memofs_core::{Errno, Result};
+
+use crate::sys;
+
+/// Descriptors kept out of the budget for short-lived use and for the rest of the process.
+pub const RESERVED_FDS: usize = 256;
+
+/// Counts the long-lived descriptors against a maximum.
+#[derive(Debug)]
+pub(crate) struct FdBudget {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl FdBudget {
+    pub(crate) fn new(max: usize) -> Arc<FdBudget> {
+        Arc::new(FdBudget {
+            used: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    /// Counts `fd`, or closes it and fails with `ENFILE` when the budget is spent.
+    pub(crate) fn keep(self: &Arc<Self>, fd: OwnedFd) -> Result<CountedFd> {
+        if self.used.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.used.fetch_sub(1, Ordering::Relaxed);
+            return Err(Errno::ENFILE);
+        }
+        Ok(CountedFd {
+            fd,
+            budget: self.clone(),
+        })
+    }
+
+    /// Descriptors currently counted.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The maximum.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// A descriptor counted against an [`FdBudget`]; closing it gives the slot back.
+#[derive(Debug)]
+pub(crate) struct CountedFd {
+    fd: OwnedFd,
+    budget: Arc<FdBudget>,
+}
+
+impl AsFd for CountedFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for CountedFd {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// `/proc/self/fd`, opened once, for re-opening `O_PATH` descriptors.
+///
+/// Opening `/proc/self/fd/N` follows a magic link to exactly the inode descriptor `N` pins,
+/// wherever its names have moved since: no path is resolved on the host, so a symlink
+/// swapped in after the lookup cannot redirect it. Callers re-open only regular files and
+/// directories this way (a device or FIFO must never be opened by the server), and only
+/// descriptors the backend owns.
+#[derive(Debug)]
+pub(crate) struct ProcSelf {
+    fd_dir: OwnedFd,
+}
+
+impl ProcSelf {
+    pub(crate) fn open() -> std::io::Result<ProcSelf> {
+        let fd = sys::at::openat(
+            at_fdcwd(),
+            c"/proc/self/fd",
+            libc::O_PATH | libc::O_DIRECTORY,
+        )
+        .map_err(std::io::Error::from)?;
+        Ok(ProcSelf { fd_dir: fd })
+    }
+
+    /// `/proc/self/fd` itself, for `*at()` calls with [`ProcSelf::name`].
+    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
+        self.fd_dir.as_fd()
+    }
+
+    /// The entry naming `fd` inside `/proc/self/fd`.
+    pub(crate) fn name(fd: BorrowedFd<'_>) -> CString {
+        CString::new(fd.as_raw_fd().to_string()).expect("digits contain no NUL")
+    }
+
+    /// The absolute `/proc/self/fd/N` path of `fd`, for calls that take only a path.
+    pub(crate) fn path(fd: BorrowedFd<'_>) -> CString {
+        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL")
+    }
+
+    /// A new descriptor for the inode `fd` pins, opened with `flags`.
+    pub(crate) fn reopen(&self, fd: BorrowedFd<'_>, flags: i32) -> Result<OwnedFd> {
+        // O_NOFOLLOW would stop at the magic link itself; O_CREAT/O_EXCL make no sense here.
+        let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
+        sys::at::openat(self.dir(), &Self::name(fd), flags)
+    }
+}
+
+/// `AT_FDCWD` as a borrowed descriptor, for the one absolute open at startup.
+pub(crate) fn at_fdcwd() -> BorrowedFd<'static> {
+    // SAFETY: AT_FDCWD is a sentinel the *at() calls accept in place of a descriptor; it
+    // is never closed or used as a real descriptor.
+    unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
+}

@@ -1,0 +1,181 @@
+//! Open files: open, create, and the calls on an open handle.
+//!
+//! A regular file is opened by re-opening its `O_PATH` descriptor through `/proc/self/fd`
+//! ([`crate::fd::ProcSelf::reopen`]) after checking that the inode is a regular file, so no
+//! host path is resolved and no device or FIFO is ever opened by the server. Data calls use
+//! `pread`/`pwrite` on the handle's descriptor, which Linux turns into appends for
+//! `O_APPEND` descriptors.
+
+use std::ffi::{CStr, OsStr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
+
+use crate::handles::OpenFile;
+use crate::inode::Inode;
+use crate::sys;
+use crate::PassthroughFs;
+
+/// Flags the server never passes on: creation is explicit, the magic-link re-open must
+/// follow, and no terminal becomes the server's.
+const DROPPED_FLAGS: i32 =
+    libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_TMPFILE;
+
+/// Flags `openat2` accepts for a create (it refuses unknown bits, such as the kernel's
+/// internal `__FMODE_EXEC`, which plain `openat` ignores).
+const CREATE_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_DIRECT
+    | libc::O_NOATIME;
+
+impl PassthroughFs {
+    /// The flags to open a regular file with, from the kernel's `flags`.
+    fn file_flags(&self, flags: i32) -> i32 {
+        let mut flags = flags & !DROPPED_FLAGS;
+        if self.config.writeback {
+            // The kernel fills pages of write-only files and handles O_APPEND itself.
+            if flags & libc::O_ACCMODE == libc::O_WRONLY {
+                flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+            flags &= !libc::O_APPEND;
+        }
+        flags
+    }
+
+    /// Runs `open(flags)`, first with `O_NOATIME` when the atime policy never updates atime
+    /// for this kind (falling back without it on `EPERM`: only the owner or `CAP_FOWNER`
+    /// may use it).
+    pub(crate) fn open_noatime(
+        &self,
+        is_dir: bool,
+        flags: i32,
+        open: impl Fn(i32) -> Result<OwnedFd>,
+    ) -> Result<OwnedFd> {
+        if self.config.atime.never(is_dir) {
+            match open(flags | libc::O_NOATIME) {
+                Err(Errno::EPERM) => {}
+                r => return r,
+            }
+        }
+        open(flags)
+    }
+
+    /// Opens the regular file `inode` with already-filtered `flags` as a new handle.
+    fn open_inode(&self, inode: &Inode, flags: i32) -> Result<Opened> {
+        match inode.kind {
+            FileKind::Regular => {}
+            FileKind::Directory => return Err(Errno::EISDIR),
+            FileKind::Symlink => return Err(Errno::ELOOP),
+            _ => return Err(Errno::ENXIO),
+        }
+        let fd = self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd.as_fd(), f))?;
+        self.new_handle(inode.ino, fd, flags)
+    }
+
+    fn new_handle(&self, ino: Ino, fd: OwnedFd, flags: i32) -> Result<Opened> {
+        let file = OpenFile {
+            ino,
+            fd: self.budget.keep(fd)?,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        };
+        Ok(Opened {
+            fh: self.files.insert(file),
+            keep_cache: false,
+            direct_io: false,
+        })
+    }
+
+    /// OPEN. Runs with the server's credentials: the kernel has checked the caller's
+    /// permission (`default_permissions`).
+    pub(crate) fn open_file(&self, ino: Ino, flags: i32) -> Result<Opened> {
+        let inode = self.table.get(ino)?;
+        self.open_inode(&inode, self.file_flags(flags))
+    }
+
+    /// CREATE, with the caller's credentials. The file is created with `O_EXCL`; if the name
+    /// exists (made on the host after the kernel cached it as missing) and the caller did
+    /// not ask for `O_EXCL`, the existing file is opened as `open(2)` would, still with the
+    /// caller's credentials since the kernel did not check this file.
+    pub(crate) fn create_file(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        let dir = self.table.get(parent)?;
+        let name = crate::name::component(name)?;
+        let exclusive = flags & libc::O_EXCL != 0;
+        let flags = self.file_flags(flags);
+        let _creds = self.as_caller(caller);
+        let create = |f: i32| {
+            let f = (f & CREATE_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+            sys::at::openat2(dir.fd.as_fd(), &name, f, mode & 0o7777, self.resolve)
+        };
+        match self.open_noatime(false, flags, create) {
+            Ok(fd) => self.register_created(fd, flags),
+            Err(Errno::EEXIST) if !exclusive => self.open_existing(&dir, &name, flags),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Enters a file just created through `fd` into the inode table (its `O_PATH`
+    /// descriptor is re-opened from `fd`, not looked up by name again) and opens a handle.
+    fn register_created(&self, fd: OwnedFd, flags: i32) -> Result<(Attr, Opened)> {
+        let path_fd = self.proc.reopen(fd.as_fd(), crate::namespace::PATH_FLAGS)?;
+        let (inode, attr) = self.reference_fd(path_fd)?;
+        match self.new_handle(inode.ino, fd, flags) {
+            Ok(opened) => Ok((attr, opened)),
+            Err(e) => {
+                self.table.forget(inode.ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    fn open_existing(&self, dir: &Inode, name: &CStr, flags: i32) -> Result<(Attr, Opened)> {
+        let (inode, attr) = self.lookup_name(dir, name)?;
+        match self.open_inode(&inode, flags) {
+            Ok(opened) => Ok((attr, opened)),
+            Err(e) => {
+                self.table.forget(inode.ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// The open handle `fh`.
+    pub(crate) fn file(&self, fh: u64) -> Result<Arc<OpenFile>> {
+        self.files.get(fh)
+    }
+
+    /// READ into `buf`.
+    pub(crate) fn read_file(&self, fh: u64, off: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        sys::io::pread(self.file(fh)?.fd.as_fd(), buf, size as usize, off)
+    }
+
+    /// WRITE; returns bytes written.
+    pub(crate) fn write_file(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let n = sys::io::pwrite(self.file(fh)?.fd.as_fd(), data, off)?;
+        Ok(n as u32)
+    }
+
+    /// COPY_FILE_RANGE between two open handles.
+    pub(crate) fn copy_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (src, dst) = (self.file(fh_in)?, self.file(fh_out)?);
+        sys::io::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len)
+    }
+}

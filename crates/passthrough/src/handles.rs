@@ -1,0 +1,76 @@
+//! Open file and directory handles: the `fh` numbers the kernel passes back.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use memofs_core::{Errno, Ino, Result};
+use parking_lot::{Mutex, RwLock};
+
+use crate::dir::DirStream;
+use crate::fd::CountedFd;
+
+/// An open regular file.
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    /// The inode it was opened through.
+    pub ino: Ino,
+    /// A real (not `O_PATH`) descriptor of the host file.
+    pub fd: CountedFd,
+    /// Opened for writing (a truncate can go through it).
+    pub writable: bool,
+}
+
+impl AsFd for OpenFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// An open directory: a host directory stream.
+#[derive(Debug)]
+pub(crate) struct OpenDir {
+    /// The inode it was opened through.
+    pub ino: Ino,
+    /// The stream, one reader at a time.
+    pub stream: Mutex<DirStream>,
+}
+
+/// `fh` → handle. Requests clone the `Arc` and drop the lock before any system call, so a
+/// `release` racing with a read closes the descriptor only after the read finishes.
+pub(crate) struct HandleTable<T> {
+    map: RwLock<HashMap<u64, Arc<T>>>,
+    next: AtomicU64,
+}
+
+impl<T> HandleTable<T> {
+    pub(crate) fn new() -> Self {
+        HandleTable {
+            map: RwLock::new(HashMap::new()),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// Stores `handle`; returns its new `fh` (never reused while the backend lives).
+    pub(crate) fn insert(&self, handle: T) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.map.write().insert(fh, Arc::new(handle));
+        fh
+    }
+
+    /// The handle `fh`; `EBADF` if unknown.
+    pub(crate) fn get(&self, fh: u64) -> Result<Arc<T>> {
+        self.map.read().get(&fh).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// Removes `fh`; `EBADF` if unknown.
+    pub(crate) fn remove(&self, fh: u64) -> Result<Arc<T>> {
+        self.map.write().remove(&fh).ok_or(Errno::EBADF)
+    }
+
+    /// Open handles.
+    pub(crate) fn len(&self) -> usize {
+        self.map.read().len()
+    }
+}

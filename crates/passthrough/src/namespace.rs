@@ -1,0 +1,192 @@
+//! Names: lookup, creating and removing entries, rename and link.
+//!
+//! Every call names one component (checked by [`crate::name`]) relative to the `O_PATH`
+//! descriptor of a directory in the inode table. Lookups go through `openat2` with
+//! [`PassthroughFs::resolve`] (`RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS |
+//! RESOLVE_NO_SYMLINKS`): with `O_PATH | O_NOFOLLOW` a symlink is returned as itself, never
+//! followed, and nothing can resolve above the directory. `..` is the one name that must go
+//! up; it is resolved by hand and checked to lead back to the export root.
+
+use std::ffi::{CStr, OsStr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use memofs_core::{rename_flags, Attr, Caller, Errno, Ino, Result, ROOT_INO};
+
+use crate::attr::{attr_of, host_dev};
+use crate::fd::ProcSelf;
+use crate::inode::{HostId, Inode};
+use crate::name::{self, Lookup};
+use crate::sys;
+use crate::PassthroughFs;
+
+/// Deepest directory nesting walked when checking that `..` stays inside the export.
+const MAX_DEPTH: usize = 4096;
+
+/// Flags of the `O_PATH` descriptor each inode keeps.
+pub(crate) const PATH_FLAGS: i32 = libc::O_PATH | libc::O_NOFOLLOW;
+
+impl PassthroughFs {
+    /// Takes a reference to the host inode `fd` refers to; returns it with its attributes.
+    pub(crate) fn reference_fd(&self, fd: OwnedFd) -> Result<(Arc<Inode>, Attr)> {
+        let st = sys::at::statx_fd(fd.as_fd())?;
+        let inode = self.table.reference(fd, &st, |fd| self.budget.keep(fd))?;
+        let attr = attr_of(inode.ino, &st)?;
+        Ok((inode, attr))
+    }
+
+    /// Resolves the ordinary name `name` in `dir` and takes a reference to what it names.
+    pub(crate) fn lookup_name(&self, dir: &Inode, name: &CStr) -> Result<(Arc<Inode>, Attr)> {
+        let fd = sys::at::openat2(dir.fd.as_fd(), name, PATH_FLAGS, 0, self.resolve)?;
+        self.reference_fd(fd)
+    }
+
+    /// LOOKUP, including `.` and `..`.
+    pub(crate) fn lookup_any(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
+        let dir = self.table.get(parent)?;
+        let (_inode, attr) = match name::lookup(name)? {
+            Lookup::Name(name) => self.lookup_name(&dir, &name)?,
+            Lookup::Dot => self.reference_again(&dir)?,
+            Lookup::DotDot if dir.ino == ROOT_INO => self.reference_again(&dir)?,
+            Lookup::DotDot => self.reference_fd(self.parent_beneath_root(&dir)?)?,
+        };
+        Ok(attr)
+    }
+
+    fn reference_again(&self, inode: &Arc<Inode>) -> Result<(Arc<Inode>, Attr)> {
+        let attr = self.attr(inode)?;
+        self.table.reference_again(inode);
+        Ok((inode.clone(), attr))
+    }
+
+    /// `..` of `dir`, after checking that walking up from it reaches the export root: a
+    /// directory moved out of the export on the host must not lead the kernel above it.
+    fn parent_beneath_root(&self, dir: &Inode) -> Result<OwnedFd> {
+        let dotdot = c"..";
+        let flags = PATH_FLAGS | libc::O_DIRECTORY;
+        let parent = sys::at::openat(dir.fd.as_fd(), dotdot, flags)?;
+        let root = self.table.root().host;
+        let mut cur = sys::at::openat(parent.as_fd(), c".", flags)?;
+        for _ in 0..MAX_DEPTH {
+            let here = HostId::of(&sys::at::statx_fd(cur.as_fd())?);
+            if here == root {
+                return Ok(parent);
+            }
+            let up = sys::at::openat(cur.as_fd(), dotdot, flags)?;
+            if HostId::of(&sys::at::statx_fd(up.as_fd())?) == here {
+                // At the host's `/` without passing the export root.
+                return Err(Errno::ENOENT);
+            }
+            cur = up;
+        }
+        Err(Errno::ELOOP)
+    }
+
+    /// Runs `make(parent_fd, name)` with the caller's credentials, then looks the new entry
+    /// up (one reference, as FUSE counts for mknod/mkdir/symlink).
+    fn make_node(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        make: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<()>,
+    ) -> Result<Attr> {
+        let dir = self.table.get(parent)?;
+        let name = name::component(name)?;
+        {
+            let _creds = self.as_caller(caller);
+            make(dir.fd.as_fd(), &name)?;
+        }
+        Ok(self.lookup_name(&dir, &name)?.1)
+    }
+
+    /// MKNOD (`rdev` in the kernel's FUSE encoding).
+    pub(crate) fn mknod_node(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        self.make_node(caller, parent, name, |dir, name| {
+            sys::at::mknodat(dir, name, mode, host_dev(rdev))
+        })
+    }
+
+    /// MKDIR.
+    pub(crate) fn mkdir_node(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<Attr> {
+        self.make_node(caller, parent, name, |dir, name| {
+            sys::at::mkdirat(dir, name, mode)
+        })
+    }
+
+    /// SYMLINK: the target is stored as text and never resolved by the server.
+    pub(crate) fn symlink_node(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> Result<Attr> {
+        let target = name::c_string(target)?;
+        self.make_node(caller, parent, name, |dir, name| {
+            sys::at::symlinkat(&target, dir, name)
+        })
+    }
+
+    /// UNLINK (`flags` 0) or RMDIR (`AT_REMOVEDIR`). Entries stay in the inode table until
+    /// the kernel forgets them; their descriptors keep unlinked files readable.
+    pub(crate) fn remove(&self, parent: Ino, name: &OsStr, flags: i32) -> Result<()> {
+        let dir = self.table.get(parent)?;
+        let name = name::component(name)?;
+        sys::at::unlinkat(dir.fd.as_fd(), &name, flags)
+    }
+
+    /// RENAME with `renameat2` flags; both names are single components in directories the
+    /// kernel knows, so nothing can be moved across the export boundary.
+    pub(crate) fn rename_entry(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        let known = rename_flags::NOREPLACE | rename_flags::EXCHANGE | rename_flags::WHITEOUT;
+        if flags & !known != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let dir = self.table.get(parent)?;
+        let new_dir = self.table.get(new_parent)?;
+        let name = name::component(name)?;
+        let new_name = name::component(new_name)?;
+        sys::at::renameat2(dir.fd.as_fd(), &name, new_dir.fd.as_fd(), &new_name, flags)
+    }
+
+    /// LINK: a new name for an inode the server resolved beneath the root. Links through the
+    /// inode's own descriptor (`AT_EMPTY_PATH`, which needs `CAP_DAC_READ_SEARCH`), else
+    /// through its `/proc/self/fd` entry; neither resolves a host path.
+    pub(crate) fn link_node(&self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
+        let inode = self.table.get(ino)?;
+        let new_dir = self.table.get(new_parent)?;
+        let new_name = name::component(new_name)?;
+        let (fd, new_fd) = (inode.fd.as_fd(), new_dir.fd.as_fd());
+        let empty = sys::at::EMPTY;
+        match sys::at::linkat(fd, empty, new_fd, &new_name, libc::AT_EMPTY_PATH) {
+            Err(Errno::ENOENT | Errno::EPERM) => {
+                let proc_name = ProcSelf::name(fd);
+                let follow = libc::AT_SYMLINK_FOLLOW;
+                sys::at::linkat(self.proc.dir(), &proc_name, new_fd, &new_name, follow)?
+            }
+            r => r?,
+        }
+        Ok(self.reference_again(&inode)?.1)
+    }
+}

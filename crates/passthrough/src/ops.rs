@@ -1,0 +1,233 @@
+//! `Backend` for the passthrough filesystem: argument decoding onto the concern modules.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::Arc;
+
+use memofs_core::{
+    Attr, Backend, BackendUsage, Caller, DirEntry, Errno, Ino, Invalidator, Opened, Result,
+    SetAttr, StatFs,
+};
+
+use crate::sys;
+use crate::PassthroughFs;
+
+impl Backend for PassthroughFs {
+    fn lookup(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<Attr> {
+        self.lookup_any(parent, name)
+    }
+
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.table.forget(ino, nlookup);
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.attr(&*self.table.get(ino)?)
+    }
+
+    fn setattr(&self, _caller: &Caller, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        self.set_attr(&*self.table.get(ino)?, set)
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        let inode = self.table.get(ino)?;
+        if inode.kind != memofs_core::FileKind::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        sys::at::readlink_fd(inode.fd.as_fd())
+    }
+
+    fn mknod(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        self.mknod_node(caller, parent, name, mode, rdev)
+    }
+
+    fn mkdir(&self, caller: &Caller, parent: Ino, name: &OsStr, mode: u32) -> Result<Attr> {
+        self.mkdir_node(caller, parent, name, mode)
+    }
+
+    fn unlink(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<()> {
+        self.remove(parent, name, 0)
+    }
+
+    fn rmdir(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<()> {
+        self.remove(parent, name, libc::AT_REMOVEDIR)
+    }
+
+    fn symlink(&self, caller: &Caller, parent: Ino, name: &OsStr, target: &OsStr) -> Result<Attr> {
+        self.symlink_node(caller, parent, name, target)
+    }
+
+    fn rename(
+        &self,
+        _caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        new_parent: Ino,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        self.rename_entry(parent, name, new_parent, new_name, flags)
+    }
+
+    fn link(&self, _caller: &Caller, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
+        self.link_node(ino, new_parent, new_name)
+    }
+
+    fn open(&self, _caller: &Caller, ino: Ino, flags: i32) -> Result<Opened> {
+        self.open_file(ino, flags)
+    }
+
+    fn create(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        self.create_file(caller, parent, name, mode, flags)
+    }
+
+    fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+        self.read_file(fh, offset, size, buf)
+    }
+
+    fn write(&self, _ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_file(fh, offset, data)
+    }
+
+    /// Nothing to do: data goes to the host on every WRITE, and the server takes no POSIX
+    /// locks that a close would release.
+    fn flush(&self, _ino: Ino, fh: u64) -> Result<()> {
+        self.file(fh).map(drop)
+    }
+
+    fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
+        self.files.remove(fh).map(drop)
+    }
+
+    fn fsync(&self, _ino: Ino, fh: u64, datasync: bool) -> Result<()> {
+        sys::io::fsync(self.file(fh)?.fd.as_fd(), datasync)
+    }
+
+    fn opendir(&self, caller: &Caller, ino: Ino, _flags: i32) -> Result<Opened> {
+        self.open_dir(caller, ino)
+    }
+
+    fn readdir(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+        sink: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> Result<()> {
+        self.read_dir(fh, offset, plus, sink)
+    }
+
+    fn releasedir(&self, _ino: Ino, fh: u64) -> Result<()> {
+        self.dirs.remove(fh).map(drop)
+    }
+
+    fn statfs(&self) -> Result<StatFs> {
+        let st = sys::io::fstatfs(self.table.root().fd.as_fd())?;
+        Ok(StatFs {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            // The transport reports one size as both block and fragment size; block counts
+            // are in fragments.
+            bsize: st.f_frsize as u32,
+            namelen: st.f_namelen as u32,
+        })
+    }
+
+    fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<()> {
+        self.set_xattr(caller, ino, name, value, flags)
+    }
+
+    fn getxattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
+        self.get_xattr(ino, name)
+    }
+
+    fn listxattr(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.list_xattr(ino)
+    }
+
+    fn removexattr(&self, caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
+        self.remove_xattr(caller, ino, name)
+    }
+
+    fn fallocate(&self, _ino: Ino, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        sys::io::fallocate(self.file(fh)?.fd.as_fd(), mode, offset, length)
+    }
+
+    fn lseek(&self, _ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64> {
+        sys::io::lseek(self.file(fh)?.fd.as_fd(), offset, whence)
+    }
+
+    fn copy_file_range(
+        &self,
+        _ino_in: Ino,
+        fh_in: u64,
+        offset_in: u64,
+        _ino_out: Ino,
+        fh_out: u64,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        self.copy_range(fh_in, offset_in, fh_out, offset_out, len)
+    }
+
+    /// Host usage of the filesystem holding the source, and the number of inodes the
+    /// kernel holds (the table's size) with the descriptor budget as their limit.
+    fn usage(&self) -> BackendUsage {
+        let (bytes_used, bytes_limit) = match sys::io::fstatfs(self.table.root().fd.as_fd()) {
+            Ok(st) => {
+                let frag = st.f_frsize as u64;
+                (
+                    st.f_blocks.saturating_sub(st.f_bfree) * frag,
+                    st.f_blocks * frag,
+                )
+            }
+            Err(_) => (0, 0),
+        };
+        BackendUsage {
+            bytes_used,
+            bytes_limit,
+            inodes_used: self.table.len() as u64,
+            inodes_limit: self.budget.max() as u64,
+        }
+    }
+
+    /// The handle's own descriptor, for FUSE passthrough. It stays open until `release(fh)`,
+    /// which the kernel cannot send before the OPEN/CREATE reply that registers it; the
+    /// transport must not keep the borrow beyond that reply.
+    fn backing_fd(&self, _ino: Ino, fh: u64) -> Option<BorrowedFd<'_>> {
+        let raw = self.files.get(fh).ok()?.fd.as_fd().as_raw_fd();
+        // SAFETY: `raw` is the descriptor of handle `fh`, owned by `self.files` and closed
+        // only by `release(fh)` (or when `self` is dropped, which the borrow prevents); per
+        // the contract above no release of `fh` can run while the transport uses it.
+        Some(unsafe { BorrowedFd::borrow_raw(raw) })
+    }
+
+    fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {
+        self.start_watcher(invalidator);
+    }
+}

@@ -1,0 +1,307 @@
+//! fanotify source: an inode mark per known directory, file handles to name inodes.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::sync::Arc;
+
+use memofs_core::{Errno, FileKind, Ino, Result};
+use parking_lot::Mutex;
+
+use super::{Change, Parts, Source};
+use crate::fd::ProcSelf;
+use crate::inode::{Inode, TableHook};
+use crate::sys;
+
+/// Events watched on each known directory and its children.
+const MASK: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_MOVED_FROM
+    | libc::FAN_MOVED_TO
+    | libc::FAN_ATTRIB
+    | libc::FAN_MODIFY
+    | libc::FAN_ONDIR
+    | libc::FAN_EVENT_ON_CHILD;
+
+/// Name-changing events.
+const DIRENT_EVENTS: u64 =
+    libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
+
+/// `FAN_UNLIMITED_MARKS`, missing from libc.
+const FAN_UNLIMITED_MARKS: u32 = 0x0000_0020;
+
+const INIT_FLAGS: u32 = libc::FAN_CLASS_NOTIF
+    | libc::FAN_CLOEXEC
+    | libc::FAN_NONBLOCK
+    | libc::FAN_REPORT_DFID_NAME
+    | libc::FAN_REPORT_FID;
+
+/// Bytes of events read at once.
+const EVENT_BUF: usize = 64 * 1024;
+
+/// A file handle qualified by its filesystem: `(fsid, handle_type, handle)`.
+type HandleKey = ([u8; 8], i32, Vec<u8>);
+
+#[derive(Default)]
+struct Maps {
+    by_handle: HashMap<HandleKey, Ino>,
+    by_ino: HashMap<Ino, HandleKey>,
+    /// fsid of each host device seen.
+    fsids: HashMap<u64, [u8; 8]>,
+}
+
+struct Shared {
+    fan: OwnedFd,
+    proc: Arc<ProcSelf>,
+    /// Lock order 4.
+    maps: Mutex<Maps>,
+}
+
+impl Shared {
+    fn mark(&self, dir: &Inode, flags: u32) -> Result<()> {
+        let name = ProcSelf::name(dir.fd.as_fd());
+        let flags = flags | libc::FAN_MARK_ONLYDIR;
+        sys::notify::fanotify_mark(self.fan.as_fd(), flags, MASK, self.proc.dir(), &name)
+    }
+
+    fn key_locked(maps: &mut Maps, inode: &Inode) -> Result<HandleKey> {
+        let fsid = match maps.fsids.get(&inode.host.dev) {
+            Some(f) => *f,
+            None => {
+                let st = sys::io::fstatfs(inode.fd.as_fd())?;
+                // SAFETY: `fsid_t` is two C ints (the kernel's `__kernel_fsid_t`), 8 bytes
+                // with no padding; reading them as bytes is what fanotify reports.
+                let f: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+                maps.fsids.insert(inode.host.dev, f);
+                f
+            }
+        };
+        let (ty, handle) = sys::at::file_handle(inode.fd.as_fd())?;
+        Ok((fsid, ty, handle))
+    }
+}
+
+/// The table hook: records handles of every inode, marks every directory.
+struct Hook(Arc<Shared>);
+
+impl TableHook for Hook {
+    fn added(&self, inode: &Inode) {
+        let mut maps = self.0.maps.lock();
+        match Shared::key_locked(&mut maps, inode) {
+            Ok(key) => {
+                maps.by_handle.insert(key.clone(), inode.ino);
+                maps.by_ino.insert(inode.ino, key);
+            }
+            Err(e) => log::debug!("passthrough: no file handle for inode {}: {e}", inode.ino),
+        }
+        if inode.kind == FileKind::Directory {
+            if let Err(e) = self.0.mark(inode, libc::FAN_MARK_ADD) {
+                log::warn!(
+                    "passthrough: cannot watch directory inode {}: {e}",
+                    inode.ino
+                );
+            }
+        }
+    }
+
+    fn removed(&self, inode: &Inode) {
+        let mut maps = self.0.maps.lock();
+        if let Some(key) = maps.by_ino.remove(&inode.ino) {
+            maps.by_handle.remove(&key);
+        }
+        if inode.kind == FileKind::Directory {
+            let _ = self.0.mark(inode, libc::FAN_MARK_REMOVE);
+        }
+    }
+}
+
+/// Opens a fanotify group and checks that the export root can be marked.
+pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode) -> Result<Parts> {
+    let fan = match sys::notify::fanotify_init(
+        INIT_FLAGS | libc::FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
+    ) {
+        Err(Errno::EPERM) => sys::notify::fanotify_init(INIT_FLAGS)?,
+        r => r?,
+    };
+    let shared = Arc::new(Shared {
+        fan,
+        proc: proc.clone(),
+        maps: Mutex::new(Maps::default()),
+    });
+    shared.mark(root, libc::FAN_MARK_ADD)?;
+    Shared::key_locked(&mut shared.maps.lock(), root)?;
+    let source = FanSource {
+        shared: shared.clone(),
+        buf: vec![0; EVENT_BUF],
+        own_pid: std::process::id() as i32,
+    };
+    Ok((Box::new(source), Arc::new(Hook(shared))))
+}
+
+struct FanSource {
+    shared: Arc<Shared>,
+    buf: Vec<u8>,
+    own_pid: i32,
+}
+
+impl Source for FanSource {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.shared.fan.as_fd()
+    }
+
+    fn read(&mut self, out: &mut Vec<Change>) -> Result<()> {
+        loop {
+            let n = sys::notify::read_events(self.shared.fan.as_fd(), &mut self.buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            let maps = self.shared.maps.lock();
+            for event in Events::new(&self.buf[..n]) {
+                decode(&event, self.own_pid, &maps, out);
+            }
+        }
+    }
+}
+
+/// One event: its header fields and its info records.
+struct Event<'a> {
+    mask: u64,
+    pid: i32,
+    fd: i32,
+    records: &'a [u8],
+}
+
+/// Iterates over the events in a read buffer.
+struct Events<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Events<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Events { buf }
+    }
+}
+
+const META_LEN: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+
+impl<'a> Iterator for Events<'a> {
+    type Item = Event<'a>;
+
+    fn next(&mut self) -> Option<Event<'a>> {
+        if self.buf.len() < META_LEN {
+            return None;
+        }
+        // SAFETY: at least META_LEN bytes are present; `read_unaligned` copes with any
+        // alignment and every bit pattern is a valid metadata struct.
+        let meta: libc::fanotify_event_metadata =
+            unsafe { std::ptr::read_unaligned(self.buf.as_ptr().cast()) };
+        let len = meta.event_len as usize;
+        let head = meta.metadata_len as usize;
+        if meta.vers != libc::FANOTIFY_METADATA_VERSION
+            || len < META_LEN
+            || len > self.buf.len()
+            || head > len
+        {
+            log::error!("passthrough: malformed fanotify event");
+            self.buf = &[];
+            return None;
+        }
+        let event = Event {
+            mask: meta.mask,
+            pid: meta.pid,
+            fd: meta.fd,
+            records: &self.buf[head..len],
+        };
+        self.buf = &self.buf[len..];
+        Some(event)
+    }
+}
+
+/// One info record: its type, handle key and (for `DFID_NAME`) name.
+struct Record {
+    kind: u8,
+    key: HandleKey,
+    name: Option<OsString>,
+}
+
+/// Offsets inside an info record: header (type u8, pad u8, len u16), fsid (8 bytes),
+/// `file_handle` (handle_bytes u32, handle_type i32, bytes), then the name.
+const FSID_AT: usize = 4;
+const HANDLE_AT: usize = 12;
+const HANDLE_BYTES_AT: usize = HANDLE_AT + 8;
+
+fn records(mut buf: &[u8]) -> impl Iterator<Item = Record> + '_ {
+    std::iter::from_fn(move || {
+        if buf.len() < HANDLE_BYTES_AT {
+            return None;
+        }
+        let kind = buf[0];
+        let len = u16::from_ne_bytes([buf[2], buf[3]]) as usize;
+        if len < HANDLE_BYTES_AT || len > buf.len() {
+            return None;
+        }
+        let rec = &buf[..len];
+        buf = &buf[len..];
+        let word = |i: usize| u32::from_ne_bytes(rec[i..i + 4].try_into().expect("4 bytes"));
+        let fsid: [u8; 8] = rec[FSID_AT..HANDLE_AT].try_into().expect("8 bytes");
+        let handle_len = word(HANDLE_AT) as usize;
+        let handle_type = word(HANDLE_AT + 4) as i32;
+        let handle = rec.get(HANDLE_BYTES_AT..HANDLE_BYTES_AT + handle_len)?;
+        let name = (kind == libc::FAN_EVENT_INFO_TYPE_DFID_NAME).then(|| {
+            let tail = &rec[HANDLE_BYTES_AT + handle_len..];
+            let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+            OsString::from_vec(tail[..end].to_vec())
+        });
+        Some(Record {
+            kind,
+            key: (fsid, handle_type, handle.to_vec()),
+            name,
+        })
+    })
+}
+
+/// Turns one event into changes for the inodes the kernel knows.
+fn decode(event: &Event<'_>, own_pid: i32, maps: &Maps, out: &mut Vec<Change>) {
+    if event.fd >= 0 {
+        // Not expected in FID mode; never leak it.
+        // SAFETY: the kernel handed us this descriptor with the event; nothing else owns it.
+        drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(event.fd) });
+    }
+    if event.mask & libc::FAN_Q_OVERFLOW != 0 {
+        out.push(Change::Everything);
+        return;
+    }
+    if event.pid == own_pid {
+        return;
+    }
+    let mut dir_entry = None;
+    let mut object = None;
+    for rec in records(event.records) {
+        let ino = maps.by_handle.get(&rec.key).copied();
+        match rec.kind {
+            libc::FAN_EVENT_INFO_TYPE_DFID_NAME => dir_entry = ino.zip(rec.name),
+            libc::FAN_EVENT_INFO_TYPE_FID => object = ino,
+            _ => {}
+        }
+    }
+    let dir_entry = dir_entry.filter(|(_, name)| name.as_encoded_bytes() != b".");
+    if event.mask & DIRENT_EVENTS != 0 {
+        if let Some((dir, name)) = dir_entry.clone() {
+            match object {
+                Some(child) if event.mask & libc::FAN_DELETE != 0 => {
+                    out.push(Change::Deleted(dir, child, name))
+                }
+                _ => out.push(Change::Entry(dir, name)),
+            }
+            out.push(Change::Inode(dir));
+        }
+    }
+    if event.mask & (libc::FAN_ATTRIB | libc::FAN_MODIFY) != 0 {
+        match (object, dir_entry) {
+            (Some(ino), _) => out.push(Change::Inode(ino)),
+            (None, Some((dir, name))) => out.push(Change::Child(dir, name)),
+            (None, None) => {}
+        }
+    }
+}

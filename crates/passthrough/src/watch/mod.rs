@@ -1,0 +1,248 @@
+//! The host-change watcher: tells the kernel about changes it did not make.
+//!
+//! Changes made through the mount need nothing (the kernel updates its caches itself), but a
+//! file created or deleted on the host, next to the export, must not stay hidden behind a
+//! cached negative or positive entry. The watcher thread reports such changes to the
+//! transport's [`Invalidator`] as soon as the host kernel delivers them:
+//! - a name created, deleted or renamed in directory `P` → `entry(P, name)` (and
+//!   `deleted(P, child, name)` when the deleted inode is known), plus `inode(P)` for the
+//!   directory's own times and link count;
+//! - attributes or data of a known inode changed → `inode(ino)`.
+//!
+//! Only directories in the inode table are watched: the kernel can cache names (positive or
+//! negative) only in directories it holds, and every inode it holds sits in such a
+//! directory. Watches follow the table through [`TableHook`].
+//!
+//! # Mechanisms
+//! - [`WatchMechanism::Fanotify`] (preferred): one fanotify group with
+//!   `FAN_REPORT_DFID_NAME | FAN_REPORT_FID` and an inode mark (`FAN_EVENT_ON_CHILD |
+//!   FAN_ONDIR`) per known directory. Events carry file handles, matched against handles the
+//!   hook records for every table inode, and the pid of the process that made the change:
+//!   events caused by the server itself are skipped (the kernel already knows those), so
+//!   writes through the mount do not drop the kernel's page cache. A filesystem-wide mark
+//!   (`FAN_MARK_FILESYSTEM`) would need one mark but deliver every change on the whole
+//!   host filesystem and need `CAP_SYS_ADMIN`; per-directory marks deliver only what the
+//!   kernel can have cached. Needs Linux 5.9 and a filesystem with file handles and an
+//!   fsid (not every FUSE or network filesystem has them). Without `CAP_SYS_ADMIN` the
+//!   queue and mark counts are limited (`/proc/sys/fs/fanotify/max_queued_events`,
+//!   `max_user_marks`).
+//! - [`WatchMechanism::Inotify`] (fallback): a watch per known directory, bounded by
+//!   `/proc/sys/fs/inotify/max_user_watches` (a directory past the limit is not watched).
+//!   inotify does not say who made a change, so the server's own writes are reported too
+//!   (harmless for coherence, but each one invalidates the file's cached pages).
+//!
+//! Both pin the watched directories (the table's descriptors pin them anyway) and see
+//! changes made by any process on this host's kernel, in any mount namespace; they do not
+//! see changes made on another machine to a network filesystem underneath. A change made
+//! through another hard link of a file, in a directory the kernel does not hold, is not
+//! seen either. If events were lost (queue overflow), every known inode is invalidated, but
+//! cached names cannot be dropped wholesale through the [`Invalidator`] interface.
+
+mod fanotify;
+mod inotify;
+
+use std::collections::HashSet;
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use memofs_core::{Ino, Invalidator, Result};
+use parking_lot::RwLock;
+
+use crate::config::WatchMode;
+use crate::fd::ProcSelf;
+use crate::inode::{HostId, InodeTable, TableHook};
+use crate::sys;
+
+/// Which kernel interface the watcher uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchMechanism {
+    /// fanotify with per-directory inode marks.
+    Fanotify,
+    /// inotify with per-directory watches.
+    Inotify,
+}
+
+/// One thing to report, as decoded from the host's events.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Change {
+    /// `name` in the directory appeared, disappeared or now names another inode.
+    Entry(Ino, OsString),
+    /// The inode `child`, known as `name` in the directory, was deleted.
+    Deleted(Ino, Ino, OsString),
+    /// Attributes or data changed.
+    Inode(Ino),
+    /// Attributes or data of whatever `name` in the directory is changed: found by name.
+    Child(Ino, OsString),
+    /// Events were lost.
+    Everything,
+}
+
+/// A kernel event source the watcher thread reads.
+pub(crate) trait Source: Send {
+    /// The descriptor that becomes readable when events are pending.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Reads every pending event, appending what it reports to `out`.
+    fn read(&mut self, out: &mut Vec<Change>) -> Result<()>;
+}
+
+/// What a mechanism provides: its source (for the thread) and its hook (for the table).
+pub(crate) type Parts = (Box<dyn Source>, Arc<dyn TableHook>);
+
+type InvalidatorSlot = Arc<RwLock<Arc<dyn Invalidator>>>;
+
+/// A running watcher; dropping it stops the thread.
+pub(crate) struct Watcher {
+    mechanism: WatchMechanism,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+    invalidator: InvalidatorSlot,
+    table: Arc<InodeTable>,
+}
+
+impl Watcher {
+    /// Starts the mechanism `mode` asks for (or the best available); `None` when none is
+    /// available or `mode` is `Off`.
+    pub(crate) fn start(
+        table: &Arc<InodeTable>,
+        proc: &Arc<ProcSelf>,
+        mode: WatchMode,
+        invalidator: Arc<dyn Invalidator>,
+    ) -> Option<Watcher> {
+        let root = table.root();
+        let fan = || fanotify::open(proc, &root).map(|p| (WatchMechanism::Fanotify, p));
+        let ino = || inotify::open(&root).map(|p| (WatchMechanism::Inotify, p));
+        let found = match mode {
+            WatchMode::Off => return None,
+            WatchMode::Fanotify => fan(),
+            WatchMode::Inotify => ino(),
+            WatchMode::Auto => fan().or_else(|e| {
+                log::info!("passthrough: fanotify unavailable ({e}), using inotify");
+                ino()
+            }),
+        };
+        let (mechanism, (source, hook)) = match found {
+            Ok(found) => found,
+            Err(e) => {
+                log::warn!("passthrough: no host-change watcher ({e}); host changes show up when cache timeouts expire");
+                return None;
+            }
+        };
+        let stop = match sys::notify::eventfd().and_then(|fd| Ok((fd.try_clone()?, fd))) {
+            Ok(pair) => pair,
+            Err(e) => {
+                log::warn!("passthrough: no host-change watcher (eventfd: {e})");
+                return None;
+            }
+        };
+        table.set_hook(Some(hook));
+        let slot: InvalidatorSlot = Arc::new(RwLock::new(invalidator));
+        let thread = {
+            let (table, slot, stop_rx) = (table.clone(), slot.clone(), stop.0);
+            std::thread::Builder::new()
+                .name("memofs-watch".into())
+                .spawn(move || run(&table, source, &stop_rx, &slot))
+        };
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                table.set_hook(None);
+                log::warn!("passthrough: no host-change watcher (thread: {e})");
+                return None;
+            }
+        };
+        log::info!("passthrough: watching host changes with {mechanism:?}");
+        Some(Watcher {
+            mechanism,
+            stop: stop.1,
+            thread: Some(thread),
+            invalidator: slot,
+            table: table.clone(),
+        })
+    }
+
+    /// The mechanism in use.
+    pub(crate) fn mechanism(&self) -> WatchMechanism {
+        self.mechanism
+    }
+
+    /// Reports to `invalidator` from now on.
+    pub(crate) fn set_invalidator(&self, invalidator: Arc<dyn Invalidator>) {
+        *self.invalidator.write() = invalidator;
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.table.set_hook(None);
+        if let Err(e) = sys::notify::eventfd_signal(self.stop.as_fd()) {
+            log::error!("passthrough: cannot stop the watcher: {e}");
+            return;
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The watcher thread: waits for events or the stop signal.
+fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &InvalidatorSlot) {
+    let mut changes = Vec::new();
+    loop {
+        match sys::notify::poll2(source.fd(), stop.as_fd()) {
+            Ok((_, true)) => return,
+            Ok((true, false)) => {}
+            Ok((false, false)) => continue,
+            Err(e) => {
+                log::error!("passthrough: watcher stopped: poll: {e}");
+                return;
+            }
+        }
+        changes.clear();
+        if let Err(e) = source.read(&mut changes) {
+            log::error!("passthrough: watcher stopped: read: {e}");
+            return;
+        }
+        let invalidator = slot.read().clone();
+        deliver(table, &changes, &*invalidator);
+    }
+}
+
+/// Reports `changes` once each, in order, holding no lock.
+fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator) {
+    let mut seen = HashSet::new();
+    for change in changes {
+        let change = match change {
+            Change::Child(parent, name) => match child_ino(table, *parent, name) {
+                Some(ino) => Change::Inode(ino),
+                None => continue,
+            },
+            c => c.clone(),
+        };
+        if !seen.insert(change.clone()) {
+            continue;
+        }
+        match change {
+            Change::Entry(parent, name) => invalidator.entry(parent, &name),
+            Change::Deleted(parent, child, name) => invalidator.deleted(parent, child, &name),
+            Change::Inode(ino) => invalidator.inode(ino),
+            Change::Everything => {
+                log::warn!("passthrough: host events lost; invalidating every known inode");
+                for inode in table.all() {
+                    invalidator.inode(inode.ino);
+                }
+            }
+            Change::Child(..) => unreachable!("resolved above"),
+        }
+    }
+}
+
+/// Our number for what `name` in directory `parent` is now, if the kernel knows it.
+fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
+    let dir = table.get(parent).ok()?;
+    let name = CString::new(name.as_bytes()).ok()?;
+    let st = sys::at::statx(dir.fd.as_fd(), &name).ok()?;
+    table.find(HostId::of(&st)).map(|i| i.ino)
+}

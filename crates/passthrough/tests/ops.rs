@@ -1,0 +1,657 @@
+//! Every `Backend` operation of the passthrough backend on a temporary host directory,
+//! checked against the host with std::fs.
+
+mod common;
+
+use std::collections::HashSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use common::{n, names, read_all, setup, setup_with, walk, USER};
+use memofs_core::atime::AtimeMode;
+use memofs_core::{
+    rename_flags, AtimePolicy, Backend, Caller, Errno, FileKind, SetAttr, TimeSet, Timestamp,
+    ROOT_INO,
+};
+use memofs_passthrough::{PassthroughConfig, PassthroughFs, SetupError};
+
+const ROOT: Caller = Caller::ROOT;
+
+#[test]
+fn setup_errors_are_clear() {
+    let tmp = common::TempDir::new("setup");
+    let missing = tmp.join("missing");
+    match PassthroughFs::new(&missing, PassthroughConfig::default()) {
+        Err(e @ SetupError::SourceMissing(_)) => assert!(e.to_string().contains("does not exist")),
+        r => panic!("{:?}", r.err()),
+    }
+    std::fs::write(tmp.join("file"), b"x").unwrap();
+    match PassthroughFs::new(&tmp.join("file"), PassthroughConfig::default()) {
+        Err(e @ SetupError::NotADirectory(_)) => assert!(e.to_string().contains("not a directory")),
+        r => panic!("{:?}", r.err()),
+    }
+    let fs = PassthroughFs::new(tmp.path(), PassthroughConfig::default()).unwrap();
+    assert!(fs.config().max_open_fds > 0);
+}
+
+#[test]
+fn lookup_getattr_match_host_and_count_references() {
+    let (_t, export, fs) = setup("lookup");
+    std::fs::write(export.join("f"), b"hello").unwrap();
+    let root = fs.getattr(ROOT_INO).unwrap();
+    assert_eq!((root.ino, root.kind), (ROOT_INO, FileKind::Directory));
+    let a = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    let host = std::fs::metadata(export.join("f")).unwrap();
+    assert_eq!(a.ino, host.ino(), "inode numbers pass through");
+    assert_eq!((a.size, a.kind, a.nlink), (5, FileKind::Regular, 1));
+    assert_eq!(
+        a.mtime,
+        Timestamp::from_timespec(host.mtime(), host.mtime_nsec() as u32)
+    );
+    assert_eq!(fs.lookups(a.ino), 1);
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap().ino, a.ino);
+    assert_eq!(fs.lookups(a.ino), 2);
+    fs.forget(a.ino, 1);
+    assert_eq!(fs.getattr(a.ino).unwrap().size, 5);
+    fs.forget(a.ino, 1);
+    assert_eq!(fs.lookups(a.ino), 0);
+    assert_eq!(fs.getattr(a.ino), Err(Errno::ESTALE));
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("nope")), Err(Errno::ENOENT));
+    // The root is never forgotten.
+    fs.forget(ROOT_INO, 100);
+    assert!(fs.getattr(ROOT_INO).is_ok());
+}
+
+#[test]
+fn forgotten_inodes_close_their_descriptors() {
+    let (_t, export, fs) = setup("fds");
+    for i in 0..50 {
+        std::fs::write(export.join(format!("f{i}")), b"").unwrap();
+    }
+    let base = fs.open_fds();
+    let inos: Vec<_> = (0..50)
+        .map(|i| fs.lookup(&ROOT, ROOT_INO, n(&format!("f{i}"))).unwrap().ino)
+        .collect();
+    assert_eq!(fs.open_fds(), base + 50);
+    for ino in inos {
+        fs.forget(ino, 1);
+    }
+    assert_eq!(fs.open_fds(), base);
+}
+
+#[test]
+fn descriptor_budget_refuses_with_enfile() {
+    let config = PassthroughConfig {
+        max_open_fds: 3,
+        ..PassthroughConfig::default()
+    };
+    let (_t, export, fs) = setup_with("budget", config);
+    for i in 0..3 {
+        std::fs::write(export.join(format!("f{i}")), b"").unwrap();
+    }
+    let a = fs.lookup(&ROOT, ROOT_INO, n("f0")).unwrap();
+    let b = fs.lookup(&ROOT, ROOT_INO, n("f1")).unwrap();
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("f2")), Err(Errno::ENFILE));
+    // Known inodes need no new descriptor.
+    assert!(fs.lookup(&ROOT, ROOT_INO, n("f1")).is_ok());
+    assert_eq!(fs.open(&ROOT, a.ino, libc::O_RDONLY), Err(Errno::ENFILE));
+    fs.forget(b.ino, 2);
+    assert!(fs.open(&ROOT, a.ino, libc::O_RDONLY).is_ok());
+}
+
+#[test]
+fn hard_links_share_one_inode() {
+    let (_t, export, fs) = setup("hardlink");
+    std::fs::write(export.join("a"), b"x").unwrap();
+    std::fs::hard_link(export.join("a"), export.join("b")).unwrap();
+    let a = fs.lookup(&ROOT, ROOT_INO, n("a")).unwrap();
+    let b = fs.lookup(&ROOT, ROOT_INO, n("b")).unwrap();
+    assert_eq!(a.ino, b.ino);
+    assert_eq!(fs.lookups(a.ino), 2);
+    assert_eq!(b.nlink, 2);
+}
+
+#[test]
+fn create_write_read_fsync_release() {
+    let (_t, export, fs) = setup("io");
+    let (attr, o) = fs
+        .create(&ROOT, ROOT_INO, n("f"), 0o640, libc::O_RDWR)
+        .unwrap();
+    assert_eq!(
+        (attr.kind, attr.perm, attr.size),
+        (FileKind::Regular, 0o640, 0)
+    );
+    assert_eq!(fs.lookups(attr.ino), 1);
+    assert_eq!(fs.write(attr.ino, o.fh, 3, b"abc").unwrap(), 3);
+    let mut buf = Vec::new();
+    fs.read(attr.ino, o.fh, 0, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"\0\0\0abc");
+    fs.read(attr.ino, o.fh, 4, 1, &mut buf).unwrap();
+    assert_eq!(buf, b"b");
+    fs.read(attr.ino, o.fh, 100, 10, &mut buf).unwrap();
+    assert!(buf.is_empty());
+    fs.flush(attr.ino, o.fh).unwrap();
+    fs.fsync(attr.ino, o.fh, false).unwrap();
+    fs.fsync(attr.ino, o.fh, true).unwrap();
+    // What fsync acknowledged is in the host file.
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"\0\0\0abc");
+    fs.release(attr.ino, o.fh).unwrap();
+    assert_eq!(fs.read(attr.ino, o.fh, 0, 1, &mut buf), Err(Errno::EBADF));
+    assert_eq!(fs.release(attr.ino, o.fh), Err(Errno::EBADF));
+    assert_eq!(fs.open_handles(), 0);
+}
+
+#[test]
+fn create_exclusive_and_racing_host_create() {
+    let (_t, export, fs) = setup("excl");
+    std::fs::write(export.join("f"), b"host").unwrap();
+    // The kernel thought `f` was missing: without O_EXCL the existing file opens.
+    let (attr, o) = fs
+        .create(&ROOT, ROOT_INO, n("f"), 0o600, libc::O_RDWR)
+        .unwrap();
+    assert_eq!(attr.size, 4);
+    fs.release(attr.ino, o.fh).unwrap();
+    let excl = libc::O_RDWR | libc::O_EXCL;
+    assert_eq!(
+        fs.create(&ROOT, ROOT_INO, n("f"), 0o600, excl).map(|_| ()),
+        Err(Errno::EEXIST)
+    );
+    std::fs::create_dir(export.join("d")).unwrap();
+    assert_eq!(
+        fs.create(&ROOT, ROOT_INO, n("d"), 0o600, libc::O_RDWR)
+            .map(|_| ()),
+        Err(Errno::EISDIR)
+    );
+    assert_eq!(fs.lookups(attr.ino), 1);
+}
+
+#[test]
+fn open_honours_trunc_append_and_kind() {
+    let (_t, export, fs) = setup("open");
+    std::fs::write(export.join("f"), b"0123456789").unwrap();
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    let o = fs
+        .open(&ROOT, f.ino, libc::O_WRONLY | libc::O_APPEND)
+        .unwrap();
+    fs.write(f.ino, o.fh, 0, b"X").unwrap();
+    fs.release(f.ino, o.fh).unwrap();
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"0123456789X");
+    let flags = libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CREAT;
+    let o = fs.open(&ROOT, f.ino, flags).unwrap();
+    fs.release(f.ino, o.fh).unwrap();
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"");
+    assert_eq!(fs.open(&ROOT, ROOT_INO, libc::O_RDONLY), Err(Errno::EISDIR));
+    assert_eq!(fs.opendir(&ROOT, f.ino, 0), Err(Errno::ENOTDIR));
+}
+
+#[test]
+fn setattr_chmod_chown_truncate_utimens() {
+    let (_t, export, fs) = setup("setattr");
+    let (attr, o) = fs
+        .create(&ROOT, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .unwrap();
+    fs.write(attr.ino, o.fh, 0, b"hello world").unwrap();
+    let set = SetAttr {
+        mode: Some(0o4711),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(&ROOT, attr.ino, &set).unwrap().perm, 0o4711);
+    let set = SetAttr {
+        uid: Some(1234),
+        gid: Some(5678),
+        ..SetAttr::default()
+    };
+    let a = fs.setattr(&ROOT, attr.ino, &set).unwrap();
+    assert_eq!((a.uid, a.gid), (1234, 5678));
+    // Truncate through the handle, then without one.
+    let set = SetAttr {
+        size: Some(5),
+        fh: Some(o.fh),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(&ROOT, attr.ino, &set).unwrap().size, 5);
+    let set = SetAttr {
+        size: Some(2),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(&ROOT, attr.ino, &set).unwrap().size, 2);
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"he");
+    let t = Timestamp::from_timespec(1_000_000, 123);
+    let set = SetAttr {
+        atime: Some(TimeSet::At(t)),
+        mtime: Some(TimeSet::Now),
+        ..SetAttr::default()
+    };
+    let before = Timestamp::now();
+    let a = fs.setattr(&ROOT, attr.ino, &set).unwrap();
+    assert_eq!(a.atime, t);
+    assert!(a.mtime >= Timestamp(before.0 - 20_000_000));
+    let host = std::fs::metadata(export.join("f")).unwrap();
+    assert_eq!((host.atime(), host.atime_nsec()), (1_000_000, 123));
+    // Only the atime: mtime untouched.
+    let set = SetAttr {
+        atime: Some(TimeSet::At(Timestamp::from_timespec(5, 0))),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(&ROOT, attr.ino, &set).unwrap().mtime, a.mtime);
+    let dir_trunc = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    assert_eq!(fs.setattr(&ROOT, ROOT_INO, &dir_trunc), Err(Errno::EISDIR));
+    fs.release(attr.ino, o.fh).unwrap();
+}
+
+#[test]
+fn mkdir_mknod_symlink_readlink_unlink_rmdir() {
+    let (_t, export, fs) = setup("nodes");
+    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o750).unwrap();
+    assert_eq!((d.kind, d.perm), (FileKind::Directory, 0o750));
+    assert!(export.join("d").is_dir());
+    let fifo = fs
+        .mknod(&ROOT, d.ino, n("p"), libc::S_IFIFO | 0o600, 0)
+        .unwrap();
+    assert_eq!(fifo.kind, FileKind::Fifo);
+    let reg = fs
+        .mknod(&ROOT, d.ino, n("r"), libc::S_IFREG | 0o600, 0)
+        .unwrap();
+    assert_eq!(reg.kind, FileKind::Regular);
+    // /dev/null's numbers, FUSE-encoded (major 1, minor 3).
+    let dev = fs
+        .mknod(&ROOT, d.ino, n("null"), libc::S_IFCHR | 0o600, (1 << 8) | 3)
+        .unwrap();
+    assert_eq!((dev.kind, dev.rdev), (FileKind::CharDevice, (1 << 8) | 3));
+    assert_eq!(
+        std::fs::metadata(export.join("d/null")).unwrap().rdev(),
+        libc::makedev(1, 3)
+    );
+    // The server never opens devices or FIFOs.
+    assert_eq!(fs.open(&ROOT, dev.ino, libc::O_RDWR), Err(Errno::ENXIO));
+    assert_eq!(fs.open(&ROOT, fifo.ino, libc::O_RDONLY), Err(Errno::ENXIO));
+    let l = fs
+        .symlink(&ROOT, d.ino, n("l"), n("../target text"))
+        .unwrap();
+    assert_eq!(l.kind, FileKind::Symlink);
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"../target text");
+    assert_eq!(fs.readlink(reg.ino), Err(Errno::EINVAL));
+    assert_eq!(names(&fs, d.ino), ["l", "null", "p", "r"]);
+    assert_eq!(fs.rmdir(&ROOT, ROOT_INO, n("d")), Err(Errno::ENOTEMPTY));
+    assert_eq!(fs.unlink(&ROOT, ROOT_INO, n("d")), Err(Errno::EISDIR));
+    for name in ["l", "null", "p", "r"] {
+        fs.unlink(&ROOT, d.ino, n(name)).unwrap();
+    }
+    assert_eq!(fs.unlink(&ROOT, d.ino, n("r")), Err(Errno::ENOENT));
+    fs.rmdir(&ROOT, ROOT_INO, n("d")).unwrap();
+    assert!(!export.join("d").exists());
+    // Still known to the kernel: attributes come from the pinned host inode.
+    assert_eq!(fs.getattr(reg.ino).unwrap().nlink, 0);
+    assert_eq!(
+        fs.mkdir(&ROOT, ROOT_INO, n("x"), 0o755)
+            .and(fs.mkdir(&ROOT, ROOT_INO, n("x"), 0o755)),
+        Err(Errno::EEXIST)
+    );
+}
+
+#[test]
+fn unlinked_open_file_stays_readable() {
+    let (_t, export, fs) = setup("unlinked");
+    let (a, o) = fs
+        .create(&ROOT, ROOT_INO, n("f"), 0o600, libc::O_RDWR)
+        .unwrap();
+    fs.write(a.ino, o.fh, 0, b"still here").unwrap();
+    fs.unlink(&ROOT, ROOT_INO, n("f")).unwrap();
+    assert!(!export.join("f").exists());
+    let mut buf = Vec::new();
+    fs.read(a.ino, o.fh, 0, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"still here");
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 0);
+    // No new name for an unlinked file.
+    assert_eq!(
+        fs.link(&ROOT, a.ino, ROOT_INO, n("back")),
+        Err(Errno::ENOENT)
+    );
+}
+
+#[test]
+fn rename_with_flags_and_link() {
+    let (_t, export, fs) = setup("rename");
+    std::fs::write(export.join("a"), b"A").unwrap();
+    std::fs::write(export.join("b"), b"B").unwrap();
+    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755).unwrap();
+    assert_eq!(
+        fs.rename(
+            &ROOT,
+            ROOT_INO,
+            n("a"),
+            ROOT_INO,
+            n("b"),
+            rename_flags::NOREPLACE
+        ),
+        Err(Errno::EEXIST)
+    );
+    fs.rename(
+        &ROOT,
+        ROOT_INO,
+        n("a"),
+        ROOT_INO,
+        n("b"),
+        rename_flags::EXCHANGE,
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(export.join("a")).unwrap(), b"B");
+    fs.rename(&ROOT, ROOT_INO, n("a"), d.ino, n("moved"), 0)
+        .unwrap();
+    assert_eq!(std::fs::read(export.join("d/moved")).unwrap(), b"B");
+    assert_eq!(
+        fs.rename(&ROOT, ROOT_INO, n("b"), d.ino, n("x"), 1 << 20),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        fs.rename(&ROOT, ROOT_INO, n("zz"), d.ino, n("x"), 0),
+        Err(Errno::ENOENT)
+    );
+    let b = fs.lookup(&ROOT, ROOT_INO, n("b")).unwrap();
+    let l = fs.link(&ROOT, b.ino, d.ino, n("hard")).unwrap();
+    assert_eq!((l.ino, l.nlink), (b.ino, 2));
+    assert_eq!(fs.lookups(b.ino), 2);
+    assert_eq!(std::fs::read(export.join("d/hard")).unwrap(), b"A");
+    assert_eq!(fs.link(&ROOT, b.ino, d.ino, n("hard")), Err(Errno::EEXIST));
+    assert_eq!(
+        fs.link(&ROOT, d.ino, ROOT_INO, n("dirlink")),
+        Err(Errno::EPERM)
+    );
+}
+
+#[test]
+fn readdir_offsets_resume_and_plus_counts_lookups() {
+    let (_t, export, fs) = setup("readdir");
+    let mut want = HashSet::new();
+    for i in 0..300 {
+        let name = format!("entry-with-a-longish-name-{i:04}");
+        std::fs::write(export.join(&name), b"").unwrap();
+        want.insert(name);
+    }
+    let o = fs.opendir(&ROOT, ROOT_INO, 0).unwrap();
+    // Take a few entries per call, resuming from the last offset, as the kernel does.
+    let mut seen = Vec::new();
+    let mut offset = 0;
+    loop {
+        let mut got = 0;
+        fs.readdir(ROOT_INO, o.fh, offset, false, &mut |e| {
+            if got == 7 {
+                return false;
+            }
+            got += 1;
+            offset = e.offset;
+            seen.push(e.name.to_string_lossy().into_owned());
+            true
+        })
+        .unwrap();
+        if got == 0 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 302, "no entry lost or repeated");
+    let set: HashSet<_> = seen.iter().cloned().collect();
+    assert_eq!(set.len(), 302);
+    assert!(set.contains(".") && set.contains(".."));
+    // A rewind (offset 0) starts over.
+    let mut first = None;
+    fs.readdir(ROOT_INO, o.fh, 0, false, &mut |e| {
+        first = Some(e.name.clone());
+        false
+    })
+    .unwrap();
+    assert!(first.is_some());
+    fs.releasedir(ROOT_INO, o.fh).unwrap();
+
+    // READDIRPLUS: accepted entries carry attributes and a reference; the refused one not.
+    let o = fs.opendir(&ROOT, ROOT_INO, 0).unwrap();
+    let mut taken = Vec::new();
+    let mut refused = None;
+    fs.readdir(ROOT_INO, o.fh, 0, true, &mut |e| {
+        if taken.len() == 10 {
+            refused = Some(e.ino);
+            return false;
+        }
+        taken.push(e.clone());
+        true
+    })
+    .unwrap();
+    for e in &taken {
+        match e.name.to_str().unwrap() {
+            "." | ".." => assert!(e.attr.is_none()),
+            name => {
+                assert!(want.contains(name));
+                let attr = e.attr.unwrap();
+                assert_eq!((attr.ino, attr.kind), (e.ino, FileKind::Regular));
+                assert_eq!(fs.lookups(e.ino), 1);
+            }
+        }
+    }
+    assert_eq!(fs.lookups(refused.unwrap()), 0);
+    fs.releasedir(ROOT_INO, o.fh).unwrap();
+}
+
+#[test]
+fn plain_readdir_inode_numbers_match_stat() {
+    let (_t, export, fs) = setup("dino");
+    std::fs::write(export.join("f"), b"").unwrap();
+    std::fs::create_dir(export.join("d")).unwrap();
+    let o = fs.opendir(&ROOT, ROOT_INO, 0).unwrap();
+    let mut entries = Vec::new();
+    fs.readdir(ROOT_INO, o.fh, 0, false, &mut |e| {
+        entries.push(e.clone());
+        true
+    })
+    .unwrap();
+    for e in entries {
+        let name = e.name.to_str().unwrap();
+        if name == "." || name == ".." {
+            assert_eq!(e.ino, ROOT_INO);
+            continue;
+        }
+        let a = fs.lookup(&ROOT, ROOT_INO, &e.name).unwrap();
+        assert_eq!((e.ino, e.kind), (a.ino, a.kind), "{name}");
+    }
+}
+
+#[test]
+fn statfs_and_usage() {
+    let (_t, export, fs) = setup("statfs");
+    let s = fs.statfs().unwrap();
+    // SAFETY: a zeroed statvfs is valid for the call to fill.
+    let mut host: libc::statvfs = unsafe { std::mem::zeroed() };
+    let path = std::ffi::CString::new(export.to_str().unwrap()).unwrap();
+    // SAFETY: path is NUL-terminated and host has room for a statvfs.
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut host) }, 0);
+    assert_eq!((s.blocks, s.bsize as u64), (host.f_blocks, host.f_frsize));
+    assert!(s.namelen >= 255);
+    let u = fs.usage();
+    assert_eq!(u.inodes_used, 1);
+    assert!(u.bytes_used > 0 && u.bytes_used <= u.bytes_limit);
+}
+
+#[test]
+fn xattrs_on_files_dirs_and_symlinks() {
+    let (_t, export, fs) = setup("xattr");
+    std::fs::write(export.join("f"), b"").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", export.join("l")).unwrap();
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    fs.setxattr(&ROOT, f.ino, n("user.k"), b"v1", 0).unwrap();
+    assert_eq!(fs.getxattr(f.ino, n("user.k")).unwrap(), b"v1");
+    assert_eq!(
+        fs.setxattr(&ROOT, f.ino, n("user.k"), b"v", libc::XATTR_CREATE),
+        Err(Errno::EEXIST)
+    );
+    assert_eq!(
+        fs.setxattr(&ROOT, f.ino, n("user.n"), b"v", libc::XATTR_REPLACE),
+        Err(Errno::ENODATA)
+    );
+    assert!(fs
+        .listxattr(f.ino)
+        .unwrap()
+        .split(|&b| b == 0)
+        .any(|s| s == b"user.k"));
+    fs.removexattr(&ROOT, f.ino, n("user.k")).unwrap();
+    assert_eq!(fs.getxattr(f.ino, n("user.k")), Err(Errno::ENODATA));
+    assert_eq!(
+        fs.removexattr(&ROOT, f.ino, n("user.k")),
+        Err(Errno::ENODATA)
+    );
+    fs.setxattr(&ROOT, ROOT_INO, n("user.d"), b"dir", 0)
+        .unwrap();
+    assert_eq!(fs.getxattr(ROOT_INO, n("user.d")).unwrap(), b"dir");
+    // A symlink's own attributes, never its target's.
+    let l = fs.lookup(&ROOT, ROOT_INO, n("l")).unwrap();
+    assert_eq!(
+        fs.setxattr(&ROOT, l.ino, n("user.x"), b"v", 0),
+        Err(Errno::EPERM)
+    );
+    fs.setxattr(&ROOT, l.ino, n("trusted.x"), b"link", 0)
+        .unwrap();
+    assert_eq!(fs.getxattr(l.ino, n("trusted.x")).unwrap(), b"link");
+    assert_eq!(
+        xattr_of("/etc/passwd", "trusted.x"),
+        Err(libc::ENODATA),
+        "the target is untouched"
+    );
+}
+
+fn xattr_of(path: &str, name: &str) -> Result<Vec<u8>, i32> {
+    let p = std::ffi::CString::new(path).unwrap();
+    let k = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: both strings are NUL-terminated and buf holds 256 bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), k.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+#[test]
+fn fallocate_lseek_copy_file_range() {
+    let (_t, export, fs) = setup("alloc");
+    let (a, o) = fs
+        .create(&ROOT, ROOT_INO, n("a"), 0o600, libc::O_RDWR)
+        .unwrap();
+    fs.fallocate(a.ino, o.fh, 0, 1 << 20, 0).unwrap();
+    assert_eq!(fs.getattr(a.ino).unwrap().size, 1 << 20);
+    fs.fallocate(
+        a.ino,
+        o.fh,
+        0,
+        1 << 20,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    fs.write(a.ino, o.fh, 512 * 1024, b"data").unwrap();
+    let data = fs.lseek(a.ino, o.fh, 0, libc::SEEK_DATA).unwrap();
+    assert!(data <= 512 * 1024 && data > 0, "{data}");
+    let hole = fs.lseek(a.ino, o.fh, data, libc::SEEK_HOLE).unwrap();
+    assert!(hole > 512 * 1024);
+    assert_eq!(
+        fs.lseek(a.ino, o.fh, 2 << 20, libc::SEEK_DATA),
+        Err(Errno::ENXIO)
+    );
+    let (b, ob) = fs
+        .create(&ROOT, ROOT_INO, n("b"), 0o600, libc::O_RDWR)
+        .unwrap();
+    let copied = fs
+        .copy_file_range(a.ino, o.fh, 512 * 1024, b.ino, ob.fh, 10, 4)
+        .unwrap();
+    assert_eq!(copied, 4);
+    assert_eq!(&std::fs::read(export.join("b")).unwrap()[10..], b"data");
+    assert_eq!(read_all(&fs, b.ino).len(), 14);
+}
+
+#[test]
+fn host_errors_keep_their_errno() {
+    let (_t, export, fs) = setup("errno");
+    std::fs::create_dir(export.join("d")).unwrap();
+    std::fs::write(export.join("d/f"), b"").unwrap();
+    let d = walk(&fs, "d").unwrap();
+    let f = walk(&fs, "d/f").unwrap();
+    assert_eq!(fs.lookup(&ROOT, d.ino, n("missing")), Err(Errno::ENOENT));
+    assert_eq!(fs.lookup(&ROOT, f.ino, n("x")), Err(Errno::ENOTDIR));
+    assert_eq!(fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755), Err(Errno::EEXIST));
+    assert_eq!(fs.rmdir(&ROOT, ROOT_INO, n("d")), Err(Errno::ENOTEMPTY));
+    assert_eq!(fs.rmdir(&ROOT, d.ino, n("f")), Err(Errno::ENOTDIR));
+    assert_eq!(fs.getattr(999_999_999), Err(Errno::ESTALE));
+    let long = "x".repeat(256);
+    assert_eq!(
+        fs.lookup(&ROOT, ROOT_INO, n(&long)),
+        Err(Errno::ENAMETOOLONG)
+    );
+    assert_eq!(
+        fs.mkdir(&ROOT, ROOT_INO, n(&long), 0o755),
+        Err(Errno::ENAMETOOLONG)
+    );
+}
+
+#[test]
+fn noatime_policy_opens_with_o_noatime() {
+    let config = PassthroughConfig {
+        atime: AtimePolicy {
+            mode: AtimeMode::Noatime,
+            nodiratime: false,
+        },
+        ..PassthroughConfig::default()
+    };
+    let (_t, export, fs) = setup_with("noatime", config);
+    std::fs::write(export.join("f"), b"data").unwrap();
+    let old = Timestamp::from_timespec(1_000, 0);
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    let set = SetAttr {
+        atime: Some(TimeSet::At(old)),
+        ..SetAttr::default()
+    };
+    fs.setattr(&ROOT, f.ino, &set).unwrap();
+    assert_eq!(read_all(&fs, f.ino), b"data");
+    assert_eq!(
+        fs.getattr(f.ino).unwrap().atime,
+        old,
+        "the read left atime alone"
+    );
+    // A caller that does not own the file still opens it (the server may use O_NOATIME).
+    let o = fs.open(&USER, f.ino, libc::O_RDONLY).unwrap();
+    fs.release(f.ino, o.fh).unwrap();
+}
+
+#[test]
+fn writeback_mode_upgrades_write_only_opens() {
+    let config = PassthroughConfig {
+        writeback: true,
+        ..PassthroughConfig::default()
+    };
+    let (_t, export, fs) = setup_with("writeback", config);
+    std::fs::write(export.join("f"), b"abc").unwrap();
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    let o = fs
+        .open(&ROOT, f.ino, libc::O_WRONLY | libc::O_APPEND)
+        .unwrap();
+    let mut buf = Vec::new();
+    fs.read(f.ino, o.fh, 0, 3, &mut buf).unwrap();
+    assert_eq!(buf, b"abc", "readable for the page cache");
+    fs.write(f.ino, o.fh, 1, b"X").unwrap();
+    assert_eq!(
+        std::fs::read(export.join("f")).unwrap(),
+        b"aXc",
+        "the kernel does appends"
+    );
+    fs.release(f.ino, o.fh).unwrap();
+}
+
+#[test]
+fn backing_fd_is_the_handles_descriptor() {
+    let (_t, export, fs) = setup("backing");
+    std::fs::write(export.join("f"), b"abc").unwrap();
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    let o = fs.open(&ROOT, f.ino, libc::O_RDWR).unwrap();
+    let fd = fs.backing_fd(f.ino, o.fh).unwrap();
+    let file = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+    assert_eq!(file.metadata().unwrap().ino(), f.ino);
+    assert!(file.metadata().unwrap().permissions().mode() & 0o777 != 0);
+    assert!(fs.backing_fd(f.ino, 12345).is_none());
+}
