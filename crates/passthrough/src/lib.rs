@@ -2,18 +2,18 @@
 //! virtiofsd or libfuse's `passthrough_ll`.
 //!
 //! # Layout
-//! [`inode`] maps our inode numbers to host inodes, each pinned by an `O_PATH` descriptor;
-//! [`namespace`] resolves and changes names; [`file`] opens files and does I/O on handles
-//! ([`handles`]); [`dir`] lists directories; [`attr`] converts and sets attributes;
-//! [`xattr`] extended attributes; [`creds`] switches to the caller's filesystem ids; [`fd`]
-//! the descriptor budget and `/proc/self/fd`; [`name`] checks names; [`sys`] wraps the
-//! system calls; [`watch`] reports host-side changes to the kernel; [`ops`] is the
+//! `inode` maps our inode numbers to host inodes, each pinned by an `O_PATH` descriptor;
+//! `namespace` resolves and changes names; `file` opens files and does I/O on handles
+//! (`handles`); `dir` lists directories; `attr` converts and sets attributes;
+//! `xattr` extended attributes; `creds` switches to the caller's filesystem ids; `fd`
+//! the descriptor budget and `/proc/self/fd`; `name` checks names; `sys` wraps the
+//! system calls; `watch` reports host-side changes to the kernel; `ops` is the
 //! `Backend` implementation on top.
 //!
 //! # Confinement
 //! The server never builds a host path. Every access is a system call on a descriptor the
 //! server resolved beneath the export root, with at most one name component:
-//! - names from the kernel must be single components ([`name`]): no `/`, not empty, at most
+//! - names from the kernel must be single components (`name`): no `/`, not empty, at most
 //!   255 bytes; `.` and `..` only in LOOKUP, where `..` of the root is the root and `..`
 //!   elsewhere is checked to lead back to the root;
 //! - lookups use `openat2(dir, name, O_PATH | O_NOFOLLOW, RESOLVE_BENEATH |
@@ -37,7 +37,7 @@
 //!
 //! # Credentials
 //! Operations that create inodes (create, mknod, mkdir, symlink) and that change extended
-//! attributes run with the caller's `fsuid`/`fsgid` ([`creds`]), so new files belong to the
+//! attributes run with the caller's `fsuid`/`fsgid` (`creds`), so new files belong to the
 //! caller (with the host's set-gid directory rules) and the host checks ACL and xattr
 //! changes as the caller. The others run with the server's ids: the mount uses
 //! `default_permissions`, so the kernel has already checked them against the caller, with
@@ -46,7 +46,7 @@
 //!
 //! # Descriptors
 //! One `O_PATH` descriptor per inode the kernel knows, one per open file or directory
-//! handle; see [`fd`] and [`PassthroughConfig::max_open_fds`]. At startup the soft
+//! handle; see `fd` and [`PassthroughConfig::max_open_fds`]. At startup the soft
 //! `RLIMIT_NOFILE` is raised to the hard limit.
 //!
 //! # atime
@@ -55,8 +55,15 @@
 //! never (`noatime`, or `nodiratime` for directories).
 //!
 //! # Host changes
-//! See [`watch`]: started by `attach_invalidator`, stopped by [`PassthroughFs::stop_watcher`]
-//! or on drop.
+//! `attach_invalidator` starts a watcher thread ([`WatchMode`] picks the mechanism;
+//! [`PassthroughFs::watch_mechanism`] says which runs); [`PassthroughFs::stop_watcher`] or
+//! dropping the backend stops it. It watches every directory the kernel holds, with
+//! fanotify (per-directory inode marks, file handles, events of the server's own process
+//! skipped) or else inotify (a watch per directory, `max_user_watches` bounds it, the
+//! server's own changes are reported too), and reports to the invalidator as events arrive:
+//! `entry(parent, name)` or `deleted(parent, child, name)` for names created, deleted or
+//! renamed, `inode(ino)` for attribute or data changes. Changes made on another machine to a
+//! network filesystem underneath are not seen; see the `watch` module for details.
 //!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
@@ -72,21 +79,21 @@
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]
 
-pub mod attr;
-pub mod config;
-pub mod creds;
-pub mod dir;
-pub mod error;
-pub mod fd;
-pub mod file;
-pub mod handles;
-pub mod inode;
-pub mod name;
-pub mod namespace;
+mod attr;
+mod config;
+mod creds;
+mod dir;
+mod error;
+mod fd;
+mod file;
+mod handles;
+mod inode;
+mod name;
+mod namespace;
 mod ops;
-pub mod sys;
-pub mod watch;
-pub mod xattr;
+mod sys;
+mod watch;
+mod xattr;
 
 use std::ffi::CString;
 use std::os::fd::AsFd;
@@ -100,6 +107,7 @@ use parking_lot::Mutex;
 pub use crate::config::{PassthroughConfig, WatchMode, DEFAULT_MAX_OPEN_FDS};
 pub use crate::error::SetupError;
 pub use crate::fd::RESERVED_FDS;
+pub use crate::inode::SPARE_TOP;
 pub use crate::watch::WatchMechanism;
 
 use crate::creds::AsCaller;

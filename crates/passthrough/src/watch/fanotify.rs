@@ -37,6 +37,16 @@ const INIT_FLAGS: u32 = libc::FAN_CLASS_NOTIF
     | libc::FAN_REPORT_DFID_NAME
     | libc::FAN_REPORT_FID;
 
+/// Optional flags, tried in order until the kernel accepts: `FAN_REPORT_TARGET_FID` (5.17)
+/// names the created or deleted child in name events; the unlimited queue and marks need
+/// `CAP_SYS_ADMIN`.
+const EXTRA_FLAGS: [u32; 4] = [
+    libc::FAN_REPORT_TARGET_FID | libc::FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
+    libc::FAN_REPORT_TARGET_FID,
+    libc::FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
+    0,
+];
+
 /// Bytes of events read at once.
 const EVENT_BUF: usize = 64 * 1024;
 
@@ -118,12 +128,14 @@ impl TableHook for Hook {
 
 /// Opens a fanotify group and checks that the export root can be marked.
 pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode) -> Result<Parts> {
-    let fan = match sys::notify::fanotify_init(
-        INIT_FLAGS | libc::FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS,
-    ) {
-        Err(Errno::EPERM) => sys::notify::fanotify_init(INIT_FLAGS)?,
-        r => r?,
-    };
+    let mut fan = Err(Errno::EINVAL);
+    for extra in EXTRA_FLAGS {
+        fan = sys::notify::fanotify_init(INIT_FLAGS | extra);
+        if !matches!(fan, Err(Errno::EINVAL | Errno::EPERM)) {
+            break;
+        }
+    }
+    let fan = fan?;
     let shared = Arc::new(Shared {
         fan,
         proc: proc.clone(),

@@ -1,0 +1,177 @@
+//! The host-change watcher reports changes made on the host, by another process, to the
+//! invalidator; with both mechanisms. Polls, no fixed sleeps.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, n, setup_with, walk, Recorder, Report};
+use memofs_core::{Backend, Caller, ROOT_INO};
+use memofs_passthrough::{PassthroughConfig, WatchMechanism, WatchMode};
+
+const LIMIT: Duration = Duration::from_secs(5);
+
+/// Runs a shell command in another process (the watcher ignores the server's own changes);
+/// returns when it started.
+fn host(cmd: &str) -> Instant {
+    let start = Instant::now();
+    let status = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(status.success(), "{cmd}");
+    start
+}
+
+fn started(
+    mode: WatchMode,
+) -> Option<(
+    common::TempDir,
+    std::path::PathBuf,
+    memofs_passthrough::PassthroughFs,
+    Arc<Recorder>,
+)> {
+    let config = PassthroughConfig {
+        watch: mode,
+        ..PassthroughConfig::default()
+    };
+    let (t, export, fs) = setup_with("watch", config);
+    let rec = Arc::new(Recorder::default());
+    fs.attach_invalidator(rec.clone());
+    let want = match mode {
+        WatchMode::Fanotify => Some(WatchMechanism::Fanotify),
+        WatchMode::Inotify => Some(WatchMechanism::Inotify),
+        _ => None,
+    };
+    match fs.watch_mechanism() {
+        Some(m) if want.is_none_or(|w| w == m) => Some((t, export, fs, rec)),
+        other => {
+            eprintln!("skipped: {mode:?} unavailable here ({other:?})");
+            None
+        }
+    }
+}
+
+/// Host-side create, modify and delete, in the root and in a known subdirectory.
+fn reports_host_changes(mode: WatchMode) {
+    let Some((_t, export, fs, rec)) = started(mode) else {
+        return;
+    };
+    let root_entry =
+        |name: &'static str| move |r: &Report| matches!(r, Report::Entry(ROOT_INO, s) if s == name);
+
+    let start = host(&format!("touch {}/created", export.display()));
+    assert!(
+        eventually(LIMIT, || rec.has(root_entry("created"))),
+        "create: {:?}",
+        rec.0.lock()
+    );
+    let at = rec
+        .0
+        .lock()
+        .iter()
+        .find(|(_, r)| root_entry("created")(r))
+        .unwrap()
+        .0;
+    let latency = at.duration_since(start);
+    eprintln!("{mode:?}: create reported {latency:?} after the host command started");
+    assert!(latency < Duration::from_secs(1), "{latency:?}");
+
+    let f = fs.lookup(&Caller::ROOT, ROOT_INO, n("created")).unwrap();
+    host(&format!("echo data >> {}/created", export.display()));
+    assert!(
+        eventually(LIMIT, || rec.has(|r| *r == Report::Inode(f.ino))),
+        "modify"
+    );
+
+    rec.clear();
+    host(&format!("rm {}/created", export.display()));
+    let deleted = |r: &Report| match r {
+        Report::Deleted(ROOT_INO, child, s) => *child == f.ino && s == "created",
+        Report::Entry(ROOT_INO, s) => s == "created",
+        _ => false,
+    };
+    assert!(
+        eventually(LIMIT, || rec.has(deleted)),
+        "delete: {:?}",
+        rec.0.lock()
+    );
+    if mode == WatchMode::Fanotify {
+        // fanotify names the deleted inode.
+        let gone = Report::Deleted(ROOT_INO, f.ino, "created".into());
+        assert!(
+            eventually(LIMIT, || rec.has(|r| *r == gone)),
+            "{:?}",
+            rec.0.lock()
+        );
+    }
+
+    std::fs::create_dir(export.join("sub")).unwrap();
+    let sub = walk(&fs, "sub").unwrap();
+    host(&format!(
+        "mkdir {}/sub/inner && mv {}/sub/inner {}/moved",
+        export.display(),
+        export.display(),
+        export.display()
+    ));
+    assert!(eventually(LIMIT, || rec
+        .has(|r| *r == Report::Entry(sub.ino, "inner".into()))));
+    assert!(eventually(LIMIT, || rec.has(root_entry("moved"))));
+
+    fs.stop_watcher();
+    assert_eq!(fs.watch_mechanism(), None);
+}
+
+#[test]
+fn fanotify_reports_host_changes() {
+    reports_host_changes(WatchMode::Fanotify);
+}
+
+#[test]
+fn inotify_reports_host_changes() {
+    reports_host_changes(WatchMode::Inotify);
+}
+
+#[test]
+fn fanotify_skips_the_servers_own_changes() {
+    let Some((_t, export, fs, rec)) = started(WatchMode::Fanotify) else {
+        return;
+    };
+    let (a, o) = fs
+        .create(&Caller::ROOT, ROOT_INO, n("by-server"), 0o644, libc::O_RDWR)
+        .unwrap();
+    fs.write(a.ino, o.fh, 0, b"x").unwrap();
+    fs.release(a.ino, o.fh).unwrap();
+    // Events arrive in order: once the host's marker is reported, the server's earlier
+    // changes would have been too.
+    host(&format!("touch {}/marker", export.display()));
+    assert!(eventually(LIMIT, || rec
+        .has(|r| matches!(r, Report::Entry(_, s) if s == "marker"))));
+    assert!(
+        !rec.has(|r| matches!(r, Report::Entry(_, s) if s == "by-server")),
+        "{:?}",
+        rec.0.lock()
+    );
+    assert!(!rec.has(|r| *r == Report::Inode(a.ino)));
+}
+
+#[test]
+fn forgotten_directories_are_no_longer_watched_and_new_invalidator_replaces_old() {
+    let Some((_t, export, fs, rec)) = started(WatchMode::Auto) else {
+        return;
+    };
+    std::fs::create_dir(export.join("d")).unwrap();
+    let d = walk(&fs, "d").unwrap();
+    fs.forget(d.ino, 1);
+    let second = Arc::new(Recorder::default());
+    fs.attach_invalidator(second.clone());
+    host(&format!(
+        "touch {}/d/inner {}/marker",
+        export.display(),
+        export.display()
+    ));
+    assert!(eventually(LIMIT, || second.has(
+        |r| matches!(r, Report::Entry(ROOT_INO, s) if s == "marker")
+    )));
+    assert!(!second.has(|r| matches!(r, Report::Entry(_, s) if s == "inner")));
+    assert!(!rec.has(|r| matches!(r, Report::Entry(_, s) if s == "marker")));
+}
