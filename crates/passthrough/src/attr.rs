@@ -74,13 +74,21 @@ impl PassthroughFs {
     /// kernel has checked the caller's permission (`default_permissions`).
     pub(crate) fn set_attr(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
         let fd = inode.fd.as_fd();
+        // Refuse what cannot be done before changing anything.
+        if set.mode.is_some() && inode.kind == FileKind::Symlink {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if set.size.is_some() {
+            match inode.kind {
+                FileKind::Regular => {}
+                FileKind::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+        }
         if set.uid.is_some() || set.gid.is_some() {
             sys::at::chown_fd(fd, set.uid, set.gid)?;
         }
         if let Some(mode) = set.mode {
-            if inode.kind == FileKind::Symlink {
-                return Err(Errno::EOPNOTSUPP);
-            }
             sys::at::chmod_at(
                 self.proc.dir(),
                 &crate::fd::ProcSelf::name(fd),
@@ -96,14 +104,9 @@ impl PassthroughFs {
         self.attr(inode)
     }
 
-    /// Truncates through the open handle `fh` when given, else through a short-lived
-    /// write-only re-open of the inode.
+    /// Truncates the regular file `inode` through the open handle `fh` when given, else
+    /// through a short-lived write-only re-open.
     fn truncate(&self, inode: &Inode, fh: Option<u64>, size: u64) -> Result<()> {
-        match inode.kind {
-            FileKind::Regular => {}
-            FileKind::Directory => return Err(Errno::EISDIR),
-            _ => return Err(Errno::EINVAL),
-        }
         let open = fh.and_then(|fh| self.files.get(fh).ok());
         let reopened: OwnedFd;
         let fd: BorrowedFd<'_> = match &open {

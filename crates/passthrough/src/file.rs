@@ -18,9 +18,16 @@ use crate::sys;
 use crate::PassthroughFs;
 
 /// Flags the server never passes on: creation is explicit, the magic-link re-open must
-/// follow, and no terminal becomes the server's.
-const DROPPED_FLAGS: i32 =
-    libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_TMPFILE;
+/// follow, no terminal becomes the server's, and `O_DIRECT` would make the host refuse the
+/// server's unaligned buffers (the kernel already bypasses its own page cache for direct
+/// I/O through the mount; the host's page cache still serves the server, as with
+/// virtiofsd's default).
+const DROPPED_FLAGS: i32 = libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_NOCTTY
+    | libc::O_NOFOLLOW
+    | libc::O_TMPFILE
+    | libc::O_DIRECT;
 
 /// Flags `openat2` accepts for a create (it refuses unknown bits, such as the kernel's
 /// internal `__FMODE_EXEC`, which plain `openat` ignores).
@@ -30,7 +37,6 @@ const CREATE_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_NONBLOCK
     | libc::O_SYNC
     | libc::O_DSYNC
-    | libc::O_DIRECT
     | libc::O_NOATIME;
 
 impl PassthroughFs {
@@ -113,14 +119,17 @@ impl PassthroughFs {
         let name = crate::name::component(name)?;
         let exclusive = flags & libc::O_EXCL != 0;
         let flags = self.file_flags(flags);
-        let _creds = self.as_caller(caller);
         let create = |f: i32| {
             let f = (f & CREATE_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
             sys::at::openat2(dir.fd.as_fd(), &name, f, mode & 0o7777, self.resolve)
         };
-        match self.open_noatime(false, flags, create) {
+        let created = {
+            let _creds = self.as_caller(caller);
+            self.open_noatime(false, flags, create)
+        };
+        match created {
             Ok(fd) => self.register_created(fd, flags),
-            Err(Errno::EEXIST) if !exclusive => self.open_existing(&dir, &name, flags),
+            Err(Errno::EEXIST) if !exclusive => self.open_existing(caller, &dir, &name, flags),
             Err(e) => Err(e),
         }
     }
@@ -139,9 +148,19 @@ impl PassthroughFs {
         }
     }
 
-    fn open_existing(&self, dir: &Inode, name: &CStr, flags: i32) -> Result<(Attr, Opened)> {
+    fn open_existing(
+        &self,
+        caller: &Caller,
+        dir: &Inode,
+        name: &CStr,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
         let (inode, attr) = self.lookup_name(dir, name)?;
-        match self.open_inode(&inode, flags) {
+        let opened = {
+            let _creds = self.as_caller(caller);
+            self.open_inode(&inode, flags)
+        };
+        match opened {
             Ok(opened) => Ok((attr, opened)),
             Err(e) => {
                 self.table.forget(inode.ino, 1);

@@ -227,6 +227,10 @@ impl Backend for PassthroughFs {
         Some(unsafe { BorrowedFd::borrow_raw(raw) })
     }
 
+    fn has_backing_fds(&self) -> bool {
+        true
+    }
+
     fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {
         self.start_watcher(invalidator);
     }

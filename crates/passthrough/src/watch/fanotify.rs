@@ -1,6 +1,6 @@
 //! fanotify source: an inode mark per known directory, file handles to name inodes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -59,6 +59,8 @@ struct Maps {
     by_ino: HashMap<Ino, HandleKey>,
     /// fsid of each host device seen.
     fsids: HashMap<u64, [u8; 8]>,
+    /// Devices whose directories could not be marked (warned about once).
+    unmarkable: HashSet<u64>,
 }
 
 struct Shared {
@@ -107,10 +109,13 @@ impl TableHook for Hook {
         }
         if inode.kind == FileKind::Directory {
             if let Err(e) = self.0.mark(inode, libc::FAN_MARK_ADD) {
-                log::warn!(
-                    "passthrough: cannot watch directory inode {}: {e}",
-                    inode.ino
-                );
+                if maps.unmarkable.insert(inode.host.dev) {
+                    log::warn!(
+                        "passthrough: cannot watch directories on device {:#x} (first: inode {}): {e}",
+                        inode.host.dev,
+                        inode.ino
+                    );
+                }
             }
         }
     }
