@@ -36,7 +36,11 @@ fn new_page() -> Page {
 /// zeroing first.
 fn page_with(off: usize, bytes: &[u8]) -> Page {
     if bytes.len() == PAGE_SIZE as usize {
-        return bytes.to_vec().into_boxed_slice().try_into().expect("page size");
+        return bytes
+            .to_vec()
+            .into_boxed_slice()
+            .try_into()
+            .expect("page size");
     }
     let mut p = new_page();
     p[off..off + bytes.len()].copy_from_slice(bytes);
@@ -152,7 +156,10 @@ impl FileData {
         let mut src = data;
         let mut added = 0;
         for (idx, off, n) in segments(offset, offset + data.len() as u64) {
-            let chunk = self.chunks.entry(idx / CHUNK_PAGES).or_insert_with(Chunk::new);
+            let chunk = self
+                .chunks
+                .entry(idx / CHUNK_PAGES)
+                .or_insert_with(Chunk::new);
             let slot = &mut chunk.pages[(idx % CHUNK_PAGES) as usize];
             match slot {
                 Some(p) => p[off..off + n].copy_from_slice(&src[..n]),
