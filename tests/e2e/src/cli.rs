@@ -40,7 +40,11 @@ impl CliOutput {
     /// Panic with everything known unless it exited with status 0.
     #[track_caller]
     pub fn assert_success(&self) -> &Self {
-        assert!(self.success(), "{}", self.describe("expected exit status 0"));
+        assert!(
+            self.success(),
+            "{}",
+            self.describe("expected exit status 0")
+        );
         self
     }
 
@@ -66,7 +70,9 @@ pub fn memofs_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| ws.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ws.join("target"));
     for profile in ["debug", "release"] {
         let p = target.join(profile).join("memofs");
         if p.is_file() {
@@ -91,7 +97,12 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> CliOutput {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            return CliOutput { status: None, stdout: String::new(), stderr: format!("cannot start: {e}"), command }
+            return CliOutput {
+                status: None,
+                stdout: String::new(),
+                stderr: format!("cannot start: {e}"),
+                command,
+            }
         }
     };
     let start = Instant::now();
@@ -107,7 +118,12 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> CliOutput {
         }
     };
     let read = |p: &PathBuf| String::from_utf8_lossy(&fs::read(p).unwrap_or_default()).into_owned();
-    CliOutput { status, stdout: read(&out_path), stderr: read(&err_path), command }
+    CliOutput {
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        command,
+    }
 }
 
 /// Run `memofs ARGS...` with the default time limit.
@@ -118,7 +134,12 @@ pub fn memofs(args: &[&str]) -> CliOutput {
 }
 
 /// Run any program with arguments, in a directory, with a time limit.
-pub fn run(program: &str, args: &[&str], cwd: Option<&std::path::Path>, limit: Duration) -> CliOutput {
+pub fn run(
+    program: &str,
+    args: &[&str],
+    cwd: Option<&std::path::Path>,
+    limit: Duration,
+) -> CliOutput {
     let mut cmd = Command::new(program);
     cmd.args(args);
     if let Some(d) = cwd {

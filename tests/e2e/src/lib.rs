@@ -22,7 +22,9 @@ pub mod tree;
 pub mod user;
 
 pub use cli::{memofs, memofs_bin, run, CliOutput};
-pub use mount::{is_mounted, mountinfo_for, Mount, MountInfo, TempDir, FUSE_SUPER_MAGIC, TMPFS_MAGIC};
+pub use mount::{
+    is_mounted, mountinfo_for, Mount, MountInfo, TempDir, FUSE_SUPER_MAGIC, TMPFS_MAGIC,
+};
 pub use rng::Rng;
 pub use sys::{errno_name, Errno};
 
@@ -94,7 +96,9 @@ pub fn which(tool: &str) -> Option<std::path::PathBuf> {
         .map(|d| d.join(tool))
         .find(|p| {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
         })
 }
 
@@ -108,7 +112,14 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// Index of the first difference between two byte strings, for readable failures.
 pub fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
-    a.iter().zip(b).position(|(x, y)| x != y).or(if a.len() != b.len() { Some(a.len().min(b.len())) } else { None })
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or(if a.len() != b.len() {
+            Some(a.len().min(b.len()))
+        } else {
+            None
+        })
 }
 
 /// Assert two byte strings are equal, reporting lengths and the first differing offset.

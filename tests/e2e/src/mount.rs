@@ -29,11 +29,18 @@ pub struct TempDir {
 impl TempDir {
     /// A fresh directory under `$MEMOFS_E2E_TMPDIR` (default `/tmp`).
     pub fn new(prefix: &str) -> TempDir {
-        let base = std::env::var_os("MEMOFS_E2E_TMPDIR").map(PathBuf::from).unwrap_or_else(|| "/tmp".into());
+        let base = std::env::var_os("MEMOFS_E2E_TMPDIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/tmp".into());
         let template = sys::cpath(base.join(format!("{prefix}XXXXXX")));
         let mut raw = template.into_bytes_with_nul();
         let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
-        assert!(!p.is_null(), "mkdtemp in {}: {}", base.display(), io::Error::last_os_error());
+        assert!(
+            !p.is_null(),
+            "mkdtemp in {}: {}",
+            base.display(),
+            io::Error::last_os_error()
+        );
         raw.pop();
         let path = PathBuf::from(String::from_utf8(raw).expect("utf-8 temp path"));
         TempDir { path }
@@ -47,9 +54,14 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let busy = mounts().iter().any(|m| m.mount_point.starts_with(&self.path));
+        let busy = mounts()
+            .iter()
+            .any(|m| m.mount_point.starts_with(&self.path));
         if busy {
-            eprintln!("memofs-e2e: leaving {} in place: something is still mounted in it", self.path.display());
+            eprintln!(
+                "memofs-e2e: leaving {} in place: something is still mounted in it",
+                self.path.display()
+            );
         } else {
             let _ = fs::remove_dir_all(&self.path);
         }
@@ -78,7 +90,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -149,14 +164,34 @@ pub struct Mount {
 
 /// Whether `MEMOFS_E2E_REFERENCE=tmpfs` asks to run semantic tests against kernel tmpfs.
 pub fn reference_is_tmpfs() -> bool {
-    std::env::var("MEMOFS_E2E_REFERENCE").map(|v| v == "tmpfs").unwrap_or(false)
+    std::env::var("MEMOFS_E2E_REFERENCE")
+        .map(|v| v == "tmpfs")
+        .unwrap_or(false)
 }
 
 /// The subset of memofs options kernel tmpfs understands with the same meaning.
 fn tmpfs_equivalent(opts: &[&str]) -> Vec<String> {
     const SAME: &[&str] = &[
-        "size", "nr_inodes", "mode", "uid", "gid", "strictatime", "relatime", "noatime", "nodiratime", "ro", "rw",
-        "nosuid", "suid", "nodev", "dev", "noexec", "exec", "sync", "async", "dirsync",
+        "size",
+        "nr_inodes",
+        "mode",
+        "uid",
+        "gid",
+        "strictatime",
+        "relatime",
+        "noatime",
+        "nodiratime",
+        "ro",
+        "rw",
+        "nosuid",
+        "suid",
+        "nodev",
+        "dev",
+        "noexec",
+        "exec",
+        "sync",
+        "async",
+        "dirsync",
     ];
     opts.iter()
         .filter(|o| SAME.contains(&o.split('=').next().unwrap_or("")))
@@ -170,7 +205,12 @@ impl Mount {
     /// server's output if it does not mount.
     pub fn mem(opts: &[&str]) -> Mount {
         if reference_is_tmpfs() {
-            return Mount::tmpfs(&tmpfs_equivalent(opts).iter().map(String::as_str).collect::<Vec<_>>());
+            return Mount::tmpfs(
+                &tmpfs_equivalent(opts)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
         }
         Mount::memofs(opts)
     }
@@ -193,10 +233,18 @@ impl Mount {
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts.join(","));
         }
-        cmd.arg(&mnt).stdin(Stdio::null()).stdout(logf.try_clone().unwrap()).stderr(logf);
-        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        cmd.arg(&mnt)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
         let mut m = Mount {
-            kind: Kind::Memofs { child: Some(child), log },
+            kind: Kind::Memofs {
+                child: Some(child),
+                log,
+            },
             mnt,
             opts: opts.iter().map(|s| s.to_string()).collect(),
             base,
@@ -217,8 +265,18 @@ impl Mount {
         }
         cmd.arg("memofs-e2e").arg(&mnt);
         let out = run_with_timeout(cmd, Duration::from_secs(30));
-        assert!(out.success(), "mount -t tmpfs -o {} failed: {}", opts.join(","), out.stderr);
-        Mount { kind: Kind::Tmpfs, mnt, opts: opts.iter().map(|s| s.to_string()).collect(), base }
+        assert!(
+            out.success(),
+            "mount -t tmpfs -o {} failed: {}",
+            opts.join(","),
+            out.stderr
+        );
+        Mount {
+            kind: Kind::Tmpfs,
+            mnt,
+            opts: opts.iter().map(|s| s.to_string()).collect(),
+            base,
+        }
     }
 
     fn wait_live(&mut self) -> Result<(), String> {
@@ -232,7 +290,10 @@ impl Mount {
                     }
                 }
             }
-            if let Kind::Memofs { child: Some(child), .. } = &mut self.kind {
+            if let Kind::Memofs {
+                child: Some(child), ..
+            } = &mut self.kind
+            {
                 if let Ok(Some(status)) = child.try_wait() {
                     return Err(format!(
                         "memofs mount -f -o {} {} exited with {status} before the mount appeared; output:\n{}",
@@ -295,7 +356,12 @@ impl Mount {
 
     /// Wait for the server to exit (up to `limit`).
     pub fn wait_server(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let Kind::Memofs { child: Some(child), .. } = &mut self.kind else { return None };
+        let Kind::Memofs {
+            child: Some(child), ..
+        } = &mut self.kind
+        else {
+            return None;
+        };
         let start = Instant::now();
         loop {
             if let Ok(Some(st)) = child.try_wait() {
@@ -335,7 +401,11 @@ impl Mount {
             cmd.arg("-l").arg(&self.mnt);
             let out = run_with_timeout(cmd, Duration::from_secs(20));
             if !out.success() {
-                eprintln!("memofs-e2e: umount -l {} failed: {}", self.mnt.display(), out.stderr);
+                eprintln!(
+                    "memofs-e2e: umount -l {} failed: {}",
+                    self.mnt.display(),
+                    out.stderr
+                );
             }
         }
     }
@@ -351,7 +421,11 @@ impl Drop for Mount {
                     cmd.arg(&mnt);
                     let out = run_with_timeout(cmd, Duration::from_secs(20));
                     if !out.success() {
-                        eprintln!("memofs-e2e: umount {} failed ({}); detaching", mnt.display(), out.stderr.trim());
+                        eprintln!(
+                            "memofs-e2e: umount {} failed ({}); detaching",
+                            mnt.display(),
+                            out.stderr.trim()
+                        );
                     }
                 }
             }
@@ -379,15 +453,22 @@ impl Drop for Mount {
                     let status = loop {
                         match c.try_wait() {
                             Ok(Some(st)) => break Some(st),
-                            Ok(None) if start.elapsed() < EXIT_DEADLINE => std::thread::sleep(Duration::from_millis(10)),
+                            Ok(None) if start.elapsed() < EXIT_DEADLINE => {
+                                std::thread::sleep(Duration::from_millis(10))
+                            }
                             _ => break None,
                         }
                     };
                     match status {
                         Some(st) if st.success() => {}
-                        Some(st) => eprintln!("memofs-e2e: server for {} exited with {st}", mnt.display()),
+                        Some(st) => {
+                            eprintln!("memofs-e2e: server for {} exited with {st}", mnt.display())
+                        }
                         None => {
-                            eprintln!("memofs-e2e: server for {} still running after unmount; killing it", mnt.display());
+                            eprintln!(
+                                "memofs-e2e: server for {} still running after unmount; killing it",
+                                mnt.display()
+                            );
                             let _ = c.kill();
                             let _ = c.wait();
                         }

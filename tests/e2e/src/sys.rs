@@ -94,7 +94,14 @@ pub fn errno_name(e: Errno) -> String {
 pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> io::Result<()> {
     let (f, t) = (cpath(from), cpath(to));
     let r = unsafe {
-        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), flags as libc::c_uint)
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags as libc::c_uint,
+        )
     };
     check(r as libc::c_int).map(drop)
 }
@@ -102,21 +109,47 @@ pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> io
 /// `setxattr` (follows symlinks).
 pub fn setxattr(p: impl AsRef<Path>, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
     let (p, n) = (cpath(p), cstr(name));
-    check(unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }).map(drop)
+    check(unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
 }
 
 /// `lsetxattr` (does not follow symlinks).
 pub fn lsetxattr(p: impl AsRef<Path>, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
     let (p, n) = (cpath(p), cstr(name));
-    check(unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }).map(drop)
+    check(unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+    .map(drop)
 }
 
 /// `getxattr` into a buffer of exactly `size` bytes; `size == 0` asks for the length and
 /// returns an empty vector of that capacity's length in `.1`.
-pub fn getxattr_sized(p: impl AsRef<Path>, name: &str, size: usize) -> io::Result<(usize, Vec<u8>)> {
+pub fn getxattr_sized(
+    p: impl AsRef<Path>,
+    name: &str,
+    size: usize,
+) -> io::Result<(usize, Vec<u8>)> {
     let (p, n) = (cpath(p), cstr(name));
     let mut buf = vec![0u8; size];
-    let ptr = if size == 0 { std::ptr::null_mut() } else { buf.as_mut_ptr().cast() };
+    let ptr = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
     let got = check_size(unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), ptr, size) })?;
     buf.truncate(got.min(size));
     Ok((got, buf))
@@ -159,7 +192,11 @@ pub fn lgetxattr(p: impl AsRef<Path>, name: &str) -> io::Result<Vec<u8>> {
 pub fn listxattr_sized(p: impl AsRef<Path>, size: usize) -> io::Result<(usize, Vec<u8>)> {
     let p = cpath(p);
     let mut buf = vec![0u8; size];
-    let ptr = if size == 0 { std::ptr::null_mut() } else { buf.as_mut_ptr().cast() };
+    let ptr = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        buf.as_mut_ptr().cast()
+    };
     let got = check_size(unsafe { libc::listxattr(p.as_ptr(), ptr, size) })?;
     buf.truncate(got.min(size));
     Ok((got, buf))
@@ -212,7 +249,8 @@ pub fn removexattr(p: impl AsRef<Path>, name: &str) -> io::Result<()> {
 
 /// `fallocate(fd, mode, off, len)`.
 pub fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
-    check(unsafe { libc::fallocate(f.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t) }).map(drop)
+    check(unsafe { libc::fallocate(f.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t) })
+        .map(drop)
 }
 
 /// `lseek(fd, off, whence)`.
@@ -226,10 +264,17 @@ pub fn lseek(f: &File, off: i64, whence: i32) -> io::Result<i64> {
 }
 
 /// `copy_file_range` with explicit offsets (which it advances).
-pub fn copy_file_range(src: &File, off_in: &mut i64, dst: &File, off_out: &mut i64, len: usize) -> io::Result<usize> {
+pub fn copy_file_range(
+    src: &File,
+    off_in: &mut i64,
+    dst: &File,
+    off_out: &mut i64,
+    len: usize,
+) -> io::Result<usize> {
     let mut i = *off_in as libc::loff_t;
     let mut o = *off_out as libc::loff_t;
-    let r = unsafe { libc::copy_file_range(src.as_raw_fd(), &mut i, dst.as_raw_fd(), &mut o, len, 0) };
+    let r =
+        unsafe { libc::copy_file_range(src.as_raw_fd(), &mut i, dst.as_raw_fd(), &mut o, len, 0) };
     let n = check_size(r as isize)?;
     *off_in = i as i64;
     *off_out = o as i64;
@@ -250,9 +295,18 @@ pub enum Ts {
 impl Ts {
     fn raw(self) -> libc::timespec {
         match self {
-            Ts::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
-            Ts::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-            Ts::At(s, ns) => libc::timespec { tv_sec: s as libc::time_t, tv_nsec: ns as _ },
+            Ts::Now => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
+            },
+            Ts::Omit => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            Ts::At(s, ns) => libc::timespec {
+                tv_sec: s as libc::time_t,
+                tv_nsec: ns as _,
+            },
         }
     }
 }
@@ -296,7 +350,8 @@ pub fn block_size(s: &libc::statfs) -> u64 {
 /// `open(p, flags, mode)` as a `File`.
 pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> io::Result<File> {
     let p = cpath(p);
-    let fd = check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
+    let fd =
+        check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
@@ -305,14 +360,23 @@ pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> io::Result<File> {
 pub fn link_fd(f: &File, to: impl AsRef<Path>) -> io::Result<()> {
     let from = cpath(format!("/proc/self/fd/{}", f.as_raw_fd()));
     let to = cpath(to);
-    check(unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) })
-        .map(drop)
+    check(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
 }
 
 /// `linkat` without following a symlink at `from`.
 pub fn link_nofollow(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
     let (f, t) = (cpath(from), cpath(to));
-    check(unsafe { libc::linkat(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), 0) }).map(drop)
+    check(unsafe { libc::linkat(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), 0) })
+        .map(drop)
 }
 
 /// `truncate(p, len)`.
@@ -356,7 +420,14 @@ pub struct Dirent {
 /// One `getdents64` call with a buffer of `bufsize` bytes (empty at end of directory).
 pub fn getdents(dir: &File, bufsize: usize) -> io::Result<Vec<Dirent>> {
     let mut buf = vec![0u8; bufsize];
-    let n = unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.as_mut_ptr(), buf.len()) };
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            dir.as_raw_fd(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
     let n = check_size(n as isize)?;
     let mut out = Vec::new();
     let mut pos = 0;
@@ -367,8 +438,16 @@ pub fn getdents(dir: &File, bufsize: usize) -> io::Result<Vec<Dirent>> {
         let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap()) as usize;
         let kind = rec[18];
         let name_area = &rec[19..reclen];
-        let end = name_area.iter().position(|&b| b == 0).unwrap_or(name_area.len());
-        out.push(Dirent { ino, off, kind, name: name_area[..end].to_vec() });
+        let end = name_area
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(name_area.len());
+        out.push(Dirent {
+            ino,
+            off,
+            kind,
+            name: name_area[..end].to_vec(),
+        });
         assert!(reclen > 0, "getdents64 returned a zero-length record");
         pos += reclen;
     }
@@ -418,7 +497,10 @@ pub fn pread_full(f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
 
 /// Current `CLOCK_REALTIME` as (seconds, nanoseconds).
 pub fn now() -> (i64, i64) {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     (ts.tv_sec as i64, ts.tv_nsec as i64)
 }
@@ -434,11 +516,23 @@ pub fn ns(t: (i64, i64)) -> i128 {
 pub fn wait_clock_past(t: (i64, i64)) {
     let target = ns(t) + 20_000_000;
     loop {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
         if ns((ts.tv_sec as i64, ts.tv_nsec as i64)) > target {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// The process umask (read by setting it and setting it back at once; tests never change it).
+pub fn umask() -> u32 {
+    unsafe {
+        let u = libc::umask(0o022);
+        libc::umask(u);
+        u as u32
     }
 }

@@ -66,20 +66,45 @@ fn walk(p: &Path, rel: &str, d: Detail, out: &mut Tree) -> io::Result<()> {
         uid: md.uid(),
         gid: md.gid(),
         nlink: d.nlink.then(|| md.nlink()),
-        size: if ft.is_dir() && !d.dir_size { None } else { Some(md.size()) },
-        rdev: if ft.is_char_device() || ft.is_block_device() { md.rdev() } else { 0 },
+        size: if ft.is_dir() && !d.dir_size {
+            None
+        } else {
+            Some(md.size())
+        },
+        rdev: if ft.is_char_device() || ft.is_block_device() {
+            md.rdev()
+        } else {
+            0
+        },
         mtime: d.mtime.then(|| (md.mtime(), md.mtime_nsec())),
-        target: if ft.is_symlink() { Some(sys::bytes(fs::read_link(p)?.as_os_str()).to_vec()) } else { None },
-        content: if d.content && ft.is_file() { Some(fs::read(p)?) } else { None },
-        xattrs: if d.xattrs { Some(xattrs(p).map_err(|e| sys::errno_of(&e))) } else { None },
+        target: if ft.is_symlink() {
+            Some(sys::bytes(fs::read_link(p)?.as_os_str()).to_vec())
+        } else {
+            None
+        },
+        content: if d.content && ft.is_file() {
+            Some(fs::read(p)?)
+        } else {
+            None
+        },
+        xattrs: if d.xattrs {
+            Some(xattrs(p).map_err(|e| sys::errno_of(&e)))
+        } else {
+            None
+        },
     };
     out.insert(rel.to_string(), e);
     if ft.is_dir() {
-        let mut names: Vec<_> = fs::read_dir(p)?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>()?;
+        let mut names: Vec<_> = fs::read_dir(p)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
         names.sort();
         for n in names {
-            let child_rel =
-                if rel.is_empty() { n.to_string_lossy().into_owned() } else { format!("{rel}/{}", n.to_string_lossy()) };
+            let child_rel = if rel.is_empty() {
+                n.to_string_lossy().into_owned()
+            } else {
+                format!("{rel}/{}", n.to_string_lossy())
+            };
             walk(&p.join(&n), &child_rel, d, out)?;
         }
     }
@@ -101,7 +126,9 @@ pub fn diff(a: &Tree, b: &Tree, a_name: &str, b_name: &str) -> Vec<String> {
     for (k, ea) in a {
         match b.get(k) {
             None => out.push(format!("{k:?}: only in {a_name}")),
-            Some(eb) if ea != eb => out.push(format!("{k:?}: {}", entry_diff(ea, eb, a_name, b_name))),
+            Some(eb) if ea != eb => {
+                out.push(format!("{k:?}: {}", entry_diff(ea, eb, a_name, b_name)))
+            }
             _ => {}
         }
     }
@@ -118,7 +145,10 @@ fn entry_diff(a: &Entry, b: &Entry, an: &str, bn: &str) -> String {
     macro_rules! field {
         ($f:ident, $fmt:literal) => {
             if a.$f != b.$f {
-                parts.push(format!(concat!(stringify!($f), " ", $fmt, " in {} vs ", $fmt, " in {}"), a.$f, an, b.$f, bn));
+                parts.push(format!(
+                    concat!(stringify!($f), " ", $fmt, " in {} vs ", $fmt, " in {}"),
+                    a.$f, an, b.$f, bn
+                ));
             }
         };
     }
@@ -132,12 +162,19 @@ fn entry_diff(a: &Entry, b: &Entry, an: &str, bn: &str) -> String {
     if a.target != b.target {
         parts.push(format!(
             "symlink target {:?} in {an} vs {:?} in {bn}",
-            a.target.as_ref().map(|t| String::from_utf8_lossy(t).into_owned()),
-            b.target.as_ref().map(|t| String::from_utf8_lossy(t).into_owned())
+            a.target
+                .as_ref()
+                .map(|t| String::from_utf8_lossy(t).into_owned()),
+            b.target
+                .as_ref()
+                .map(|t| String::from_utf8_lossy(t).into_owned())
         ));
     }
     if a.content != b.content {
-        let (x, y) = (a.content.as_deref().unwrap_or(&[]), b.content.as_deref().unwrap_or(&[]));
+        let (x, y) = (
+            a.content.as_deref().unwrap_or(&[]),
+            b.content.as_deref().unwrap_or(&[]),
+        );
         parts.push(format!(
             "content differs ({} bytes in {an}, {} in {bn}, first difference at {:?})",
             x.len(),
@@ -146,7 +183,10 @@ fn entry_diff(a: &Entry, b: &Entry, an: &str, bn: &str) -> String {
         ));
     }
     if a.xattrs != b.xattrs {
-        parts.push(format!("xattrs {:?} in {an} vs {:?} in {bn}", a.xattrs, b.xattrs));
+        parts.push(format!(
+            "xattrs {:?} in {an} vs {:?} in {bn}",
+            a.xattrs, b.xattrs
+        ));
     }
     parts.join("; ")
 }

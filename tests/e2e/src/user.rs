@@ -7,7 +7,12 @@
 
 /// Run `f` in a new thread whose real, effective, saved and filesystem uid/gid are `uid`/`gid`
 /// and whose supplementary groups are `groups`. Panics in `f` propagate.
-pub fn as_user<T: Send + 'static>(uid: u32, gid: u32, groups: &[u32], f: impl FnOnce() -> T + Send + 'static) -> T {
+pub fn as_user<T: Send + 'static>(
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let groups: Vec<libc::gid_t> = groups.to_vec();
     let handle = std::thread::spawn(move || {
         unsafe {

@@ -47,28 +47,33 @@ fn create_write_read_back() {
 fn create_mode_respects_umask_and_excl() {
     let m = need_mount!();
     let p = m.join("x");
-    let f = ok!(sys::open(&p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o640));
+    let f = ok!(sys::open(
+        &p,
+        libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+        0o640
+    ));
     drop(f);
-    assert_eq!(ok!(fs::metadata(&p)).mode() & 0o7777, 0o640 & !current_umask());
-    assert_errno!(sys::open(&p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600), libc::EEXIST);
+    assert_eq!(ok!(fs::metadata(&p)).mode() & 0o7777, 0o640 & !sys::umask());
+    assert_errno!(
+        sys::open(&p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600),
+        libc::EEXIST
+    );
     // O_CREAT without O_EXCL opens the existing file and keeps its mode.
     drop(ok!(sys::open(&p, libc::O_CREAT | libc::O_WRONLY, 0o600)));
-    assert_eq!(ok!(fs::metadata(&p)).mode() & 0o7777, 0o640 & !current_umask());
+    assert_eq!(ok!(fs::metadata(&p)).mode() & 0o7777, 0o640 & !sys::umask());
     // O_EXCL also fails on a dangling symlink, and does not create its target.
     ok!(std::os::unix::fs::symlink("nowhere", m.join("dangling")));
-    assert_errno!(sys::open(m.join("dangling"), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o600), libc::EEXIST);
+    assert_errno!(
+        sys::open(
+            m.join("dangling"),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o600
+        ),
+        libc::EEXIST
+    );
     assert!(!m.join("nowhere").exists());
     // Opening a missing file without O_CREAT.
     assert_errno!(File::open(m.join("missing")), libc::ENOENT);
-}
-
-fn current_umask() -> u32 {
-    // umask can only be read by setting it; set it back at once (tests never change it).
-    unsafe {
-        let u = libc::umask(0o022);
-        libc::umask(u);
-        u as u32
-    }
 }
 
 #[test]
@@ -86,7 +91,11 @@ fn o_trunc_and_o_append() {
     ok!(f.seek(SeekFrom::Start(0)));
     ok!(f.write_all(b"ghi"));
     drop(f);
-    assert_eq!(ok!(fs::read(&p)), b"abcdefghi", "O_APPEND writes go to the end whatever the offset");
+    assert_eq!(
+        ok!(fs::read(&p)),
+        b"abcdefghi",
+        "O_APPEND writes go to the end whatever the offset"
+    );
 
     // O_APPEND also applies when another descriptor made the file grow.
     let mut a = ok!(OpenOptions::new().append(true).open(&p));
@@ -98,19 +107,30 @@ fn o_trunc_and_o_append() {
 
     // O_TRUNC on a read-only open of an empty file is fine; on a non-empty file it truncates.
     drop(ok!(sys::open(&p, libc::O_RDONLY | libc::O_TRUNC, 0)));
-    assert_eq!(ok!(fs::metadata(&p)).len(), 0, "O_RDONLY|O_TRUNC truncates (Linux)");
+    assert_eq!(
+        ok!(fs::metadata(&p)).len(),
+        0,
+        "O_RDONLY|O_TRUNC truncates (Linux)"
+    );
 }
 
 #[test]
 fn sparse_files_read_zeros() {
     let m = need_mount!();
     let p = m.join("sparse");
-    let f = ok!(OpenOptions::new().create(true).read(true).write(true).open(&p));
+    let f = ok!(OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&p));
     ok!(f.write_all_at(b"end", 1_000_000));
     assert_eq!(ok!(f.metadata()).len(), 1_000_003);
     let all = ok!(sys::pread_full(&f, 0, 2_000_000));
     assert_eq!(all.len(), 1_000_003);
-    assert!(all[..1_000_000].iter().all(|&b| b == 0), "hole reads as zeros");
+    assert!(
+        all[..1_000_000].iter().all(|&b| b == 0),
+        "hole reads as zeros"
+    );
     assert_eq!(&all[1_000_000..], b"end");
     // Reading at and past the end returns nothing.
     assert_eq!(ok!(sys::pread_full(&f, 1_000_003, 10)), b"");
@@ -126,7 +146,11 @@ fn huge_sparse_offsets() {
     // A file far larger than size= is fine as long as little of it is written, as on tmpfs.
     let m = need_mount!();
     let p = m.join("huge");
-    let f = ok!(OpenOptions::new().create(true).read(true).write(true).open(&p));
+    let f = ok!(OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&p));
     let off = 5u64 << 30; // beyond 4 GiB and beyond size=256m
     ok!(f.write_all_at(b"far", off));
     assert_eq!(ok!(f.metadata()).len(), off + 3);
@@ -150,7 +174,10 @@ fn truncate_up_and_down() {
     let got = ok!(fs::read(&p));
     assert_eq!(got.len(), 20_000);
     assert_bytes_eq(&got[..5000], &data[..5000], "kept part");
-    assert!(got[5000..].iter().all(|&b| b == 0), "bytes past the old truncation point read zeros");
+    assert!(
+        got[5000..].iter().all(|&b| b == 0),
+        "bytes past the old truncation point read zeros"
+    );
     // Truncate within a page through an open descriptor (ftruncate), then extend by writing.
     let f = ok!(OpenOptions::new().read(true).write(true).open(&p));
     ok!(f.set_len(10));
@@ -158,7 +185,10 @@ fn truncate_up_and_down() {
     let got = ok!(sys::pread_full(&f, 0, 200));
     assert_eq!(got.len(), 101);
     assert_bytes_eq(&got[..10], &data[..10], "head");
-    assert!(got[10..100].iter().all(|&b| b == 0), "gap after ftruncate+write reads zeros");
+    assert!(
+        got[10..100].iter().all(|&b| b == 0),
+        "gap after ftruncate+write reads zeros"
+    );
     ok!(f.set_len(0));
     assert_eq!(ok!(f.metadata()).len(), 0);
     assert_errno!(sys::truncate(&p, -1), libc::EINVAL);
@@ -169,7 +199,11 @@ fn truncate_up_and_down() {
 fn read_write_at_many_offsets_match_a_model() {
     let m = need_mount!();
     let p = m.join("model");
-    let f = ok!(OpenOptions::new().create(true).read(true).write(true).open(&p));
+    let f = ok!(OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .open(&p));
     let mut model: Vec<u8> = Vec::new();
     let mut rng = memofs_e2e::Rng::new(42);
     for i in 0..400 {
@@ -186,7 +220,11 @@ fn read_write_at_many_offsets_match_a_model() {
             let rlen = rng.range(1, 100_000) as usize;
             let got = ok!(sys::pread_full(&f, roff as u64, rlen));
             let want = &model[roff.min(model.len())..(roff + rlen).min(model.len())];
-            assert_bytes_eq(&got, want, &format!("pread({roff}, {rlen}) after {i} writes"));
+            assert_bytes_eq(
+                &got,
+                want,
+                &format!("pread({roff}, {rlen}) after {i} writes"),
+            );
         }
     }
     assert_bytes_eq(&ok!(fs::read(&p)), &model, "whole file");
@@ -213,7 +251,11 @@ fn unlinked_open_file_stays_readable() {
     ok!(f.write_all_at(b"tail", 100_000));
     ok!(f.set_len(100_004));
     drop(f);
-    assert_bytes_eq(&ok!(sys::pread_full(&other, 99_998, 10)), &[&data[99_998..], b"tail".as_slice()].concat(), "second fd");
+    assert_bytes_eq(
+        &ok!(sys::pread_full(&other, 99_998, 10)),
+        &[&data[99_998..], b"tail".as_slice()].concat(),
+        "second fd",
+    );
     // A new file with the same name is a different file.
     ok!(fs::write(&p, b"new"));
     assert_eq!(ok!(fs::read(&p)), b"new");
@@ -264,7 +306,11 @@ fn fsync_fdatasync_and_dir_fsync() {
     ok!(f.sync_data());
     let d = ok!(File::open(m.path()));
     ok!(d.sync_all());
-    assert_eq!(unsafe { libc::syncfs(std::os::unix::io::AsRawFd::as_raw_fd(&d)) }, 0, "syncfs");
+    assert_eq!(
+        unsafe { libc::syncfs(std::os::unix::io::AsRawFd::as_raw_fd(&d)) },
+        0,
+        "syncfs"
+    );
     assert_eq!(ok!(fs::read(&p)), b"data");
 }
 
@@ -276,29 +322,68 @@ fn name_length_limits() {
     let p = m.join(&n255);
     ok!(fs::write(&p, b"x"), "create a 255-byte name");
     assert_eq!(ok!(fs::read(&p)), b"x");
-    assert!(ok!(sys::list(m.path())).contains(&n255), "255-byte name listed");
-    ok!(fs::create_dir(m.join(format!("{}", "d".repeat(255)))), "mkdir a 255-byte name");
-    ok!(fs::rename(&p, m.join("c".repeat(255))), "rename to a 255-byte name");
-    assert_errno!(fs::write(m.join(&n256), b"x"), libc::ENAMETOOLONG, "create a 256-byte name");
-    assert_errno!(fs::create_dir(m.join(&n256)), libc::ENAMETOOLONG, "mkdir a 256-byte name");
-    assert_errno!(fs::metadata(m.join(&n256)), libc::ENAMETOOLONG, "stat a 256-byte name");
+    assert!(
+        ok!(sys::list(m.path())).contains(&n255),
+        "255-byte name listed"
+    );
+    ok!(
+        fs::create_dir(m.join(format!("{}", "d".repeat(255)))),
+        "mkdir a 255-byte name"
+    );
+    ok!(
+        fs::rename(&p, m.join("c".repeat(255))),
+        "rename to a 255-byte name"
+    );
+    assert_errno!(
+        fs::write(m.join(&n256), b"x"),
+        libc::ENAMETOOLONG,
+        "create a 256-byte name"
+    );
+    assert_errno!(
+        fs::create_dir(m.join(&n256)),
+        libc::ENAMETOOLONG,
+        "mkdir a 256-byte name"
+    );
+    assert_errno!(
+        fs::metadata(m.join(&n256)),
+        libc::ENAMETOOLONG,
+        "stat a 256-byte name"
+    );
     assert_errno!(
         fs::rename(m.join("c".repeat(255)), m.join(&n256)),
         libc::ENAMETOOLONG,
         "rename to a 256-byte name"
     );
-    assert_errno!(std::os::unix::fs::symlink("t", m.join(&n256)), libc::ENAMETOOLONG, "symlink named 256 bytes");
+    assert_errno!(
+        std::os::unix::fs::symlink("t", m.join(&n256)),
+        libc::ENAMETOOLONG,
+        "symlink named 256 bytes"
+    );
     // Long names that FUSE would still pass to the server (up to 1024 bytes) are refused too.
-    assert_errno!(fs::write(m.join("e".repeat(1000)), b"x"), libc::ENAMETOOLONG, "create a 1000-byte name");
-    assert!(!ok!(sys::list(m.path())).iter().any(|n| n.len() > 255), "nothing over 255 bytes was created");
+    assert_errno!(
+        fs::write(m.join("e".repeat(1000)), b"x"),
+        libc::ENAMETOOLONG,
+        "create a 1000-byte name"
+    );
+    assert!(
+        !ok!(sys::list(m.path())).iter().any(|n| n.len() > 255),
+        "nothing over 255 bytes was created"
+    );
     // Names may hold any byte but '/' and NUL.
     let odd = std::ffi::OsStr::new(std::str::from_utf8(b"new\nline \x01\x7f").unwrap());
     ok!(fs::write(m.join(odd), b"odd"));
-    let raw = std::ffi::OsString::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"\xff\xfe"));
+    let raw = std::ffi::OsString::from(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"\xff\xfe"),
+    );
     ok!(fs::write(m.join(&raw), b"bin"));
     assert_eq!(ok!(fs::read(m.join(&raw))), b"bin");
-    let names: Vec<_> = ok!(fs::read_dir(m.path())).map(|e| e.unwrap().file_name()).collect();
-    assert!(names.contains(&raw) && names.iter().any(|n| n == odd), "odd names listed: {names:?}");
+    let names: Vec<_> = ok!(fs::read_dir(m.path()))
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        names.contains(&raw) && names.iter().any(|n| n == odd),
+        "odd names listed: {names:?}"
+    );
 }
 
 #[test]
@@ -308,7 +393,11 @@ fn o_tmpfile_then_link() {
         Ok(f) => f,
         Err(e) => panic!("open(O_TMPFILE) on the mount: {e} (tmpfs supports it)"),
     };
-    assert_eq!(ok!(sys::list(m.path())), Vec::<String>::new(), "an O_TMPFILE has no name");
+    assert_eq!(
+        ok!(sys::list(m.path())),
+        Vec::<String>::new(),
+        "an O_TMPFILE has no name"
+    );
     ok!(f.write_all_at(b"anonymous", 0));
     let md = ok!(f.metadata());
     assert_eq!(md.nlink(), 0);
@@ -317,10 +406,20 @@ fn o_tmpfile_then_link() {
     ok!(sys::link_fd(&f, m.join("named")), "linkat of an O_TMPFILE");
     assert_eq!(ok!(fs::read(m.join("named"))), b"anonymous");
     assert_eq!(ok!(f.metadata()).nlink(), 1);
-    assert_eq!(ok!(f.metadata()).ino(), ok!(fs::metadata(m.join("named"))).ino());
+    assert_eq!(
+        ok!(f.metadata()).ino(),
+        ok!(fs::metadata(m.join("named"))).ino()
+    );
     // With O_EXCL the file may never be linked.
-    let g = ok!(sys::open(m.path(), libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL, 0o600));
-    assert!(sys::link_fd(&g, m.join("never")).is_err(), "linking an O_TMPFILE|O_EXCL file must fail");
+    let g = ok!(sys::open(
+        m.path(),
+        libc::O_TMPFILE | libc::O_RDWR | libc::O_EXCL,
+        0o600
+    ));
+    assert!(
+        sys::link_fd(&g, m.join("never")).is_err(),
+        "linking an O_TMPFILE|O_EXCL file must fail"
+    );
     assert!(!m.join("never").exists());
 }
 
@@ -333,12 +432,22 @@ fn read_only_and_write_only_descriptors() {
     assert_errno!(r.write_at(b"x", 0), libc::EBADF, "write on an O_RDONLY fd");
     let w = ok!(OpenOptions::new().write(true).open(&p));
     let mut buf = [0u8; 4];
-    assert_errno!(w.read_at(&mut buf, 0), libc::EBADF, "read on an O_WRONLY fd");
+    assert_errno!(
+        w.read_at(&mut buf, 0),
+        libc::EBADF,
+        "read on an O_WRONLY fd"
+    );
     // Writing to a directory is refused.
     assert_errno!(OpenOptions::new().write(true).open(m.path()), libc::EISDIR);
-    assert_errno!(sys::open(m.join("f/x"), libc::O_CREAT | libc::O_WRONLY, 0o644), libc::ENOTDIR);
+    assert_errno!(
+        sys::open(m.join("f/x"), libc::O_CREAT | libc::O_WRONLY, 0o644),
+        libc::ENOTDIR
+    );
     // O_DIRECTORY on a file.
-    assert_errno!(sys::open(&p, libc::O_RDONLY | libc::O_DIRECTORY, 0), libc::ENOTDIR);
+    assert_errno!(
+        sys::open(&p, libc::O_RDONLY | libc::O_DIRECTORY, 0),
+        libc::ENOTDIR
+    );
     // Reading a directory.
     let d = ok!(File::open(m.path()));
     assert_errno!(d.read_at(&mut buf, 0), libc::EISDIR);
@@ -351,22 +460,38 @@ fn permissions_bits_survive_and_exec_works() {
     ok!(fs::write(&p, b"#!/bin/sh\necho hello-from-memofs\n"));
     ok!(fs::set_permissions(&p, fs::Permissions::from_mode(0o755)));
     assert_eq!(ok!(fs::metadata(&p)).mode() & 0o7777, 0o755);
-    let out = ok!(std::process::Command::new(&p).output(), "exec a script on the mount");
+    let out = ok!(
+        std::process::Command::new(&p).output(),
+        "exec a script on the mount"
+    );
     assert!(out.status.success(), "script failed: {:?}", out);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello-from-memofs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "hello-from-memofs"
+    );
     // Without execute permission exec fails with EACCES even for root.
     ok!(fs::set_permissions(&p, fs::Permissions::from_mode(0o644)));
-    assert_errno!(std::process::Command::new(&p).output(), libc::EACCES, "exec a 0644 file");
+    assert_errno!(
+        std::process::Command::new(&p).output(),
+        libc::EACCES,
+        "exec a 0644 file"
+    );
 }
 
 #[test]
 fn many_small_files() {
     let m = need_mount!();
     for i in 0..500 {
-        ok!(fs::write(m.join(format!("f{i}")), format!("file number {i}")));
+        ok!(fs::write(
+            m.join(format!("f{i}")),
+            format!("file number {i}")
+        ));
     }
     for i in (0..500).step_by(7) {
-        assert_eq!(ok!(fs::read_to_string(m.join(format!("f{i}")))), format!("file number {i}"));
+        assert_eq!(
+            ok!(fs::read_to_string(m.join(format!("f{i}")))),
+            format!("file number {i}")
+        );
     }
     assert_eq!(ok!(sys::list(m.path())).len(), 500);
 }
