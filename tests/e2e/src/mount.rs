@@ -43,6 +43,8 @@ impl TempDir {
         );
         raw.pop();
         let path = PathBuf::from(String::from_utf8(raw).expect("utf-8 temp path"));
+        // mkdtemp makes it 0700; other users (see `user::as_user`) must reach mounts inside.
+        let _ = sys::chmod(&path, 0o755);
         TempDir { path }
     }
 
