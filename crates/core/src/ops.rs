@@ -9,7 +9,7 @@
 //! the kernel one reference, which it returns with `forget`.
 
 use std::ffi::OsStr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::errno::Result;
@@ -131,9 +131,10 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<u64>;
     /// Memory and inode usage, for `memofs stats`.
     fn usage(&self) -> BackendUsage;
-    /// A file descriptor the kernel may use directly for the data of open file `fh` (FUSE
-    /// passthrough), or `None` to serve reads and writes through this trait.
-    fn backing_fd(&self, _ino: Ino, _fh: u64) -> Option<BorrowedFd<'_>> {
+    /// A file descriptor (a duplicate the caller owns) the kernel may use directly for the
+    /// data of open file `fh` (FUSE passthrough), or `None` to serve reads and writes through
+    /// this trait.
+    fn backing_fd(&self, _ino: Ino, _fh: u64) -> Option<OwnedFd> {
         None
     }
     /// True if [`Backend::backing_fd`] can return file descriptors; the transport asks the

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -112,7 +112,7 @@ impl<B: Backend> Adapter<B> {
             return Some(id.clone());
         }
         let fd = self.backend.backing_fd(ino, fh)?;
-        match register(fd) {
+        match register(fd.as_fd()) {
             Ok(id) => {
                 let id = Arc::new(id);
                 map.insert(ino, (id.clone(), 1));

@@ -1,7 +1,7 @@
 //! `Backend` for the passthrough filesystem: argument decoding onto the concern modules.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use memofs_core::{
@@ -216,15 +216,9 @@ impl Backend for PassthroughFs {
         }
     }
 
-    /// The handle's own descriptor, for FUSE passthrough. It stays open until `release(fh)`,
-    /// which the kernel cannot send before the OPEN/CREATE reply that registers it; the
-    /// transport must not keep the borrow beyond that reply.
-    fn backing_fd(&self, _ino: Ino, fh: u64) -> Option<BorrowedFd<'_>> {
-        let raw = self.files.get(fh).ok()?.fd.as_fd().as_raw_fd();
-        // SAFETY: `raw` is the descriptor of handle `fh`, owned by `self.files` and closed
-        // only by `release(fh)` (or when `self` is dropped, which the borrow prevents); per
-        // the contract above no release of `fh` can run while the transport uses it.
-        Some(unsafe { BorrowedFd::borrow_raw(raw) })
+    /// A duplicate of the handle's descriptor, for FUSE passthrough.
+    fn backing_fd(&self, _ino: Ino, fh: u64) -> Option<OwnedFd> {
+        self.files.get(fh).ok()?.fd.as_fd().try_clone_to_owned().ok()
     }
 
     fn has_backing_fds(&self) -> bool {
