@@ -218,7 +218,13 @@ impl Backend for PassthroughFs {
 
     /// A duplicate of the handle's descriptor, for FUSE passthrough.
     fn backing_fd(&self, _ino: Ino, fh: u64) -> Option<OwnedFd> {
-        self.files.get(fh).ok()?.fd.as_fd().try_clone_to_owned().ok()
+        self.files
+            .get(fh)
+            .ok()?
+            .fd
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
     }
 
     fn has_backing_fds(&self) -> bool {

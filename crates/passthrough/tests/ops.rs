@@ -650,7 +650,7 @@ fn backing_fd_is_the_handles_descriptor() {
     let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
     let o = fs.open(&ROOT, f.ino, libc::O_RDWR).unwrap();
     let fd = fs.backing_fd(f.ino, o.fh).unwrap();
-    let file = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+    let file = std::fs::File::from(fd);
     assert_eq!(file.metadata().unwrap().ino(), f.ino);
     assert!(file.metadata().unwrap().permissions().mode() & 0o777 != 0);
     assert!(fs.backing_fd(f.ino, 12345).is_none());

@@ -63,26 +63,19 @@ pub(crate) fn eventfd_signal(fd: BorrowedFd<'_>) -> Result<()> {
     check(unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) }).map(drop)
 }
 
-/// Waits until `a` or `b` is readable; returns which (`(a_ready, b_ready)`).
-pub(crate) fn poll2(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Result<(bool, bool)> {
-    let mut fds = [
-        libc::pollfd {
-            fd: a.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: b.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+/// Waits until one of `fds` is readable, or `timeout_ms` passed (-1: no timeout); returns
+/// which are ready.
+pub(crate) fn poll<const N: usize>(fds: [BorrowedFd<'_>; N], timeout_ms: i32) -> Result<[bool; N]> {
+    let mut polled = fds.map(|fd| libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
     retry_eintr(|| {
-        // SAFETY: `fds` holds two valid `pollfd`s; -1 waits without a timeout.
-        check(unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) })
+        // SAFETY: `polled` holds N valid `pollfd`s.
+        check(unsafe { libc::poll(polled.as_mut_ptr(), N as libc::nfds_t, timeout_ms) })
     })?;
-    let ready = |p: &libc::pollfd| p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
-    Ok((ready(&fds[0]), ready(&fds[1])))
+    Ok(polled.map(|p| p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0))
 }
 
 /// `read` into `buf`; returns the bytes read (0 when a non-blocking descriptor is empty).

@@ -93,6 +93,12 @@ pub(crate) type Parts = (Box<dyn Source>, Arc<dyn TableHook>);
 
 type InvalidatorSlot = Arc<RwLock<Arc<dyn Invalidator>>>;
 
+/// After events arrive, the watcher waits this long before reading them, so that the host
+/// kernel merges repeated events (a stream of writes to one file) in its queue: one read
+/// and one report per file per window instead of one per `write(2)`. Well inside the
+/// 100 ms in which a host change should show through the mount.
+pub const COALESCE_MS: i32 = 5;
+
 /// A running watcher; dropping it stops the thread.
 pub(crate) struct Watcher {
     mechanism: WatchMechanism,
@@ -191,14 +197,18 @@ impl Drop for Watcher {
 fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &InvalidatorSlot) {
     let mut changes = Vec::new();
     loop {
-        match sys::notify::poll2(source.fd(), stop.as_fd()) {
-            Ok((_, true)) => return,
-            Ok((true, false)) => {}
-            Ok((false, false)) => continue,
+        match sys::notify::poll([source.fd(), stop.as_fd()], -1) {
+            Ok([_, true]) => return,
+            Ok([true, false]) => {}
+            Ok([false, false]) => continue,
             Err(e) => {
                 log::error!("passthrough: watcher stopped: poll: {e}");
                 return;
             }
+        }
+        // Let the queue merge what follows; the stop signal still ends the wait.
+        if let Ok([true]) = sys::notify::poll([stop.as_fd()], COALESCE_MS) {
+            return;
         }
         changes.clear();
         if let Err(e) = source.read(&mut changes) {
