@@ -60,7 +60,8 @@
 //! dropping the backend stops it. It watches every directory the kernel holds, with
 //! fanotify (per-directory inode marks, file handles, events of the server's own process
 //! skipped) or else inotify (a watch per directory, `max_user_watches` bounds it, the
-//! server's own changes are reported too), and reports to the invalidator as events arrive:
+//! server's own changes are reported too), and reports to the invalidator within ~5 ms of
+//! a change (events are batched for 5 ms so the host kernel merges write storms):
 //! `entry(parent, name)` or `deleted(parent, child, name)` for names created, deleted or
 //! renamed, `inode(ino)` for attribute or data changes. Changes made on another machine to a
 //! network filesystem underneath are not seen; see the `watch` module for details.
