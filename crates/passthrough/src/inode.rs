@@ -195,10 +195,17 @@ impl InodeTable {
         Some(inode.clone())
     }
 
-    /// Takes one more reference to `inode`, which the caller got from this table.
-    pub(crate) fn reference_again(&self, inode: &Arc<Inode>) {
-        let _maps = self.maps.read();
-        inode.nlookup.fetch_add(1, Ordering::Relaxed);
+    /// Takes one more reference to `inode`, which the caller got from this table; `ESTALE`
+    /// if it has left the table since (the kernel forgot it meanwhile).
+    pub(crate) fn reference_again(&self, inode: &Arc<Inode>) -> Result<()> {
+        let maps = self.maps.read();
+        match maps.by_ino.get(&inode.ino) {
+            Some(current) if Arc::ptr_eq(current, inode) => {
+                inode.nlookup.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(Errno::ESTALE),
+        }
     }
 
     fn allocate_locked(&self, maps: &mut Maps, host: HostId) -> Ino {

@@ -55,7 +55,7 @@ impl PassthroughFs {
 
     fn reference_again(&self, inode: &Arc<Inode>) -> Result<(Arc<Inode>, Attr)> {
         let attr = self.attr(inode)?;
-        self.table.reference_again(inode);
+        self.table.reference_again(inode)?;
         Ok((inode.clone(), attr))
     }
 

@@ -80,8 +80,11 @@ pub(crate) fn poll<const N: usize>(fds: [BorrowedFd<'_>; N], timeout_ms: i32) ->
 
 /// `read` into `buf`; returns the bytes read (0 when a non-blocking descriptor is empty).
 pub(crate) fn read_events(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-    match check(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) }) {
+    let read = retry_eintr(|| {
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        check(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+    });
+    match read {
         Ok(n) => Ok(n as usize),
         Err(memofs_core::Errno::EAGAIN) => Ok(0),
         Err(e) => Err(e),
