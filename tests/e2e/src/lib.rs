@@ -23,7 +23,8 @@ pub mod user;
 
 pub use cli::{memofs, memofs_bin, run, CliOutput};
 pub use mount::{
-    is_mounted, mountinfo_for, Mount, MountInfo, TempDir, FUSE_SUPER_MAGIC, TMPFS_MAGIC,
+    ensure_unmounted, is_memofs_info, is_mounted, mountinfo_for, Mount, MountInfo, TempDir,
+    UnmountGuard, FUSE_SUPER_MAGIC, TMPFS_MAGIC,
 };
 pub use rng::Rng;
 pub use sys::{errno_name, Errno};
@@ -87,6 +88,19 @@ macro_rules! ok {
 /// Whether this process runs as root (all tests need it to mount).
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Run `f` in a thread and give up waiting after `limit` (the thread is left behind): for calls
+/// that might hang on a broken mount.
+pub fn with_timeout<T: Send + 'static>(
+    limit: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
 }
 
 /// Find an executable on `PATH`.

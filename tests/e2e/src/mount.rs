@@ -137,6 +137,32 @@ pub fn is_mounted(p: &Path) -> bool {
     mountinfo_for(p).is_some()
 }
 
+/// Make sure nothing is mounted at `p` any more: `memofs umount`, then `umount -l`. For tests
+/// that mount through the command line themselves.
+pub fn ensure_unmounted(p: &Path) {
+    for _ in 0..4 {
+        if !is_mounted(p) {
+            return;
+        }
+        let mut cmd = Command::new(memofs_bin());
+        cmd.arg("umount").arg(p);
+        if !run_with_timeout(cmd, Duration::from_secs(20)).success() {
+            let mut cmd = Command::new("umount");
+            cmd.arg("-l").arg(p);
+            run_with_timeout(cmd, Duration::from_secs(20));
+        }
+    }
+}
+
+/// Unmounts (see [`ensure_unmounted`]) whatever is mounted at a path when dropped.
+pub struct UnmountGuard(pub PathBuf);
+
+impl Drop for UnmountGuard {
+    fn drop(&mut self) {
+        ensure_unmounted(&self.0);
+    }
+}
+
 /// Whether `m` looks like a memofs mount in mountinfo.
 pub fn is_memofs_info(m: &MountInfo) -> bool {
     m.fstype == "fuse.memofs" || (m.fstype.starts_with("fuse") && m.source == "memofs")
@@ -222,12 +248,21 @@ impl Mount {
         Mount::try_memofs(opts).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Start `memofs mount -f -o OPTS DIR` and poll until the mount is live.
+    /// Start `memofs mount -f -o OPTS DIR` on a fresh directory and poll until the mount is live.
     pub fn try_memofs(opts: &[&str]) -> Result<Mount, String> {
-        let bin = memofs_bin();
         let base = TempDir::new("memofs-e2e-");
         let mnt = base.path().join("mnt");
         fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
+        Mount::start_memofs(base, mnt, opts)
+    }
+
+    /// Like [`Mount::try_memofs`] on a given, existing mount point (which is left in place).
+    pub fn try_memofs_on(mnt: &Path, opts: &[&str]) -> Result<Mount, String> {
+        Mount::start_memofs(TempDir::new("memofs-e2e-log-"), mnt.to_path_buf(), opts)
+    }
+
+    fn start_memofs(base: TempDir, mnt: PathBuf, opts: &[&str]) -> Result<Mount, String> {
+        let bin = memofs_bin();
         let log = base.path().join("server.log");
         let logf = fs::File::create(&log).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&bin);
@@ -286,7 +321,7 @@ impl Mount {
         loop {
             if let Some(info) = mountinfo_for(&self.mnt) {
                 if let Ok(s) = sys::statfs(&self.mnt) {
-                    if s.f_type as i64 == FUSE_SUPER_MAGIC {
+                    if s.f_type == FUSE_SUPER_MAGIC {
                         let _ = info;
                         return Ok(());
                     }

@@ -502,7 +502,7 @@ pub fn now() -> (i64, i64) {
         tv_nsec: 0,
     };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    (ts.tv_sec as i64, ts.tv_nsec as i64)
+    (ts.tv_sec, ts.tv_nsec)
 }
 
 /// Nanoseconds since the epoch of a (seconds, nanoseconds) pair.
@@ -521,7 +521,7 @@ pub fn wait_clock_past(t: (i64, i64)) {
             tv_nsec: 0,
         };
         unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-        if ns((ts.tv_sec as i64, ts.tv_nsec as i64)) > target {
+        if ns((ts.tv_sec, ts.tv_nsec)) > target {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));

@@ -23,6 +23,9 @@ pub struct Detail {
     pub xattrs: bool,
 }
 
+/// Sorted (name, value) pairs.
+pub type Xattrs = Vec<(String, Vec<u8>)>;
+
 /// One entry of a tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -45,7 +48,7 @@ pub struct Entry {
     /// Regular file content (if recorded).
     pub content: Option<Vec<u8>>,
     /// Sorted (name, value) xattrs (if recorded), or the errno listing them gave.
-    pub xattrs: Option<Result<Vec<(String, Vec<u8>)>, i32>>,
+    pub xattrs: Option<Result<Xattrs, i32>>,
 }
 
 /// Relative path (root is "") → entry.
@@ -111,7 +114,7 @@ fn walk(p: &Path, rel: &str, d: Detail, out: &mut Tree) -> io::Result<()> {
     Ok(())
 }
 
-fn xattrs(p: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+fn xattrs(p: &Path) -> io::Result<Xattrs> {
     let mut v = Vec::new();
     for name in sys::llistxattr(p)? {
         let val = sys::lgetxattr(p, &name)?;

@@ -577,6 +577,7 @@ fn block_counts_follow_allocation() {
     assert!(dense.blksize() > 0);
     let f = ok!(OpenOptions::new()
         .create(true)
+        .truncate(false)
         .write(true)
         .open(m.join("sparse")));
     ok!(std::os::unix::fs::FileExt::write_all_at(&f, b"x", 1 << 30));

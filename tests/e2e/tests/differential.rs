@@ -20,39 +20,132 @@ use memofs_e2e::{errno_name, is_root, skip, Mount, Rng};
 const NAMES: &[&str] = &["a", "b", "c", "d"];
 const XATTRS: &[&str] = &["user.a", "user.b", "trusted.t", "security.s", "bogus.x"];
 const MODES: &[u32] = &[0o644, 0o600, 0o755, 0o000, 0o4755, 0o2755, 0o1777, 0o444];
-const SYMLINK_TARGETS: &[&str] = &["a", "b", "../a", "c/d", "../../b", "nowhere", ".", "..", "a/b/c"];
+const SYMLINK_TARGETS: &[&str] = &[
+    "a", "b", "../a", "c/d", "../../b", "nowhere", ".", "..", "a/b/c",
+];
 const SLOTS: usize = 4;
 const SNAPSHOT_EVERY: usize = 50;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Create { path: String, excl: bool, trunc: bool, mode: u32 },
-    Open { slot: usize, path: String, flags: i32, mode: u32 },
-    Close { slot: usize },
-    Pwrite { slot: usize, off: u64, len: usize, seed: u64 },
-    Pread { slot: usize, off: u64, len: usize },
-    Ftruncate { slot: usize, size: i64 },
-    Fallocate { slot: usize, mode: i32, off: u64, len: u64 },
-    Fsync { slot: usize },
-    CopyRange { from: usize, to: usize, off_in: i64, off_out: i64, len: usize },
-    WriteFile { path: String, off: u64, len: usize, seed: u64 },
-    ReadFile { path: String },
-    Truncate { path: String, size: i64 },
-    Rename { from: String, to: String, flags: u32 },
-    Link { from: String, to: String },
-    Unlink { path: String },
-    Mkdir { path: String, mode: u32 },
-    Rmdir { path: String },
-    Symlink { target: String, path: String },
-    Readlink { path: String },
-    Mknod { path: String, kind: u32 },
-    Chmod { path: String, mode: u32 },
-    Stat { path: String, follow: bool },
-    List { path: String },
-    SetXattr { path: String, name: String, value: Vec<u8>, flags: i32 },
-    GetXattr { path: String, name: String, size: usize },
-    ListXattr { path: String },
-    RemoveXattr { path: String, name: String },
+    Create {
+        path: String,
+        excl: bool,
+        trunc: bool,
+        mode: u32,
+    },
+    Open {
+        slot: usize,
+        path: String,
+        flags: i32,
+        mode: u32,
+    },
+    Close {
+        slot: usize,
+    },
+    Pwrite {
+        slot: usize,
+        off: u64,
+        len: usize,
+        seed: u64,
+    },
+    Pread {
+        slot: usize,
+        off: u64,
+        len: usize,
+    },
+    Ftruncate {
+        slot: usize,
+        size: i64,
+    },
+    Fallocate {
+        slot: usize,
+        mode: i32,
+        off: u64,
+        len: u64,
+    },
+    Fsync {
+        slot: usize,
+    },
+    CopyRange {
+        from: usize,
+        to: usize,
+        off_in: i64,
+        off_out: i64,
+        len: usize,
+    },
+    WriteFile {
+        path: String,
+        off: u64,
+        len: usize,
+        seed: u64,
+    },
+    ReadFile {
+        path: String,
+    },
+    Truncate {
+        path: String,
+        size: i64,
+    },
+    Rename {
+        from: String,
+        to: String,
+        flags: u32,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+    },
+    Rmdir {
+        path: String,
+    },
+    Symlink {
+        target: String,
+        path: String,
+    },
+    Readlink {
+        path: String,
+    },
+    Mknod {
+        path: String,
+        kind: u32,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    Stat {
+        path: String,
+        follow: bool,
+    },
+    List {
+        path: String,
+    },
+    SetXattr {
+        path: String,
+        name: String,
+        value: Vec<u8>,
+        flags: i32,
+    },
+    GetXattr {
+        path: String,
+        name: String,
+        size: usize,
+    },
+    ListXattr {
+        path: String,
+    },
+    RemoveXattr {
+        path: String,
+        name: String,
+    },
 }
 
 impl Op {
@@ -60,7 +153,18 @@ impl Op {
     fn touched(&self) -> Vec<&str> {
         use Op::*;
         match self {
-            Create { path, .. } | Open { path, .. } | WriteFile { path, .. } | Truncate { path, .. } | Unlink { path } | Mkdir { path, .. } | Rmdir { path } | Symlink { path, .. } | Mknod { path, .. } | Chmod { path, .. } | SetXattr { path, .. } | RemoveXattr { path, .. } => vec![path, parent(path)],
+            Create { path, .. }
+            | Open { path, .. }
+            | WriteFile { path, .. }
+            | Truncate { path, .. }
+            | Unlink { path }
+            | Mkdir { path, .. }
+            | Rmdir { path }
+            | Symlink { path, .. }
+            | Mknod { path, .. }
+            | Chmod { path, .. }
+            | SetXattr { path, .. }
+            | RemoveXattr { path, .. } => vec![path, parent(path)],
             Rename { from, to, .. } | Link { from, to } => vec![from, to, parent(from), parent(to)],
             _ => vec![],
         }
@@ -68,7 +172,9 @@ impl Op {
 }
 
 fn parent(p: &str) -> &str {
-    p.trim_end_matches('/').rsplit_once('/').map_or("", |(d, _)| d)
+    p.trim_end_matches('/')
+        .rsplit_once('/')
+        .map_or("", |(d, _)| d)
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -76,7 +182,14 @@ enum Val {
     Unit,
     Num(i64),
     Data(Vec<u8>),
-    Stat { kind: u32, perm: u32, nlink: u64, size: Option<u64>, uid: u32, gid: u32 },
+    Stat {
+        kind: u32,
+        perm: u32,
+        nlink: u64,
+        size: Option<u64>,
+        uid: u32,
+        gid: u32,
+    },
     Names(Vec<String>),
 }
 
@@ -87,8 +200,18 @@ impl fmt::Debug for Val {
             Val::Num(n) => write!(f, "{n}"),
             Val::Data(d) if d.len() > 32 => write!(f, "{} bytes {:?}..", d.len(), &d[..32]),
             Val::Data(d) => write!(f, "{d:?}"),
-            Val::Stat { kind, perm, nlink, size, uid, gid } => {
-                write!(f, "{{type {kind:o} mode {perm:o} nlink {nlink} size {size:?} owner {uid}:{gid}}}")
+            Val::Stat {
+                kind,
+                perm,
+                nlink,
+                size,
+                uid,
+                gid,
+            } => {
+                write!(
+                    f,
+                    "{{type {kind:o} mode {perm:o} nlink {nlink} size {size:?} owner {uid}:{gid}}}"
+                )
             }
             Val::Names(n) => write!(f, "{n:?}"),
         }
@@ -135,7 +258,11 @@ impl Side {
 
     fn stat(&self, rel: &str, follow: bool) -> Result<Val, Errno> {
         let p = self.p(rel);
-        let md = outcome(if follow { fs::metadata(&p) } else { fs::symlink_metadata(&p) })?;
+        let md = outcome(if follow {
+            fs::metadata(&p)
+        } else {
+            fs::symlink_metadata(&p)
+        })?;
         let kind = md.mode() & libc::S_IFMT;
         Ok(Val::Stat {
             kind,
@@ -151,7 +278,12 @@ impl Side {
         use Op::*;
         let unit = |r: std::io::Result<()>| outcome(r).map(|_| Val::Unit);
         match op {
-            Create { path, excl, trunc, mode } => {
+            Create {
+                path,
+                excl,
+                trunc,
+                mode,
+            } => {
                 let mut flags = libc::O_CREAT | libc::O_WRONLY | libc::O_NONBLOCK;
                 if *excl {
                     flags |= libc::O_EXCL;
@@ -161,28 +293,56 @@ impl Side {
                 }
                 outcome(sys::open(self.p(path), flags, *mode)).map(|_| Val::Unit)
             }
-            Open { slot, path, flags, mode } => {
+            Open {
+                slot,
+                path,
+                flags,
+                mode,
+            } => {
                 self.slots[*slot] = None;
                 let f = outcome(sys::open(self.p(path), *flags | libc::O_NONBLOCK, *mode))?;
                 self.slots[*slot] = Some(f);
                 Ok(Val::Unit)
             }
-            Close { slot } => {
-                self.slots[*slot].take().map(|_| Val::Unit).ok_or(libc::EBADF)
-            }
-            Pwrite { slot, off, len, seed } => {
+            Close { slot } => self.slots[*slot]
+                .take()
+                .map(|_| Val::Unit)
+                .ok_or(libc::EBADF),
+            Pwrite {
+                slot,
+                off,
+                len,
+                seed,
+            } => {
                 let data = memofs_e2e::pattern(*seed, *len);
                 outcome(self.slot(*slot)?.write_at(&data, *off)).map(|n| Val::Num(n as i64))
             }
-            Pread { slot, off, len } => outcome(sys::pread_full(self.slot(*slot)?, *off, *len)).map(Val::Data),
+            Pread { slot, off, len } => {
+                outcome(sys::pread_full(self.slot(*slot)?, *off, *len)).map(Val::Data)
+            }
             Ftruncate { slot, size } => {
                 let fd = std::os::unix::io::AsRawFd::as_raw_fd(self.slot(*slot)?);
                 let r = unsafe { libc::ftruncate(fd, *size) };
-                if r == 0 { Ok(Val::Unit) } else { Err(sys::errno_of(&std::io::Error::last_os_error())) }
+                if r == 0 {
+                    Ok(Val::Unit)
+                } else {
+                    Err(sys::errno_of(&std::io::Error::last_os_error()))
+                }
             }
-            Fallocate { slot, mode, off, len } => unit(sys::fallocate(self.slot(*slot)?, *mode, *off, *len)),
+            Fallocate {
+                slot,
+                mode,
+                off,
+                len,
+            } => unit(sys::fallocate(self.slot(*slot)?, *mode, *off, *len)),
             Fsync { slot } => unit(self.slot(*slot)?.sync_all()),
-            CopyRange { from, to, off_in, off_out, len } => {
+            CopyRange {
+                from,
+                to,
+                off_in,
+                off_out,
+                len,
+            } => {
                 let (src, dst) = (self.slot(*from)?, self.slot(*to)?);
                 let (mut i, mut o, mut total) = (*off_in, *off_out, 0usize);
                 while total < *len {
@@ -194,13 +354,26 @@ impl Side {
                 }
                 Ok(Val::Num(total as i64))
             }
-            WriteFile { path, off, len, seed } => {
-                let f = outcome(sys::open(self.p(path), libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK, 0o644))?;
+            WriteFile {
+                path,
+                off,
+                len,
+                seed,
+            } => {
+                let f = outcome(sys::open(
+                    self.p(path),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
+                    0o644,
+                ))?;
                 let data = memofs_e2e::pattern(*seed, *len);
                 outcome(f.write_all_at(&data, *off)).map(|_| Val::Unit)
             }
             ReadFile { path } => {
-                let f = outcome(sys::open(self.p(path), libc::O_RDONLY | libc::O_NONBLOCK, 0))?;
+                let f = outcome(sys::open(
+                    self.p(path),
+                    libc::O_RDONLY | libc::O_NONBLOCK,
+                    0,
+                ))?;
                 outcome(sys::pread_full(&f, 0, 4 << 20)).map(Val::Data)
             }
             Truncate { path, size } => unit(sys::truncate(self.p(path), *size)),
@@ -209,18 +382,34 @@ impl Side {
             Unlink { path } => unit(fs::remove_file(self.p(path))),
             Mkdir { path, mode } => {
                 let c = sys::cpath(self.p(path));
-                if unsafe { libc::mkdir(c.as_ptr(), *mode) } == 0 { Ok(Val::Unit) } else { Err(sys::errno_of(&std::io::Error::last_os_error())) }
+                if unsafe { libc::mkdir(c.as_ptr(), *mode) } == 0 {
+                    Ok(Val::Unit)
+                } else {
+                    Err(sys::errno_of(&std::io::Error::last_os_error()))
+                }
             }
             Rmdir { path } => unit(fs::remove_dir(self.p(path))),
             Symlink { target, path } => unit(std::os::unix::fs::symlink(target, self.p(path))),
-            Readlink { path } => outcome(fs::read_link(self.p(path))).map(|t| Val::Data(sys::bytes(t.as_os_str()).to_vec())),
+            Readlink { path } => outcome(fs::read_link(self.p(path)))
+                .map(|t| Val::Data(sys::bytes(t.as_os_str()).to_vec())),
             Mknod { path, kind } => unit(sys::mknod(self.p(path), kind | 0o644, 0)),
             Chmod { path, mode } => unit(sys::chmod(self.p(path), *mode)),
             Stat { path, follow } => self.stat(path, *follow),
             List { path } => outcome(sys::list(self.p(path))).map(Val::Names),
-            SetXattr { path, name, value, flags } => unit(sys::setxattr(self.p(path), name, value, *flags)),
+            SetXattr {
+                path,
+                name,
+                value,
+                flags,
+            } => unit(sys::setxattr(self.p(path), name, value, *flags)),
             GetXattr { path, name, size } => {
-                outcome(sys::getxattr_sized(self.p(path), name, *size)).map(|(n, v)| if *size == 0 { Val::Num(n as i64) } else { Val::Data(v) })
+                outcome(sys::getxattr_sized(self.p(path), name, *size)).map(|(n, v)| {
+                    if *size == 0 {
+                        Val::Num(n as i64)
+                    } else {
+                        Val::Data(v)
+                    }
+                })
             }
             ListXattr { path } => outcome(sys::listxattr(self.p(path))).map(Val::Names),
             RemoveXattr { path, name } => unit(sys::removexattr(self.p(path), name)),
@@ -230,7 +419,9 @@ impl Side {
 
 /// Relative paths of everything in the reference tree (for choosing existing names often).
 fn existing(root: &std::path::Path) -> Vec<String> {
-    tree::describe(root, Detail::default()).map(|t| t.into_keys().filter(|k| !k.is_empty()).collect()).unwrap_or_default()
+    tree::describe(root, Detail::default())
+        .map(|t| t.into_keys().filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default()
 }
 
 struct Gen {
@@ -240,7 +431,10 @@ struct Gen {
 impl Gen {
     fn random_path(&mut self) -> String {
         let depth = self.rng.weighted(&[5, 3, 2]) + 1;
-        (0..depth).map(|_| *self.rng.pick(NAMES)).collect::<Vec<_>>().join("/")
+        (0..depth)
+            .map(|_| *self.rng.pick(NAMES))
+            .collect::<Vec<_>>()
+            .join("/")
     }
 
     fn path(&mut self, existing: &[String]) -> String {
@@ -259,7 +453,9 @@ impl Gen {
         match self.rng.weighted(&[5, 3, 2]) {
             0 => self.rng.below(8192),
             1 => self.rng.below(300_000),
-            _ => (self.rng.range(0, 40) * 4096).saturating_add(self.rng.range(0, 2)).saturating_sub(1),
+            _ => (self.rng.range(0, 40) * 4096)
+                .saturating_add(self.rng.range(0, 2))
+                .saturating_sub(1),
         }
     }
 
@@ -275,55 +471,170 @@ impl Gen {
         use Op::*;
         let r = &mut self.rng;
         let slot = r.below(SLOTS as u64) as usize;
-        let weights = [6, 8, 3, 10, 6, 3, 4, 1, 2, 6, 4, 3, 8, 3, 5, 5, 3, 3, 2, 2, 3, 5, 3, 4, 3, 2, 2];
+        let weights = [
+            6, 8, 3, 10, 6, 3, 4, 1, 2, 6, 4, 3, 8, 3, 5, 5, 3, 3, 2, 2, 3, 5, 3, 4, 3, 2, 2,
+        ];
         match self.rng.weighted(&weights) {
-            0 => Create { path: self.path(ex), excl: self.rng.chance(1, 3), trunc: self.rng.chance(1, 3), mode: *self.rng.pick(MODES) },
+            0 => Create {
+                path: self.path(ex),
+                excl: self.rng.chance(1, 3),
+                trunc: self.rng.chance(1, 3),
+                mode: *self.rng.pick(MODES),
+            },
             1 => {
-                let acc = *self.rng.pick(&[libc::O_RDONLY, libc::O_WRONLY, libc::O_RDWR, libc::O_RDWR]);
+                let acc =
+                    *self
+                        .rng
+                        .pick(&[libc::O_RDONLY, libc::O_WRONLY, libc::O_RDWR, libc::O_RDWR]);
                 let mut flags = acc;
-                for (f, p) in [(libc::O_CREAT, 3), (libc::O_APPEND, 6), (libc::O_TRUNC, 10), (libc::O_EXCL, 12), (libc::O_DIRECTORY, 20)] {
+                for (f, p) in [
+                    (libc::O_CREAT, 3),
+                    (libc::O_APPEND, 6),
+                    (libc::O_TRUNC, 10),
+                    (libc::O_EXCL, 12),
+                    (libc::O_DIRECTORY, 20),
+                ] {
                     if self.rng.chance(1, p) {
                         flags |= f;
                     }
                 }
-                Open { slot, path: self.path(ex), flags, mode: *self.rng.pick(MODES) }
+                Open {
+                    slot,
+                    path: self.path(ex),
+                    flags,
+                    mode: *self.rng.pick(MODES),
+                }
             }
             2 => Close { slot },
-            3 => Pwrite { slot, off: self.offset(), len: self.len(), seed: self.rng.next_u64() },
-            4 => Pread { slot, off: self.offset(), len: self.len() },
-            5 => Ftruncate { slot, size: self.offset() as i64 },
+            3 => Pwrite {
+                slot,
+                off: self.offset(),
+                len: self.len(),
+                seed: self.rng.next_u64(),
+            },
+            4 => Pread {
+                slot,
+                off: self.offset(),
+                len: self.len(),
+            },
+            5 => Ftruncate {
+                slot,
+                size: self.offset() as i64,
+            },
             6 => {
-                let mode = *self.rng.pick(&[0, libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE]);
-                Fallocate { slot, mode, off: self.offset(), len: self.len() as u64 }
+                let mode = *self.rng.pick(&[
+                    0,
+                    libc::FALLOC_FL_KEEP_SIZE,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                ]);
+                Fallocate {
+                    slot,
+                    mode,
+                    off: self.offset(),
+                    len: self.len() as u64,
+                }
             }
             7 => Fsync { slot },
-            8 => CopyRange { from: slot, to: self.rng.below(SLOTS as u64) as usize, off_in: self.offset() as i64, off_out: self.offset() as i64, len: self.len() },
-            9 => WriteFile { path: self.path(ex), off: self.offset(), len: self.len(), seed: self.rng.next_u64() },
-            10 => ReadFile { path: self.path(ex) },
-            11 => Truncate { path: self.path(ex), size: if self.rng.chance(1, 40) { -1 } else { self.offset() as i64 } },
+            8 => CopyRange {
+                from: slot,
+                to: self.rng.below(SLOTS as u64) as usize,
+                off_in: self.offset() as i64,
+                off_out: self.offset() as i64,
+                len: self.len(),
+            },
+            9 => WriteFile {
+                path: self.path(ex),
+                off: self.offset(),
+                len: self.len(),
+                seed: self.rng.next_u64(),
+            },
+            10 => ReadFile {
+                path: self.path(ex),
+            },
+            11 => Truncate {
+                path: self.path(ex),
+                size: if self.rng.chance(1, 40) {
+                    -1
+                } else {
+                    self.offset() as i64
+                },
+            },
             12 => {
                 let flags = *self.rng.pick(&[0, 0, 0, 1, 2, 3]); // NOREPLACE=1, EXCHANGE=2, both=EINVAL
-                Rename { from: self.path(ex), to: self.path(ex), flags }
+                Rename {
+                    from: self.path(ex),
+                    to: self.path(ex),
+                    flags,
+                }
             }
-            13 => Link { from: self.path(ex), to: self.path(ex) },
-            14 => Unlink { path: self.path(ex) },
-            15 => Mkdir { path: self.path(ex), mode: *self.rng.pick(&[0o755, 0o700, 0o2775, 0o1777]) },
-            16 => Rmdir { path: self.path(ex) },
-            17 => Symlink { target: self.rng.pick(SYMLINK_TARGETS).to_string(), path: self.path(ex) },
-            18 => Readlink { path: self.path(ex) },
-            19 => Mknod { path: self.path(ex), kind: *self.rng.pick(&[libc::S_IFIFO, libc::S_IFSOCK]) },
-            20 => Chmod { path: self.path(ex), mode: *self.rng.pick(MODES) },
-            21 => Stat { path: if self.rng.chance(1, 10) { String::new() } else { self.path(ex) }, follow: self.rng.chance(1, 2) },
-            22 => List { path: if self.rng.chance(1, 4) { String::new() } else { self.path(ex) } },
+            13 => Link {
+                from: self.path(ex),
+                to: self.path(ex),
+            },
+            14 => Unlink {
+                path: self.path(ex),
+            },
+            15 => Mkdir {
+                path: self.path(ex),
+                mode: *self.rng.pick(&[0o755, 0o700, 0o2775, 0o1777]),
+            },
+            16 => Rmdir {
+                path: self.path(ex),
+            },
+            17 => Symlink {
+                target: self.rng.pick(SYMLINK_TARGETS).to_string(),
+                path: self.path(ex),
+            },
+            18 => Readlink {
+                path: self.path(ex),
+            },
+            19 => Mknod {
+                path: self.path(ex),
+                kind: *self.rng.pick(&[libc::S_IFIFO, libc::S_IFSOCK]),
+            },
+            20 => Chmod {
+                path: self.path(ex),
+                mode: *self.rng.pick(MODES),
+            },
+            21 => Stat {
+                path: if self.rng.chance(1, 10) {
+                    String::new()
+                } else {
+                    self.path(ex)
+                },
+                follow: self.rng.chance(1, 2),
+            },
+            22 => List {
+                path: if self.rng.chance(1, 4) {
+                    String::new()
+                } else {
+                    self.path(ex)
+                },
+            },
             23 => {
                 let mut value = vec![0u8; self.rng.below(64) as usize];
                 self.rng.fill(&mut value);
                 let flags = *self.rng.pick(&[0, 0, 1, 2]);
-                SetXattr { path: self.path(ex), name: self.rng.pick(XATTRS).to_string(), value, flags }
+                SetXattr {
+                    path: self.path(ex),
+                    name: self.rng.pick(XATTRS).to_string(),
+                    value,
+                    flags,
+                }
             }
-            24 => GetXattr { path: self.path(ex), name: self.rng.pick(XATTRS).to_string(), size: *self.rng.pick(&[0, 4, 4096]) },
-            25 => ListXattr { path: self.path(ex) },
-            _ => RemoveXattr { path: self.path(ex), name: self.rng.pick(XATTRS).to_string() },
+            24 => GetXattr {
+                path: self.path(ex),
+                name: self.rng.pick(XATTRS).to_string(),
+                size: *self.rng.pick(&[0, 4, 4096]),
+            },
+            25 => ListXattr {
+                path: self.path(ex),
+            },
+            _ => RemoveXattr {
+                path: self.path(ex),
+                name: self.rng.pick(XATTRS).to_string(),
+            },
         }
     }
 }
@@ -337,18 +648,32 @@ fn step(a: &mut Side, b: &mut Side, op: &Op) -> (String, Option<String>) {
     let (ra, rb) = (Res(a.apply(op)), Res(b.apply(op)));
     let line = format!("{op:?} => {ra:?} | {rb:?}");
     if ra != rb {
-        return (line, Some(format!("op {op:?}\n  memofs: {ra:?}\n  tmpfs:  {rb:?}")));
+        return (
+            line,
+            Some(format!("op {op:?}\n  memofs: {ra:?}\n  tmpfs:  {rb:?}")),
+        );
     }
     for p in op.touched() {
         let (sa, sb) = (Res(a.stat(p, false)), Res(b.stat(p, false)));
         if sa != sb {
-            return (line, Some(format!("after op {op:?}\n  lstat {p:?}: memofs {sa:?}, tmpfs {sb:?}")));
+            return (
+                line,
+                Some(format!(
+                    "after op {op:?}\n  lstat {p:?}: memofs {sa:?}, tmpfs {sb:?}"
+                )),
+            );
         }
     }
     (line, None)
 }
 
-const DETAIL: Detail = Detail { nlink: true, dir_size: false, mtime: false, content: true, xattrs: true };
+const DETAIL: Detail = Detail {
+    nlink: true,
+    dir_size: false,
+    mtime: false,
+    content: true,
+    xattrs: true,
+};
 
 /// Compare the whole trees.
 fn snapshot(a: &Side, b: &Side) -> Option<String> {
@@ -380,7 +705,11 @@ fn reset(s: &mut Side) -> std::io::Result<()> {
 }
 
 /// Replay `ops` on emptied file systems; the first mismatch, if any, with the step log.
-fn replay(a: &mut Side, b: &mut Side, ops: &[Op]) -> Result<Option<(usize, String, Vec<String>)>, String> {
+fn replay(
+    a: &mut Side,
+    b: &mut Side,
+    ops: &[Op],
+) -> Result<Option<(usize, String, Vec<String>)>, String> {
     reset(a).map_err(|e| format!("cannot empty memofs: {e}"))?;
     reset(b).map_err(|e| format!("cannot empty tmpfs: {e}"))?;
     let mut log = Vec::new();
@@ -444,9 +773,17 @@ fn run(test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
     // Declared before the sides so that descriptors close before the unmounts.
     let mem = Mount::memofs(&mem_opts);
     let tmp = Mount::tmpfs(&["size=256m", "mode=1777"]);
-    let mut a = Side { root: mem.path().to_path_buf(), slots: (0..SLOTS).map(|_| None).collect() };
-    let mut b = Side { root: tmp.path().to_path_buf(), slots: (0..SLOTS).map(|_| None).collect() };
-    let mut gen = Gen { rng: Rng::new(seed) };
+    let mut a = Side {
+        root: mem.path().to_path_buf(),
+        slots: (0..SLOTS).map(|_| None).collect(),
+    };
+    let mut b = Side {
+        root: tmp.path().to_path_buf(),
+        slots: (0..SLOTS).map(|_| None).collect(),
+    };
+    let mut gen = Gen {
+        rng: Rng::new(seed),
+    };
     let mut history: Vec<String> = Vec::new();
     let mut done: Vec<Op> = Vec::new();
     for i in 0..ops {
@@ -513,16 +850,28 @@ fn differential_harness_tmpfs_vs_tmpfs() {
         skip!("needs root to mount");
     }
     let (x, y) = (Mount::tmpfs(&["size=64m"]), Mount::tmpfs(&["size=64m"]));
-    let mut a = Side { root: x.path().to_path_buf(), slots: (0..SLOTS).map(|_| None).collect() };
-    let mut b = Side { root: y.path().to_path_buf(), slots: (0..SLOTS).map(|_| None).collect() };
+    let mut a = Side {
+        root: x.path().to_path_buf(),
+        slots: (0..SLOTS).map(|_| None).collect(),
+    };
+    let mut b = Side {
+        root: y.path().to_path_buf(),
+        slots: (0..SLOTS).map(|_| None).collect(),
+    };
     let mut gen = Gen { rng: Rng::new(99) };
     let mut errors = 0;
     for step in 0..500 {
         let op = gen.op(&existing(&b.root));
         let (ra, rb) = (Res(a.apply(&op)), Res(b.apply(&op)));
-        assert!(ra == rb, "tmpfs vs tmpfs differ at step {step}: {op:?}: {ra:?} vs {rb:?}");
+        assert!(
+            ra == rb,
+            "tmpfs vs tmpfs differ at step {step}: {op:?}: {ra:?} vs {rb:?}"
+        );
         errors += ra.0.is_err() as usize;
     }
-    assert!((50..450).contains(&errors), "the generator should mix successes and errors ({errors} errors in 500)");
+    assert!(
+        (50..450).contains(&errors),
+        "the generator should mix successes and errors ({errors} errors in 500)"
+    );
     drop((a, b));
 }

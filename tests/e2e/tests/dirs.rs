@@ -396,8 +396,15 @@ fn readdir_types_inodes_and_dots() {
         );
         assert_eq!(e.ino, ino(&m.join(name)), "d_ino of {name} matches st_ino");
     }
-    assert_eq!(by_name["."].ino, ino(m.path()), "d_ino of '.' is the directory's st_ino");
-    assert_ne!(by_name[".."].ino, 0, "d_ino of '..' is not 0 (glibc treats 0 as a deleted entry)");
+    assert_eq!(
+        by_name["."].ino,
+        ino(m.path()),
+        "d_ino of '.' is the directory's st_ino"
+    );
+    assert_ne!(
+        by_name[".."].ino, 0,
+        "d_ino of '..' is not 0 (glibc treats 0 as a deleted entry)"
+    );
     let offs: BTreeSet<i64> = entries.iter().map(|e| e.off).collect();
     assert_eq!(offs.len(), entries.len(), "every d_off differs");
 }

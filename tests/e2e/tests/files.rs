@@ -120,6 +120,7 @@ fn sparse_files_read_zeros() {
     let p = m.join("sparse");
     let f = ok!(OpenOptions::new()
         .create(true)
+        .truncate(false)
         .read(true)
         .write(true)
         .open(&p));
@@ -148,6 +149,7 @@ fn huge_sparse_offsets() {
     let p = m.join("huge");
     let f = ok!(OpenOptions::new()
         .create(true)
+        .truncate(false)
         .read(true)
         .write(true)
         .open(&p));
@@ -201,6 +203,7 @@ fn read_write_at_many_offsets_match_a_model() {
     let p = m.join("model");
     let f = ok!(OpenOptions::new()
         .create(true)
+        .truncate(false)
         .read(true)
         .write(true)
         .open(&p));
@@ -327,7 +330,7 @@ fn name_length_limits() {
         "255-byte name listed"
     );
     ok!(
-        fs::create_dir(m.join(format!("{}", "d".repeat(255)))),
+        fs::create_dir(m.join("d".repeat(255))),
         "mkdir a 255-byte name"
     );
     ok!(

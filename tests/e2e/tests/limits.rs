@@ -3,7 +3,10 @@
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{symlink, FileExt};
 
-use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount, FUSE_SUPER_MAGIC, TMPFS_MAGIC};
+use memofs_e2e::{
+    assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount, FUSE_SUPER_MAGIC,
+    TMPFS_MAGIC,
+};
 
 fn mem_total() -> u64 {
     let text = ok!(fs::read_to_string("/proc/meminfo"));
@@ -27,12 +30,24 @@ fn statfs_reflects_size_and_nr_inodes() {
     }
     let m = Mount::mem(&["size=64m", "nr_inodes=1000"]);
     let s = ok!(sys::statfs(m.path()));
-    let want_type = if m.is_memofs() { FUSE_SUPER_MAGIC } else { TMPFS_MAGIC };
+    let want_type = if m.is_memofs() {
+        FUSE_SUPER_MAGIC
+    } else {
+        TMPFS_MAGIC
+    };
     assert_eq!(s.f_type as i64, want_type, "f_type {:#x}", s.f_type);
     let bs = sys::block_size(&s);
     let total = s.f_blocks * bs;
-    assert!(total.abs_diff(64 << 20) < bs, "f_blocks×f_frsize = {total}, want 64 MiB");
-    assert!(s.f_bfree * bs + (64 << 10) >= total, "a new mount is (nearly) empty: bfree {} of {}", s.f_bfree, s.f_blocks);
+    assert!(
+        total.abs_diff(64 << 20) < bs,
+        "f_blocks×f_frsize = {total}, want 64 MiB"
+    );
+    assert!(
+        s.f_bfree * bs + (64 << 10) >= total,
+        "a new mount is (nearly) empty: bfree {} of {}",
+        s.f_bfree,
+        s.f_blocks
+    );
     assert_eq!(s.f_bavail, s.f_bfree, "no reserved blocks");
     assert_eq!(s.f_files, 1000, "f_files is nr_inodes");
     assert_eq!(s.f_ffree, 999, "the root directory takes one inode");
@@ -40,7 +55,10 @@ fn statfs_reflects_size_and_nr_inodes() {
     // Usage follows writes and deletes.
     ok!(fs::write(m.join("four"), vec![1u8; 4 << 20]));
     let used = used_bytes(&m, &s);
-    assert!((4 << 20..(4 << 20) + (64 << 10)).contains(&used), "4 MiB written, statfs shows {used} bytes used");
+    assert!(
+        (4 << 20..(4 << 20) + (64 << 10)).contains(&used),
+        "4 MiB written, statfs shows {used} bytes used"
+    );
     for i in 0..10 {
         ok!(fs::write(m.join(format!("e{i}")), b""));
     }
@@ -51,7 +69,11 @@ fn statfs_reflects_size_and_nr_inodes() {
         ok!(fs::remove_file(m.join(format!("e{i}"))));
     }
     let s3 = ok!(sys::statfs(m.path()));
-    assert_eq!((s3.f_bfree, s3.f_ffree), (s.f_bfree, s.f_ffree), "everything is given back on delete");
+    assert_eq!(
+        (s3.f_bfree, s3.f_ffree),
+        (s.f_bfree, s.f_ffree),
+        "everything is given back on delete"
+    );
 }
 
 #[test]
@@ -59,18 +81,29 @@ fn size_suffixes_and_percent() {
     if !is_root() {
         skip!("needs root to mount");
     }
-    for (opt, bytes) in [("size=1g", 1u64 << 30), ("size=524288k", 512 << 20), ("size=10%", mem_total() / 10)] {
+    for (opt, bytes) in [
+        ("size=1g", 1u64 << 30),
+        ("size=524288k", 512 << 20),
+        ("size=10%", mem_total() / 10),
+    ] {
         let m = Mount::mem(&[opt]);
         let s = ok!(sys::statfs(m.path()));
         let total = s.f_blocks * sys::block_size(&s);
         let tolerance = (bytes / 1000).max(sys::block_size(&s));
-        assert!(total.abs_diff(bytes) <= tolerance, "{opt}: statfs total {total} bytes, want about {bytes}");
+        assert!(
+            total.abs_diff(bytes) <= tolerance,
+            "{opt}: statfs total {total} bytes, want about {bytes}"
+        );
     }
 }
 
 /// Write `chunk`-sized pieces to one file until ENOSPC; returns the bytes acknowledged.
 fn fill_file(m: &Mount, name: &str, chunk: usize, seed: u64) -> (Vec<u8>, std::io::Error) {
-    let f = ok!(OpenOptions::new().create(true).write(true).open(m.join(name)));
+    let f = ok!(OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(m.join(name)));
     let mut acked = Vec::new();
     for i in 0.. {
         let piece = pattern(seed + i, chunk);
@@ -78,7 +111,10 @@ fn fill_file(m: &Mount, name: &str, chunk: usize, seed: u64) -> (Vec<u8>, std::i
             Ok(n) => acked.extend_from_slice(&piece[..n]),
             Err(e) => return (acked, e),
         }
-        assert!(acked.len() < 64 << 20, "no ENOSPC after 64 MiB on a size-limited mount");
+        assert!(
+            acked.len() < 64 << 20,
+            "no ENOSPC after 64 MiB on a size-limited mount"
+        );
     }
     unreachable!()
 }
@@ -90,28 +126,66 @@ fn enospc_when_size_is_reached_keeps_earlier_data() {
     }
     let m = Mount::mem(&["size=1m"]);
     let (acked, err) = fill_file(&m, "fill", 64 * 1024 + 17, 100);
-    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "the write past size=1m failed with {err}, want ENOSPC");
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOSPC),
+        "the write past size=1m failed with {err}, want ENOSPC"
+    );
     assert!(
         (512 << 10..=1 << 20).contains(&acked.len()),
         "size=1m accepted {} bytes before ENOSPC (want between 512 KiB and 1 MiB)",
         acked.len()
     );
-    assert_eq!(ok!(fs::metadata(m.join("fill"))).len(), acked.len() as u64, "size equals the acknowledged bytes");
-    assert_bytes_eq(&ok!(fs::read(m.join("fill"))), &acked, "content after ENOSPC");
+    assert_eq!(
+        ok!(fs::metadata(m.join("fill"))).len(),
+        acked.len() as u64,
+        "size equals the acknowledged bytes"
+    );
+    assert_bytes_eq(
+        &ok!(fs::read(m.join("fill"))),
+        &acked,
+        "content after ENOSPC",
+    );
     // Further writes keep failing; small files cannot be created with data either.
-    assert!(fs::write(m.join("more"), vec![1u8; 256 << 10]).is_err(), "a 256 KiB write into a full mount must fail");
-    assert_bytes_eq(&ok!(fs::read(m.join("fill"))), &acked, "content after the second failure");
+    assert!(
+        fs::write(m.join("more"), vec![1u8; 256 << 10]).is_err(),
+        "a 256 KiB write into a full mount must fail"
+    );
+    assert_bytes_eq(
+        &ok!(fs::read(m.join("fill"))),
+        &acked,
+        "content after the second failure",
+    );
     // fallocate beyond the space left fails and does not change the size.
-    let g = ok!(OpenOptions::new().create(true).write(true).open(m.join("falloc")));
-    assert_errno!(sys::fallocate(&g, 0, 0, 2 << 20), libc::ENOSPC, "fallocate of 2 MiB on size=1m");
-    assert_eq!(ok!(g.metadata()).len(), 0, "a failed fallocate leaves the size alone");
+    let g = ok!(OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(m.join("falloc")));
+    assert_errno!(
+        sys::fallocate(&g, 0, 0, 2 << 20),
+        libc::ENOSPC,
+        "fallocate of 2 MiB on size=1m"
+    );
+    assert_eq!(
+        ok!(g.metadata()).len(),
+        0,
+        "a failed fallocate leaves the size alone"
+    );
     drop(g);
     // Deleting frees the space.
     ok!(fs::remove_file(m.join("fill")));
     let _ = fs::remove_file(m.join("more"));
     let again = pattern(7, 700 << 10);
-    ok!(fs::write(m.join("again"), &again), "writing 700 KiB after freeing the space");
-    assert_bytes_eq(&ok!(fs::read(m.join("again"))), &again, "content written after freeing");
+    ok!(
+        fs::write(m.join("again"), &again),
+        "writing 700 KiB after freeing the space"
+    );
+    assert_bytes_eq(
+        &ok!(fs::read(m.join("again"))),
+        &again,
+        "content written after freeing",
+    );
 }
 
 #[test]
@@ -134,9 +208,17 @@ fn enospc_across_many_files() {
     }
     let e = failed.expect("2 MiB filled with 10 kB files without ENOSPC");
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
-    assert!(written.len() >= 100, "only {} files of 10 kB fit in size=2m", written.len());
+    assert!(
+        written.len() >= 100,
+        "only {} files of 10 kB fit in size=2m",
+        written.len()
+    );
     for (i, data) in &written {
-        assert_bytes_eq(&ok!(fs::read(m.join(format!("f{i}")))), data, &format!("file f{i}"));
+        assert_bytes_eq(
+            &ok!(fs::read(m.join(format!("f{i}")))),
+            data,
+            &format!("file f{i}"),
+        );
     }
     for (i, _) in &written {
         ok!(fs::remove_file(m.join(format!("f{i}"))));
@@ -144,7 +226,12 @@ fn enospc_across_many_files() {
     let s = ok!(sys::statfs(m.path()));
     let bs = sys::block_size(&s);
     // The partially written file that hit ENOSPC may remain; everything else is free.
-    assert!(s.f_bfree * bs + (64 << 10) >= s.f_blocks * bs, "space back after deleting: {} of {} blocks free", s.f_bfree, s.f_blocks);
+    assert!(
+        s.f_bfree * bs + (64 << 10) >= s.f_blocks * bs,
+        "space back after deleting: {} of {} blocks free",
+        s.f_bfree,
+        s.f_blocks
+    );
 }
 
 #[test]
@@ -161,11 +248,27 @@ fn enospc_when_nr_inodes_is_reached() {
         }
         assert!(made <= 20, "more than 20 files with nr_inodes=20");
     };
-    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "creating past nr_inodes: {err}");
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOSPC),
+        "creating past nr_inodes: {err}"
+    );
     assert_eq!(made, 19, "nr_inodes=20 allows the root and 19 more");
-    assert_errno!(fs::create_dir(m.join("d")), libc::ENOSPC, "mkdir at the inode limit");
-    assert_errno!(symlink("t", m.join("l")), libc::ENOSPC, "symlink at the inode limit");
-    assert_errno!(sys::mkfifo(m.join("p"), 0o644), libc::ENOSPC, "mkfifo at the inode limit");
+    assert_errno!(
+        fs::create_dir(m.join("d")),
+        libc::ENOSPC,
+        "mkdir at the inode limit"
+    );
+    assert_errno!(
+        symlink("t", m.join("l")),
+        libc::ENOSPC,
+        "symlink at the inode limit"
+    );
+    assert_errno!(
+        sys::mkfifo(m.join("p"), 0o644),
+        libc::ENOSPC,
+        "mkfifo at the inode limit"
+    );
     assert_eq!(ok!(sys::statfs(m.path())).f_ffree, 0);
     // Existing files still work, and deleting one makes room for one.
     ok!(fs::write(m.join("f0"), b"rewritten"));

@@ -35,7 +35,11 @@ fn new_files_belong_to_the_caller() {
         ok!(fs::write(root.join("dir/inner"), b""));
     });
     for p in ["file", "dir", "link", "fifo", "dir/inner"] {
-        assert_eq!(owner(&m.join(p)), (uid, gid), "owner of {p} created by {uid}:{gid}");
+        assert_eq!(
+            owner(&m.join(p)),
+            (uid, gid),
+            "owner of {p} created by {uid}:{gid}"
+        );
     }
     // Root's files are root's.
     ok!(fs::write(m.join("rootfile"), b""));
@@ -56,18 +60,41 @@ fn setgid_directories_pass_their_group_on() {
         ok!(fs::create_dir(dd.join("sub")));
         ok!(sys::mknod(dd.join("p"), libc::S_IFIFO | 0o644, 0));
     });
-    assert_eq!(owner(&d.join("f")), (uid, 5555), "file in a setgid dir gets the dir's group");
-    assert_eq!(owner(&d.join("p")), (uid, 5555), "fifo in a setgid dir gets the dir's group");
-    assert_eq!(owner(&d.join("sub")), (uid, 5555), "subdir in a setgid dir gets the dir's group");
+    assert_eq!(
+        owner(&d.join("f")),
+        (uid, 5555),
+        "file in a setgid dir gets the dir's group"
+    );
+    assert_eq!(
+        owner(&d.join("p")),
+        (uid, 5555),
+        "fifo in a setgid dir gets the dir's group"
+    );
+    assert_eq!(
+        owner(&d.join("sub")),
+        (uid, 5555),
+        "subdir in a setgid dir gets the dir's group"
+    );
     let sub_mode = ok!(fs::metadata(d.join("sub"))).mode();
-    assert!(sub_mode & libc::S_ISGID != 0, "subdir of a setgid dir is setgid too (mode {sub_mode:o})");
+    assert!(
+        sub_mode & libc::S_ISGID != 0,
+        "subdir of a setgid dir is setgid too (mode {sub_mode:o})"
+    );
     // A user not in the group creating a file with S_ISGID there: the bit is dropped.
     let dd = d.clone();
     as_user(uid, gid, &[], move || {
-        drop(ok!(sys::open(dd.join("g"), libc::O_CREAT | libc::O_WRONLY, 0o2755)));
+        drop(ok!(sys::open(
+            dd.join("g"),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o2755
+        )));
     });
     let g_mode = ok!(fs::metadata(d.join("g"))).mode();
-    assert_eq!(g_mode & libc::S_ISGID, 0, "S_ISGID dropped for a creator outside the file's group (mode {g_mode:o})");
+    assert_eq!(
+        g_mode & libc::S_ISGID,
+        0,
+        "S_ISGID dropped for a creator outside the file's group (mode {g_mode:o})"
+    );
 }
 
 #[test]
@@ -84,24 +111,76 @@ fn permission_checks_for_other_users() {
     let (f2, p2, root) = (f.clone(), priv_.clone(), m.path().to_path_buf());
     as_user(uid, gid, &[], move || {
         assert_eq!(ok!(fs::read(&f2)), b"secret", "others may read a 0644 file");
-        assert_errno!(OpenOptions::new().write(true).open(&f2), libc::EACCES, "open a 0644 root file for writing");
-        assert_errno!(sys::truncate(&f2, 0), libc::EACCES, "truncate a 0644 root file");
-        assert_errno!(sys::chmod(&f2, 0o666), libc::EPERM, "chmod someone else's file");
-        assert_errno!(sys::chown(&f2, uid, gid), libc::EPERM, "chown someone else's file");
-        assert_errno!(sys::utimensat(&f2, sys::Ts::At(1, 0), sys::Ts::At(1, 0), 0), libc::EPERM, "set explicit times on someone else's file");
-        assert_errno!(sys::utimensat(&f2, sys::Ts::Now, sys::Ts::Now, 0), libc::EACCES, "touch a file without write permission");
-        assert_errno!(sys::setxattr(&f2, "user.x", b"v", 0), libc::EACCES, "user.* xattr without write permission");
-        assert_errno!(sys::setxattr(&f2, "trusted.x", b"v", 0), libc::EPERM, "trusted.* xattr as a user");
-        assert_errno!(fs::read_dir(&p2), libc::EACCES, "list a 0700 root directory");
-        assert_errno!(fs::metadata(p2.join("x")), libc::EACCES, "search a 0700 root directory");
-        assert_errno!(fs::write(p2.join("y"), b""), libc::EACCES, "create in a 0700 root directory");
+        assert_errno!(
+            OpenOptions::new().write(true).open(&f2),
+            libc::EACCES,
+            "open a 0644 root file for writing"
+        );
+        assert_errno!(
+            sys::truncate(&f2, 0),
+            libc::EACCES,
+            "truncate a 0644 root file"
+        );
+        assert_errno!(
+            sys::chmod(&f2, 0o666),
+            libc::EPERM,
+            "chmod someone else's file"
+        );
+        assert_errno!(
+            sys::chown(&f2, uid, gid),
+            libc::EPERM,
+            "chown someone else's file"
+        );
+        assert_errno!(
+            sys::utimensat(&f2, sys::Ts::At(1, 0), sys::Ts::At(1, 0), 0),
+            libc::EPERM,
+            "set explicit times on someone else's file"
+        );
+        assert_errno!(
+            sys::utimensat(&f2, sys::Ts::Now, sys::Ts::Now, 0),
+            libc::EACCES,
+            "touch a file without write permission"
+        );
+        assert_errno!(
+            sys::setxattr(&f2, "user.x", b"v", 0),
+            libc::EACCES,
+            "user.* xattr without write permission"
+        );
+        assert_errno!(
+            sys::setxattr(&f2, "trusted.x", b"v", 0),
+            libc::EPERM,
+            "trusted.* xattr as a user"
+        );
+        assert_errno!(
+            fs::read_dir(&p2),
+            libc::EACCES,
+            "list a 0700 root directory"
+        );
+        assert_errno!(
+            fs::metadata(p2.join("x")),
+            libc::EACCES,
+            "search a 0700 root directory"
+        );
+        assert_errno!(
+            fs::write(p2.join("y"), b""),
+            libc::EACCES,
+            "create in a 0700 root directory"
+        );
         // The root directory is 1777 by default: anyone may create.
         ok!(fs::write(root.join("userfile"), b"u"));
         // A user can chmod and chown (to a group they are in) their own file.
         ok!(sys::chmod(root.join("userfile"), 0o600));
         ok!(sys::chown(root.join("userfile"), u32::MAX, gid));
-        assert_errno!(sys::chown(root.join("userfile"), u32::MAX, 9999), libc::EPERM, "chgrp to a group one is not in");
-        assert_errno!(sys::chown(root.join("userfile"), 0, u32::MAX), libc::EPERM, "give a file away");
+        assert_errno!(
+            sys::chown(root.join("userfile"), u32::MAX, 9999),
+            libc::EPERM,
+            "chgrp to a group one is not in"
+        );
+        assert_errno!(
+            sys::chown(root.join("userfile"), 0, u32::MAX),
+            libc::EPERM,
+            "give a file away"
+        );
     });
     // Root is not restricted by mode bits.
     ok!(sys::chmod(&f, 0o000));
@@ -110,7 +189,11 @@ fn permission_checks_for_other_users() {
     let uf = m.join("userfile");
     let (uid2, gid2) = USER2;
     as_user(uid2, gid2, &[], move || {
-        assert_errno!(File::open(&uf), libc::EACCES, "read another user's 0600 file");
+        assert_errno!(
+            File::open(&uf),
+            libc::EACCES,
+            "read another user's 0600 file"
+        );
     });
 }
 
@@ -124,7 +207,10 @@ fn group_and_supplementary_group_permissions() {
     let (uid, gid) = USER1;
     let f2 = f.clone();
     as_user(uid, gid, &[7777], move || {
-        ok!(OpenOptions::new().write(true).open(&f2), "write as a member of the file's group (supplementary)");
+        ok!(
+            OpenOptions::new().write(true).open(&f2),
+            "write as a member of the file's group (supplementary)"
+        );
     });
     let f3 = f.clone();
     as_user(uid, gid, &[], move || {
@@ -139,16 +225,31 @@ fn sticky_directory_protects_other_users_files() {
     ok!(fs::create_dir(&t));
     ok!(sys::chmod(&t, 0o1777));
     let t1 = t.clone();
-    as_user(USER1.0, USER1.1, &[], move || ok!(fs::write(t1.join("mine"), b"1")));
+    as_user(USER1.0, USER1.1, &[], move || {
+        ok!(fs::write(t1.join("mine"), b"1"))
+    });
     let t2 = t.clone();
     as_user(USER2.0, USER2.1, &[], move || {
-        assert_errno!(fs::remove_file(t2.join("mine")), libc::EPERM, "unlink another user's file in a sticky dir");
-        assert_errno!(fs::rename(t2.join("mine"), t2.join("stolen")), libc::EPERM, "rename another user's file in a sticky dir");
+        assert_errno!(
+            fs::remove_file(t2.join("mine")),
+            libc::EPERM,
+            "unlink another user's file in a sticky dir"
+        );
+        assert_errno!(
+            fs::rename(t2.join("mine"), t2.join("stolen")),
+            libc::EPERM,
+            "rename another user's file in a sticky dir"
+        );
         ok!(fs::write(t2.join("theirs"), b"2"));
-        ok!(fs::remove_file(t2.join("theirs")), "unlink one's own file in a sticky dir");
+        ok!(
+            fs::remove_file(t2.join("theirs")),
+            "unlink one's own file in a sticky dir"
+        );
     });
     let t3 = t.clone();
-    as_user(USER1.0, USER1.1, &[], move || ok!(fs::remove_file(t3.join("mine"))));
+    as_user(USER1.0, USER1.1, &[], move || {
+        ok!(fs::remove_file(t3.join("mine")))
+    });
 }
 
 #[test]
@@ -164,16 +265,27 @@ fn writing_clears_setuid_and_setgid() {
         ok!(w.write_all_at(b"# changed\n", 10));
     });
     let mode = ok!(fs::metadata(&f)).mode() & 0o7777;
-    assert_eq!(mode, 0o0775, "a write by a non-root user clears S_ISUID and S_ISGID (got {mode:o})");
+    assert_eq!(
+        mode, 0o0775,
+        "a write by a non-root user clears S_ISUID and S_ISGID (got {mode:o})"
+    );
     // Truncation by a non-root owner clears them too.
     ok!(sys::chmod(&f, 0o4755));
     let f3 = f.clone();
     as_user(USER1.0, USER1.1, &[], move || ok!(sys::truncate(&f3, 1)));
-    assert_eq!(ok!(fs::metadata(&f)).mode() & 0o7777, 0o0755, "truncate by the owner clears S_ISUID");
+    assert_eq!(
+        ok!(fs::metadata(&f)).mode() & 0o7777,
+        0o0755,
+        "truncate by the owner clears S_ISUID"
+    );
     // Root keeps them (CAP_FSETID).
     ok!(sys::chmod(&f, 0o4755));
     ok!(ok!(OpenOptions::new().write(true).open(&f)).write_all_at(b"x", 0));
-    assert_eq!(ok!(fs::metadata(&f)).mode() & 0o7777, 0o4755, "a write by root keeps S_ISUID");
+    assert_eq!(
+        ok!(fs::metadata(&f)).mode() & 0o7777,
+        0o4755,
+        "a write by root keeps S_ISUID"
+    );
 }
 
 #[test]
@@ -189,6 +301,10 @@ fn without_allow_other_other_users_are_refused() {
     ok!(sys::chmod(m.join("f"), 0o666));
     let p = m.join("f");
     as_user(USER1.0, USER1.1, &[], move || {
-        assert_errno!(fs::metadata(&p), libc::EACCES, "stat in a FUSE mount without allow_other as another user");
+        assert_errno!(
+            fs::metadata(&p),
+            libc::EACCES,
+            "stat in a FUSE mount without allow_other as another user"
+        );
     });
 }
