@@ -162,6 +162,7 @@ class Runner:
             self.failed_targets.add(spec)
             self.error(spec, w.name, None, rnd, f"{e} (target skipped from now on)")
             return
+        desc: dict = {}
         try:
             self._place(target)
             desc = target.describe()
@@ -171,6 +172,9 @@ class Runner:
                 if (w.name, part.name) not in self.skipped_parts:
                     self._part(w, part, spec, mnt, rnd)
                     self.save()
+            stats = target.server_stats()
+            if stats is not None:
+                desc["server_stats_after"] = stats
         finally:
             target.unmount()
             for note in target.notes:

@@ -7,6 +7,7 @@ temporary mount point and always unmounted (context manager + atexit + deferred 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -52,6 +53,10 @@ class Target:
 
     def _stop_server(self) -> None:
         pass
+
+    def server_stats(self) -> dict | None:
+        """Counters the server reports about itself, if it can (memofs stats --json)."""
+        return None
 
     # -- common ---------------------------------------------------------------------------
     def _mkdir(self, prefix: str) -> Path:
@@ -274,6 +279,16 @@ class Memofs(Target):
 
     def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
         return [[self.binary(), "umount", str(mnt)], ["fusermount3", "-u", str(mnt)]]
+
+    def server_stats(self) -> dict | None:
+        if self.mnt is None:
+            return None
+        try:
+            r = subprocess.run([self.binary(), "stats", "--json", str(self.mnt)],
+                               capture_output=True, text=True, timeout=10)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        except (OSError, ValueError, BenchError, subprocess.SubprocessError):
+            return None
 
     def server_pids(self) -> list[int]:
         if self.mnt is None:

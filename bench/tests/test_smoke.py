@@ -67,6 +67,20 @@ def test_messaging_perf_part(smoke_doc):
     assert {s["param"] for s in got} == {"1", "2"}
 
 
+def test_lat_mmap_lmbench_touch(tmp_path):
+    doc = Runner([registry()["lat-mmap"]], ["tmpfs"], 1, tmp_path, quick=True, quiet=True,
+                 overrides={"lat-mmap": {"touch": "lmbench", "sizes": "2M"}}).execute()
+    assert doc["errors"] == []
+    assert [s["param"] for s in doc["samples"]] == ["2M"] and doc["samples"][0]["value"] > 0
+
+
+def test_bad_parameter_value_is_reported_not_fatal(tmp_path):
+    doc = Runner([registry()["lat-mmap"]], ["tmpfs"], 1, tmp_path, quick=True, quiet=True,
+                 overrides={"lat-mmap": {"touch": "bogus"}}).execute()
+    assert doc["samples"] == [] and "unknown touch mode" in doc["errors"][0]["message"]
+    assert our_mounts() == []
+
+
 def test_results_saved_and_comparable(smoke_doc, capsys):
     out = smoke_doc["_out"]
     on_disk = results.load(out)

@@ -1,6 +1,9 @@
-/* lat_mmap FILE SIZE ITERS: lmbench lat_mmap style. Writes FILE with SIZE bytes (1 MiB writes
- * of a pattern, then fsync), then ITERS + 1 times: mmap the whole file (PROT_READ, MAP_SHARED),
- * read one byte per page, munmap. The first cycle warms up and is not timed.
+/* lat_mmap FILE SIZE ITERS [page|lmbench]: lmbench lat_mmap style. Writes FILE with SIZE bytes
+ * (1 MiB writes of a pattern, then fsync), then ITERS + 1 times: mmap the whole file
+ * (MAP_SHARED), touch it, munmap. The first cycle warms up and is not timed.
+ *   page:    PROT_READ, read one byte of every page of the file (the default)
+ *   lmbench: PROT_READ|PROT_WRITE, write one byte every 16 KiB in the first tenth of the
+ *            mapping, as lmbench's lat_mmap does by default
  * Prints "<mean usecs per cycle> <min usecs> <max usecs> <write seconds>". */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -20,8 +23,13 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s FILE SIZE ITERS\n", argv[0]);
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: %s FILE SIZE ITERS [page|lmbench]\n", argv[0]);
+		return 2;
+	}
+	int lmb = argc == 5 && strcmp(argv[4], "lmbench") == 0;
+	if (argc == 5 && !lmb && strcmp(argv[4], "page") != 0) {
+		fprintf(stderr, "unknown touch mode %s\n", argv[4]);
 		return 2;
 	}
 	size_t size = strtoull(argv[2], NULL, 0);
@@ -55,13 +63,17 @@ int main(int argc, char **argv)
 	volatile unsigned long sum = 0;
 	for (int i = 0; i <= iters; i++) {
 		double a = now();
-		char *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+		char *p = mmap(NULL, size, lmb ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED) {
 			perror("mmap");
 			return 1;
 		}
-		for (size_t off = 0; off < size; off += page)
-			sum += ((volatile char *)p)[off];
+		if (lmb)
+			for (size_t off = 0; off < size / 10; off += 16 << 10)
+				((volatile char *)p)[off] = (char)i;
+		else
+			for (size_t off = 0; off < size; off += page)
+				sum += ((volatile char *)p)[off];
 		munmap(p, size);
 		double us = (now() - a) * 1e6;
 		if (i == 0)

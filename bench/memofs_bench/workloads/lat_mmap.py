@@ -1,8 +1,9 @@
 """lat-mmap (seed 002, lmbench lat_mmap): latency of mapping a file and touching it.
 
 For each size S a C helper writes a file of S bytes on the target, then repeatedly mmaps it
-(PROT_READ, MAP_SHARED), reads one byte per page and munmaps it; it reports the mean
-microseconds of one mmap-touch-munmap cycle after one untimed warm-up cycle.
+(MAP_SHARED), touches it and munmaps it; it reports the mean microseconds of one
+mmap-touch-munmap cycle after one untimed warm-up cycle. touch=page reads one byte of every
+page; touch=lmbench writes one byte every 16 KiB of the first tenth, like lmbench's lat_mmap.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def lat(ctx: Context):
         for size in ctx.sizes("sizes"):
             label = tools.format_size(size)
             ctx.status(f"lat_mmap {label}")
-            r = ctx.run([exe, str(path), str(size), str(ctx.int("iters"))], timeout=900)
+            r = ctx.run([exe, str(path), str(size), str(ctx.int("iters")), ctx.params["touch"]],
+                        timeout=900)
             path.unlink(missing_ok=True)
             yield "latency", label, float(r.stdout.split()[0])
     finally:
@@ -32,6 +34,8 @@ WORKLOAD = Workload(
     params=[
         Param("sizes", "64M,128M,256M,512M,1G,2G", "1M,4M", "file sizes (k/M/G suffixes)"),
         Param("iters", "5", "2", "timed cycles per size (after one warm-up cycle)"),
+        Param("touch", "page", "page", "page: read every page; lmbench: write every 16 KiB "
+              "of the first tenth (lmbench's default)"),
     ],
     metrics=[Metric("latency", "mmap-touch-munmap latency", "usecs", False, "size", "Procs")],
     parts=[Part("lat_mmap", ("latency",), lat, (),
