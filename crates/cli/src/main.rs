@@ -1,5 +1,6 @@
 //! `memofs`: mount, unmount and inspect memofs filesystems.
 
+mod backends;
 mod daemon;
 mod mount;
 mod stats;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use memofs_core::options::{option_docs, parse_options, MountOptions};
 use memofs_core::Backend;
 use memofs_fuse::control::{self, StatsSource};
-use memofs_mem::{MemConfig, MemFs};
 
+use crate::backends;
 use crate::daemon;
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
@@ -109,17 +109,15 @@ pub fn main(raw: &[String]) -> ExitCode {
         }
     };
     if let Some(src) = &source {
-        return match std::fs::metadata(src) {
-            Err(e) => fail(EXIT_FAILURE, format!("source {}: {e}", src.display())),
-            Ok(m) if !m.is_dir() => fail(
-                EXIT_FAILURE,
-                format!("source {} is not a directory", src.display()),
-            ),
-            Ok(_) => fail(
+        if let Some(o) = backends::mem_only_option(&args.option_lists) {
+            return fail(
                 EXIT_USAGE,
-                "the passthrough backend (mount with a SOURCE directory) is not yet supported",
-            ),
-        };
+                format!("invalid mount option '{o}': only the mem backend (no SOURCE) takes it"),
+            );
+        }
+        if let Err(e) = backends::check_source(src, &mountpoint) {
+            return fail(EXIT_FAILURE, e);
+        }
     }
     let mountpoint = match memofs_fuse::preflight(&mountpoint) {
         Ok(m) => m,
@@ -131,7 +129,17 @@ pub fn main(raw: &[String]) -> ExitCode {
     if !args.foreground && ready_fd.is_none() {
         return daemon::spawn_background(raw);
     }
-    serve(opts, &mountpoint, ready_fd)
+    daemon::block_stop_signals();
+    if ready_fd.is_some() {
+        daemon::detach_session();
+    }
+    init_logging(&opts);
+    let built = match &source {
+        Some(src) => backends::passthrough(src, &opts)
+            .map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
+        None => backends::mem(&opts).map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
+    };
+    built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
 fn init_logging(opts: &MountOptions) {
@@ -153,41 +161,29 @@ fn mount_dev(mountpoint: &Path) -> Option<u64> {
         .map(|m| m.dev)
 }
 
-fn serve(opts: MountOptions, mountpoint: &Path, ready_fd: Option<i32>) -> ExitCode {
-    daemon::block_stop_signals();
-    if ready_fd.is_some() {
-        daemon::detach_session();
-    }
-    init_logging(&opts);
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let backend = Arc::new(MemFs::new(MemConfig {
-        size_limit: opts.size,
-        inode_limit: opts.nr_inodes,
-        root_mode: opts.mode,
-        root_uid: opts.uid.unwrap_or(uid),
-        root_gid: opts.gid.unwrap_or(gid),
-        atime: opts.atime,
-    }));
-    let mut mounted = match memofs_fuse::mount(backend.clone(), mountpoint, &opts) {
+fn serve<B: Backend>(
+    backend: Arc<B>,
+    mut settings: Vec<(String, String)>,
+    opts: &MountOptions,
+    mountpoint: &Path,
+    ready_fd: Option<i32>,
+) -> ExitCode {
+    let mut mounted = match memofs_fuse::mount(backend.clone(), mountpoint, opts) {
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
     if let Some(dev) = mount_dev(mountpoint) {
         let usage_backend = backend.clone();
+        settings.push((
+            "atime".into(),
+            format!("{:?}", opts.atime.mode).to_lowercase(),
+        ));
+        settings.push(("threads".into(), opts.threads.to_string()));
         let source = StatsSource {
             stats: mounted.stats.clone(),
             policy: opts.cache,
             usage: Box::new(move || usage_backend.usage()),
-            settings: vec![
-                ("backend".into(), "mem".into()),
-                (
-                    "atime".into(),
-                    format!("{:?}", opts.atime.mode).to_lowercase(),
-                ),
-                ("threads".into(), opts.threads.to_string()),
-                ("writeback".into(), opts.writeback.to_string()),
-            ],
+            settings,
         };
         if let Err(e) = control::serve(dev, source) {
             log::warn!("memofs stats will not work for this mount: {e}");

@@ -126,6 +126,16 @@ impl<B: Backend> Adapter<B> {
         }
     }
 
+    /// Open flags as the backend should honour them: with the writeback cache the kernel
+    /// places appends itself and sends explicit offsets, so `O_APPEND` must not move them.
+    fn open_flags(&self, flags: i32) -> i32 {
+        if self.config.writeback && !self.config.passthrough {
+            flags & !libc::O_APPEND
+        } else {
+            flags
+        }
+    }
+
     /// A passthrough open of `ino` was released.
     fn release_backing(&self, ino: Ino) {
         let mut map = self.backing.lock();
@@ -214,7 +224,8 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 ));
             }
         }
-        if self.config.writeback && !self.passthrough.load(Ordering::Relaxed) {
+        // Never both: a backend is told before INIT which of the two it serves.
+        if self.config.writeback && !self.config.passthrough {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         // Ask for each capability the kernel offers; missing ones are simply not used.
@@ -413,7 +424,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let t = Instant::now();
-        match self.backend.open(&caller(req), ino.0, flags.0) {
+        match self
+            .backend
+            .open(&caller(req), ino.0, self.open_flags(flags.0))
+        {
             Ok(o) => match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
                 Some(id) => reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id),
                 None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
@@ -554,12 +568,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 &file_attr(a),
                 Generation(a.generation),
             ),
-            // `.` and `..`: the kernel skips them; no attributes, no lookup reference.
+            // `.` and `..`: the kernel links neither (so they take no lookup reference), but
+            // their inode numbers become `d_ino`, and readdir(3) hides entries with `d_ino` 0.
             None => {
                 let mut attr = negative_attr();
                 attr.kind = file_type(e.kind);
+                attr.ino = INodeNo(e.ino);
                 !reply.add(
-                    INodeNo(0),
+                    INodeNo(e.ino),
                     e.offset,
                     &e.name,
                     &Duration::ZERO,
@@ -656,19 +672,28 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         let t = Instant::now();
         match self
             .backend
-            .create(&caller(req), parent.0, name, mode, flags)
+            .create(&caller(req), parent.0, name, mode, self.open_flags(flags))
         {
             Ok((attr, o)) => {
                 let e = self.policy.entry(attr);
                 // fuser's `created` uses one timeout for entry and attributes; take the shorter.
                 let ttl = e.entry_timeout.min(e.attr_timeout);
-                reply.created(
-                    &ttl,
-                    &file_attr(&attr),
+                let (fa, generation, fh) = (
+                    file_attr(&attr),
                     Generation(attr.generation),
                     FileHandle(o.fh),
-                    fopen_flags(&o, &self.config),
                 );
+                match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
+                    Some(id) => reply.created_passthrough(
+                        &ttl,
+                        &fa,
+                        generation,
+                        fh,
+                        FopenFlags::empty(),
+                        &id,
+                    ),
+                    None => reply.created(&ttl, &fa, generation, fh, fopen_flags(&o, &self.config)),
+                }
             }
             Err(e) => reply.error(errno(e)),
         }

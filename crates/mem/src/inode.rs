@@ -85,18 +85,31 @@ impl Inode {
             NodeData::Symlink(s) => (s.target().len() as u64, 0),
             NodeData::Special => (0, 0),
         };
+        let nlink = self.nlink.load(Ordering::Relaxed);
+        let mut atime = Timestamp(self.atime.load(Ordering::Relaxed));
+        let mut mtime = Timestamp(self.mtime.load(Ordering::Relaxed));
+        let mut ctime = Timestamp(self.ctime.load(Ordering::Relaxed));
+        if let Some([a, m, c]) = self.kernel_times() {
+            // Kernel-backed data: the data file keeps atime, mtime and data ctime; an unlinked
+            // file keeps the atime it had when its last name went (see `drop_link`).
+            if nlink != 0 {
+                atime = a;
+            }
+            mtime = m;
+            ctime = ctime.max(c);
+        }
         Attr {
             ino: self.ino,
             generation: 1,
             size,
             blocks,
-            atime: Timestamp(self.atime.load(Ordering::Relaxed)),
-            mtime: Timestamp(self.mtime.load(Ordering::Relaxed)),
-            ctime: Timestamp(self.ctime.load(Ordering::Relaxed)),
+            atime,
+            mtime,
+            ctime,
             crtime: Timestamp(self.crtime),
             kind: self.kind,
             perm: (meta.mode & 0o7777) as u16,
-            nlink: self.nlink.load(Ordering::Relaxed),
+            nlink,
             uid: meta.uid,
             gid: meta.gid,
             rdev: self.rdev,
@@ -121,6 +134,30 @@ impl Inode {
         }
     }
 
+    /// Times of kernel-backed file data, if this is such a file.
+    fn kernel_times(&self) -> Option<[Timestamp; 3]> {
+        match &self.data {
+            NodeData::File(f) => f.kernel()?.times(),
+            _ => None,
+        }
+    }
+
+    /// Removes one hard link. When the last goes, a kernel-backed file's atime is frozen
+    /// here: with no name left it must never change again.
+    pub fn drop_link(&self) {
+        if self.nlink.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if let Some([a, _, _]) = self.kernel_times() {
+                self.atime.store(a.0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// True for kernel-backed data: the kernel applies the same atime rule to the data
+    /// file (its private tmpfs is mounted with it), so the server stores nothing.
+    fn kernel_times_kept(&self) -> bool {
+        matches!(&self.data, NodeData::File(f) if f.kernel().is_some())
+    }
+
     /// The atime choke point: the only place where reads and readdir update atime.
     ///
     /// An inode with no lookup path (unlinked but open, or internal) returns at once: no
@@ -131,7 +168,7 @@ impl Inode {
             return;
         }
         let is_dir = self.kind == FileKind::Directory;
-        if policy.never(is_dir) {
+        if policy.never(is_dir) || self.kernel_times_kept() {
             return;
         }
         let now = Timestamp::now();

@@ -19,6 +19,7 @@
 //! Counters (`nlink`, lookup and open counts, timestamps, usage) are atomics and need no lock.
 #![deny(missing_docs)]
 
+pub mod backing;
 pub mod dir;
 pub mod inode;
 pub mod limits;
@@ -31,8 +32,10 @@ pub mod xattr;
 use memofs_core::{AtimePolicy, Timestamp};
 use parking_lot::Mutex;
 
+use crate::backing::{BackingStore, KernelFile};
 use crate::inode::{InodeTable, NodeData, Owner};
 use crate::limits::Limits;
+use crate::regular::RegularFile;
 
 /// Configuration of a mem filesystem.
 #[derive(Clone, Copy, Debug)]
@@ -49,6 +52,8 @@ pub struct MemConfig {
     pub root_gid: u32,
     /// atime rule.
     pub atime: AtimePolicy,
+    /// Keep regular files' data in a private kernel tmpfs, for FUSE passthrough.
+    pub kernel_data: bool,
 }
 
 impl Default for MemConfig {
@@ -60,6 +65,7 @@ impl Default for MemConfig {
             root_uid: 0,
             root_gid: 0,
             atime: AtimePolicy::default(),
+            kernel_data: false,
         }
     }
 }
@@ -71,16 +77,28 @@ pub struct MemFs {
     pub(crate) atime: AtimePolicy,
     /// Lock order 1: serializes operations that lock two directories.
     pub(crate) rename_lock: Mutex<()>,
+    /// Where regular files keep their data when it is kernel-backed.
+    pub(crate) store: Option<BackingStore>,
 }
 
 impl MemFs {
-    /// Creates an empty filesystem with only its root directory.
-    pub fn new(config: MemConfig) -> MemFs {
+    /// Creates an empty filesystem with only its root directory. With `kernel_data`, fails
+    /// if the private tmpfs for file data cannot be mounted (needs root).
+    pub fn new(config: MemConfig) -> std::io::Result<MemFs> {
+        let store = match config.kernel_data {
+            true => Some(BackingStore::new(
+                config.size_limit,
+                config.inode_limit,
+                config.atime,
+            )?),
+            false => None,
+        };
         let fs = MemFs {
             table: InodeTable::new(),
             limits: Limits::new(config.size_limit, config.inode_limit),
             atime: config.atime,
             rename_lock: Mutex::new(()),
+            store,
         };
         fs.limits.charge_inode_unchecked();
         let owner = Owner {
@@ -94,6 +112,19 @@ impl MemFs {
             Timestamp::now(),
         );
         debug_assert_eq!(root.ino, memofs_core::ROOT_INO);
-        fs
+        Ok(fs)
+    }
+
+    /// True if regular files keep their data in the kernel (FUSE passthrough possible).
+    pub fn kernel_data(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Contents for a new regular file.
+    pub(crate) fn new_regular(&self) -> memofs_core::Result<RegularFile> {
+        match &self.store {
+            None => Ok(RegularFile::new()),
+            Some(store) => Ok(RegularFile::Kernel(KernelFile::new(store.new_file()?))),
+        }
     }
 }

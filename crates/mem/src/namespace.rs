@@ -179,7 +179,7 @@ impl MemFs {
             }
             let victim = self.table.get(slot.ino)?;
             dir.remove(name);
-            victim.nlink.fetch_sub(1, Ordering::SeqCst);
+            victim.drop_link();
             let now = Timestamp::now();
             victim.set_ctime(now);
             pinode.touch_modified(now);
@@ -360,7 +360,7 @@ impl MemFs {
                     vdir.removed = true;
                     sync_nlink_locked(victim, &vdir);
                 } else {
-                    victim.nlink.fetch_sub(1, Ordering::SeqCst);
+                    victim.drop_link();
                 }
                 victim.set_ctime(now);
             }

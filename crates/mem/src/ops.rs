@@ -1,6 +1,7 @@
 //! `Backend` for the mem filesystem: decoding arguments into the kind modules' operations.
 
 use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -78,11 +79,17 @@ impl Backend for MemFs {
             TimeSet::Now => now,
             TimeSet::At(t) => t,
         };
-        if let Some(t) = set.atime {
-            inode.set_atime(resolve(t));
+        let (atime, mtime) = (set.atime.map(resolve), set.mtime.map(resolve));
+        if let Some(t) = atime {
+            inode.set_atime(t);
         }
-        if let Some(t) = set.mtime {
-            inode.set_mtime(resolve(t));
+        if let Some(t) = mtime {
+            inode.set_mtime(t);
+        }
+        if let (NodeData::File(RegularFile::Kernel(k)), true) =
+            (&inode.data, atime.is_some() || mtime.is_some())
+        {
+            k.set_times(atime, mtime)?;
         }
         inode.set_ctime(set.ctime.unwrap_or(now));
         Ok(inode.attr())
@@ -104,7 +111,7 @@ impl Backend for MemFs {
         rdev: u32,
     ) -> Result<Attr> {
         let data = match FileKind::from_mode(mode) {
-            Some(FileKind::Regular) => NodeData::File(RegularFile::new()),
+            Some(FileKind::Regular) => NodeData::File(self.new_regular()?),
             Some(
                 FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice,
             ) => NodeData::Special,
@@ -192,7 +199,7 @@ impl Backend for MemFs {
             name,
             mode,
             0,
-            NodeData::File(RegularFile::new()),
+            NodeData::File(self.new_regular()?),
         ) {
             Ok(inode) => {
                 let opened = self.open_file(&inode, flags & !libc::O_TRUNC)?;
@@ -211,7 +218,7 @@ impl Backend for MemFs {
 
     fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         let inode = self.table.get(ino)?;
-        inode.file()?.read(offset, size, buf);
+        inode.file()?.read(offset, size, buf)?;
         inode.touch_atime(&self.atime);
         Ok(())
     }
@@ -298,9 +305,20 @@ impl Backend for MemFs {
 
     fn statfs(&self) -> Result<StatFs> {
         let l = &self.limits;
-        let blocks = l.bytes_limit() / PAGE_SIZE;
-        let used = l.bytes().div_ceil(PAGE_SIZE);
-        let free = blocks.saturating_sub(used);
+        let (blocks, free) = match &self.store {
+            // File data is limited (and counted) by the kernel-backed store.
+            Some(store) => {
+                let (total, free) = store.usage()?;
+                (
+                    total / PAGE_SIZE,
+                    (free / PAGE_SIZE).saturating_sub(l.bytes().div_ceil(PAGE_SIZE)),
+                )
+            }
+            None => {
+                let blocks = l.bytes_limit() / PAGE_SIZE;
+                (blocks, blocks.saturating_sub(l.bytes().div_ceil(PAGE_SIZE)))
+            }
+        };
         let ffree = l.inodes_limit().saturating_sub(l.inodes());
         Ok(StatFs {
             blocks,
@@ -407,11 +425,26 @@ impl Backend for MemFs {
     }
 
     fn usage(&self) -> BackendUsage {
+        let kernel_bytes = self
+            .store
+            .as_ref()
+            .and_then(|s| s.usage().ok())
+            .map_or(0, |(total, free)| total - free);
         BackendUsage {
-            bytes_used: self.limits.bytes(),
+            bytes_used: self.limits.bytes() + kernel_bytes,
             bytes_limit: self.limits.bytes_limit(),
             inodes_used: self.limits.inodes(),
             inodes_limit: self.limits.inodes_limit(),
         }
+    }
+
+    fn backing_fd(&self, ino: Ino, _fh: u64) -> Option<OwnedFd> {
+        let inode = self.table.get(ino).ok()?;
+        let fd = inode.file().ok()?.kernel()?.fd().try_clone_to_owned().ok();
+        fd
+    }
+
+    fn has_backing_fds(&self) -> bool {
+        self.store.is_some()
     }
 }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
+use crate::backing::KernelFile;
 use crate::limits::Limits;
 
 /// Page size of the store.
@@ -191,9 +192,103 @@ impl FileData {
     }
 }
 
-/// A regular file's contents.
+/// A regular file's contents: in the server's page store, or in a kernel-backed file.
+pub enum RegularFile {
+    /// Pages kept by the server.
+    Pages(PageFile),
+    /// Data kept by the kernel (see [`crate::backing`]).
+    Kernel(KernelFile),
+}
+
+impl Default for RegularFile {
+    fn default() -> Self {
+        RegularFile::Pages(PageFile::default())
+    }
+}
+
+impl RegularFile {
+    /// An empty file in the page store.
+    pub fn new() -> RegularFile {
+        RegularFile::default()
+    }
+
+    /// Size in bytes and 512-byte blocks allocated.
+    pub fn size_and_blocks(&self) -> (u64, u64) {
+        match self {
+            RegularFile::Pages(p) => p.size_and_blocks(),
+            RegularFile::Kernel(k) => k.size_and_blocks(),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size_and_blocks().0
+    }
+
+    /// Reads up to `len` bytes at `offset` into `buf` (cleared first).
+    pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>) -> Result<()> {
+        match self {
+            RegularFile::Pages(p) => {
+                p.read(offset, len, buf);
+                Ok(())
+            }
+            RegularFile::Kernel(k) => k.read(offset, len, buf),
+        }
+    }
+
+    /// Writes `data` at `offset`, or at the end of file when `append`.
+    pub fn write(&self, limits: &Limits, offset: u64, data: &[u8], append: bool) -> Result<u32> {
+        match self {
+            RegularFile::Pages(p) => p.write(limits, offset, data, append),
+            RegularFile::Kernel(k) => k.write(offset, data, append),
+        }
+    }
+
+    /// Sets the size.
+    pub fn truncate(&self, limits: &Limits, size: u64) -> Result<()> {
+        match self {
+            RegularFile::Pages(p) => p.truncate(limits, size),
+            RegularFile::Kernel(k) => k.truncate(size),
+        }
+    }
+
+    /// fallocate(2).
+    pub fn fallocate(&self, limits: &Limits, offset: u64, len: u64, mode: i32) -> Result<()> {
+        match self {
+            RegularFile::Pages(p) => p.fallocate(limits, offset, len, mode),
+            RegularFile::Kernel(k) => k.fallocate(offset, len, mode),
+        }
+    }
+
+    /// `SEEK_DATA` / `SEEK_HOLE`.
+    pub fn seek(&self, offset: u64, whence: i32) -> Result<u64> {
+        match self {
+            RegularFile::Pages(p) => p.seek(offset, whence),
+            RegularFile::Kernel(k) => k.seek(offset, whence),
+        }
+    }
+
+    /// Drops the data, returning the page-store bytes freed (kernel-backed data is freed
+    /// by the kernel when the file closes).
+    pub fn release_all(&self) -> u64 {
+        match self {
+            RegularFile::Pages(p) => p.release_all(),
+            RegularFile::Kernel(_) => 0,
+        }
+    }
+
+    /// The kernel-backed file, if the data lives there.
+    pub fn kernel(&self) -> Option<&KernelFile> {
+        match self {
+            RegularFile::Pages(_) => None,
+            RegularFile::Kernel(k) => Some(k),
+        }
+    }
+}
+
+/// A regular file's contents in the server's page store.
 #[derive(Default)]
-pub struct RegularFile {
+pub struct PageFile {
     data: RwLock<FileData>,
 }
 
@@ -202,12 +297,7 @@ fn last_page(offset: u64, len: u64) -> u64 {
     (offset + len - 1) / PAGE_SIZE
 }
 
-impl RegularFile {
-    /// An empty file.
-    pub fn new() -> RegularFile {
-        RegularFile::default()
-    }
-
+impl PageFile {
     /// Size in bytes and 512-byte blocks allocated.
     pub fn size_and_blocks(&self) -> (u64, u64) {
         let d = self.data.read();
@@ -340,7 +430,7 @@ mod tests {
 
     fn read_all(f: &RegularFile) -> Vec<u8> {
         let mut buf = Vec::new();
-        f.read(0, u32::MAX, &mut buf);
+        f.read(0, u32::MAX, &mut buf).unwrap();
         buf
     }
 

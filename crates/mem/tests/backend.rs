@@ -17,7 +17,7 @@ const C: Caller = Caller {
 const PAGE: u64 = 4096;
 
 fn fs() -> MemFs {
-    MemFs::new(MemConfig::default())
+    MemFs::new(MemConfig::default()).unwrap()
 }
 
 fn n(s: &str) -> &OsStr {
@@ -342,7 +342,8 @@ fn limits_hold_for_inodes_bytes_and_xattrs() {
         size_limit: 4 * PAGE,
         inode_limit: 3,
         ..Default::default()
-    });
+    })
+    .unwrap();
     let (f, o) = fs
         .create(&C, ROOT_INO, n("f"), 0o644, libc::O_WRONLY)
         .unwrap();
@@ -392,7 +393,8 @@ fn atime_fs(mode: AtimeMode) -> (MemFs, u64) {
             nodiratime: false,
         },
         ..Default::default()
-    });
+    })
+    .unwrap();
     let (f, o) = fs
         .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
         .unwrap();
@@ -517,4 +519,100 @@ fn concurrent_writers_and_renamers_keep_counts_consistent() {
     }
     assert_eq!(files, 800);
     assert_eq!(fs.usage().bytes_used, 800 * 2 * PAGE);
+}
+
+/// The kernel-backed store (root only): same answers through the trait, data in the kernel.
+fn kernel_fs(size: u64, atime: AtimeMode) -> Option<MemFs> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: the kernel-backed store needs root");
+        return None;
+    }
+    let config = MemConfig {
+        size_limit: size,
+        kernel_data: true,
+        atime: AtimePolicy {
+            mode: atime,
+            nodiratime: false,
+        },
+        ..Default::default()
+    };
+    Some(MemFs::new(config).expect("private tmpfs"))
+}
+
+#[test]
+fn kernel_backed_files_read_write_truncate_punch_and_seek() {
+    let Some(fs) = kernel_fs(64 * PAGE, AtimeMode::Relatime) else {
+        return;
+    };
+    assert!(fs.has_backing_fds());
+    let (f, o) = fs
+        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .unwrap();
+    assert!(fs.backing_fd(f.ino, o.fh).is_some());
+    fs.write(f.ino, o.fh, 10_000, b"abc").unwrap();
+    let data = read_all(&fs, f.ino);
+    assert_eq!(data.len(), 10_003);
+    assert!(data[..10_000].iter().all(|b| *b == 0));
+    assert_eq!(fs.lseek(f.ino, o.fh, 0, libc::SEEK_DATA).unwrap(), 2 * PAGE);
+    fs.setattr(
+        &C,
+        f.ino,
+        &SetAttr {
+            size: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().size, 5);
+    fs.write(f.ino, o.fh, 0, &[1u8; 3 * PAGE as usize]).unwrap();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fs.fallocate(f.ino, o.fh, PAGE, PAGE, punch).unwrap();
+    let data = read_all(&fs, f.ino);
+    assert!(data[PAGE as usize..2 * PAGE as usize]
+        .iter()
+        .all(|b| *b == 0));
+    assert_eq!(data[0], 1);
+    // The kernel enforces size=: writes stop short, earlier data intact.
+    let big = vec![2u8; 128 * PAGE as usize];
+    let written = fs.write(f.ino, o.fh, 0, &big).unwrap() as usize;
+    assert!(written < big.len());
+    assert!(read_all(&fs, f.ino)[..written].iter().all(|b| *b == 2));
+    let t = Timestamp::from_timespec(77, 5);
+    let a = fs
+        .setattr(
+            &C,
+            f.ino,
+            &SetAttr {
+                mtime: Some(TimeSet::At(t)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(a.mtime, t);
+    assert!(fs.statfs().unwrap().blocks == 64);
+}
+
+#[test]
+fn kernel_backed_unlinked_files_keep_their_atime() {
+    let Some(fs) = kernel_fs(0, AtimeMode::Strict) else {
+        return;
+    };
+    let (f, o) = fs
+        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .unwrap();
+    fs.write(f.ino, o.fh, 0, b"data").unwrap();
+    let t = Timestamp::from_timespec(1_000, 0);
+    set_times(&fs, f.ino, t, t);
+    read_all(&fs, f.ino);
+    assert_ne!(
+        fs.getattr(f.ino).unwrap().atime,
+        t,
+        "strictatime: a read updates atime"
+    );
+    set_times(&fs, f.ino, t, t);
+    fs.unlink(&C, ROOT_INO, n("f")).unwrap();
+    read_all(&fs, f.ino);
+    assert_eq!(fs.getattr(f.ino).unwrap().atime, t);
+    fs.release(f.ino, o.fh).unwrap();
 }

@@ -1,0 +1,121 @@
+//! Building the backend a mount serves: mem (no SOURCE) or passthrough (a SOURCE directory).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memofs_core::options::{MountOptions, PassthroughMode};
+use memofs_mem::{MemConfig, MemFs};
+use memofs_passthrough::{PassthroughConfig, PassthroughFs};
+
+/// A backend ready to mount, with the settings `memofs stats` shows for it.
+pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
+
+/// Options that only the mem backend understands.
+const MEM_ONLY: [&str; 5] = ["size", "nr_inodes", "mode", "uid", "gid"];
+
+/// The first mem-only option in `-o` lists, if any.
+pub fn mem_only_option(lists: &[String]) -> Option<String> {
+    lists
+        .iter()
+        .flat_map(|l| l.split(','))
+        .find(|o| MEM_ONLY.contains(&o.split('=').next().unwrap_or("")))
+        .map(str::to_string)
+}
+
+/// Checks a passthrough SOURCE before anything is mounted; returns it canonical.
+pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String> {
+    let meta =
+        std::fs::metadata(source).map_err(|e| format!("source {}: {e}", source.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("source {} is not a directory", source.display()));
+    }
+    let src = source
+        .canonicalize()
+        .map_err(|e| format!("source {}: {e}", source.display()))?;
+    if mountpoint.canonicalize().is_ok_and(|m| m == src) {
+        return Err(format!(
+            "source {} is the mount point itself; export it at another directory",
+            src.display()
+        ));
+    }
+    Ok(src)
+}
+
+/// Whether the transport will ask for the writeback cache: not where it asks for
+/// passthrough, which excludes it. Backends that serve file data must know in advance.
+fn writeback_with(opts: &MountOptions, backing_fds: bool) -> bool {
+    opts.writeback && !(backing_fds && opts.passthrough != PassthroughMode::Off)
+}
+
+/// The passthrough backend for `source`.
+pub fn passthrough(source: &Path, opts: &MountOptions) -> Built<PassthroughFs> {
+    let config = PassthroughConfig {
+        atime: opts.atime,
+        writeback: writeback_with(opts, true),
+        ..Default::default()
+    };
+    let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;
+    let settings = vec![
+        ("backend".into(), "passthrough".into()),
+        ("source".into(), source.display().to_string()),
+    ];
+    Ok((Arc::new(fs), settings))
+}
+
+/// Whether file data goes to a kernel-backed store for FUSE passthrough: asked for with
+/// `passthrough=on`; with `auto`, when running as root and neither `direct_io` nor
+/// `writeback=on` asks for the server's own data path.
+fn wants_kernel_data(opts: &MountOptions) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match opts.passthrough {
+        PassthroughMode::On => true,
+        PassthroughMode::Off => false,
+        PassthroughMode::Auto => root && !opts.direct_io && !opts.writeback,
+    }
+}
+
+/// The mem backend.
+pub fn mem(opts: &MountOptions) -> Built<MemFs> {
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let config = MemConfig {
+        size_limit: opts.size,
+        inode_limit: opts.nr_inodes,
+        root_mode: opts.mode,
+        root_uid: opts.uid.unwrap_or(uid),
+        root_gid: opts.gid.unwrap_or(gid),
+        atime: opts.atime,
+        kernel_data: wants_kernel_data(opts),
+    };
+    let fs = match MemFs::new(config) {
+        Ok(fs) => fs,
+        Err(e) if opts.passthrough == PassthroughMode::On => {
+            return Err(format!(
+                "passthrough=on needs a private kernel tmpfs for file data, which failed: {e}"
+            ));
+        }
+        Err(e) => {
+            log::warn!("file data stays in the server (no kernel-backed store: {e})");
+            MemFs::new(MemConfig {
+                kernel_data: false,
+                ..config
+            })
+            .map_err(|e| e.to_string())?
+        }
+    };
+    let data = if fs.kernel_data() {
+        "kernel (passthrough)"
+    } else {
+        "server pages"
+    };
+    let settings = vec![
+        ("backend".into(), "mem".into()),
+        ("file_data".into(), data.into()),
+        (
+            "writeback".into(),
+            writeback_with(opts, fs.kernel_data()).to_string(),
+        ),
+    ];
+    Ok((Arc::new(fs), settings))
+}
