@@ -21,6 +21,14 @@ def our_mounts():
             if "memofs-bench-" in m["mountpoint"] or m["source"].startswith("memofs-bench")]
 
 
+@pytest.fixture(autouse=True)
+def no_leftover_mounts():
+    """Every test must leave the mount table as it found it (other runs may own mounts)."""
+    before = our_mounts()
+    yield
+    assert our_mounts() == before, "a mount was left behind"
+
+
 @pytest.fixture(scope="module")
 def smoke_doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke")
@@ -78,7 +86,6 @@ def test_bad_parameter_value_is_reported_not_fatal(tmp_path):
     doc = Runner([registry()["lat-mmap"]], ["tmpfs"], 1, tmp_path, quick=True, quiet=True,
                  overrides={"lat-mmap": {"touch": "bogus"}}).execute()
     assert doc["samples"] == [] and "unknown touch mode" in doc["errors"][0]["message"]
-    assert our_mounts() == []
 
 
 def test_results_saved_and_comparable(smoke_doc, capsys):
@@ -111,7 +118,6 @@ def test_failed_mount_and_unknown_target_reported(tmp_path, monkeypatch, capsys)
     assert [t["name"] for t in doc["targets"]] == ["memofs", "tmpfs"]
     assert any(e["target"] == "memofs" and "failed" in e["message"] for e in doc["errors"])
     assert {s["target"] for s in doc["samples"]} == {"tmpfs"}
-    assert our_mounts() == []
 
 
 def test_failed_mount_alone_is_not_a_usage_error(tmp_path, monkeypatch):
@@ -156,7 +162,6 @@ def test_interrupt_unmounts_and_keeps_results(tmp_path):
     assert not Path(seen[0]).exists()
     doc = results.load(tmp_path)
     assert doc["interrupted"] is True and len(doc["samples"]) == 1
-    assert our_mounts() == []
 
 
 @pytest.mark.parametrize("spec,tool", [("passthrough_ll", "fusermount3"), ("bindfs", "bindfs"),
@@ -176,4 +181,3 @@ def test_fuse_peer_mounts_and_unmounts(tmp_path, spec, tool):
     assert mounts.mount_entry(mnt) is None
     assert not Path(f"/proc/{server}").exists() or \
         Path(f"/proc/{server}/stat").read_text().split()[2] == "Z"
-    assert our_mounts() == []
