@@ -648,10 +648,18 @@ fn step(a: &mut Side, b: &mut Side, op: &Op) -> (String, Option<String>) {
     let (ra, rb) = (Res(a.apply(op)), Res(b.apply(op)));
     let line = format!("{op:?} => {ra:?} | {rb:?}");
     if ra != rb {
-        return (
-            line,
-            Some(format!("op {op:?}\n  memofs: {ra:?}\n  tmpfs:  {rb:?}")),
-        );
+        let mut why = format!("op {op:?}\n  memofs: {ra:?}\n  tmpfs:  {rb:?}");
+        if let (Ok(Val::Data(x)), Ok(Val::Data(y))) = (&ra.0, &rb.0) {
+            if let Some(i) = memofs_e2e::first_difference(x, y) {
+                let end = |v: &Vec<u8>| v.len().min(i + 16);
+                why += &format!(
+                    "\n  first difference at byte {i}: memofs {:?}, tmpfs {:?}",
+                    &x[i.min(x.len())..end(x)],
+                    &y[i.min(y.len())..end(y)]
+                );
+            }
+        }
+        return (line, Some(why));
     }
     for p in op.touched() {
         let (sa, sb) = (Res(a.stat(p, false)), Res(b.stat(p, false)));

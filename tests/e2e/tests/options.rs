@@ -1,0 +1,273 @@
+//! What mount options do once mounted: root mode and owner, ro, nosuid/nodev/noexec,
+//! sync/dirsync, defaults, and that data stays right under every cache setting.
+
+use std::fs;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::process::Command;
+
+use memofs_e2e::{
+    assert_bytes_eq, assert_errno, is_root, mountinfo_for, ok, pattern, skip, sys, Mount,
+};
+
+macro_rules! need_root {
+    () => {
+        if !is_root() {
+            skip!("needs root to mount");
+        }
+    };
+}
+
+fn flags(m: &Mount) -> Vec<String> {
+    let i = mountinfo_for(m.path()).expect("mountinfo entry");
+    i.mount_options
+        .split(',')
+        .chain(i.super_options.split(','))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn defaults_root_directory() {
+    need_root!();
+    let m = Mount::mem(&[]);
+    let md = ok!(fs::metadata(m.path()));
+    assert_eq!(
+        md.mode() & 0o7777,
+        0o1777,
+        "default root mode is 1777 (as tmpfs)"
+    );
+    assert_eq!(
+        (md.uid(), md.gid()),
+        (0, 0),
+        "root belongs to the mounting user"
+    );
+    let s = ok!(sys::statfs(m.path()));
+    let total = s.f_blocks * sys::block_size(&s);
+    let ram = {
+        let t = ok!(fs::read_to_string("/proc/meminfo"));
+        let kb: u64 = t
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap();
+        kb * 1024
+    };
+    assert!(
+        total.abs_diff(ram / 2) <= ram / 100,
+        "default size is 50% of RAM: {total} vs RAM {ram}"
+    );
+    assert!(!flags(&m).contains(&"ro".to_string()));
+}
+
+#[test]
+fn mode_uid_gid_of_the_root() {
+    need_root!();
+    let m = Mount::mem(&["mode=0710", "uid=123", "gid=456"]);
+    let md = ok!(fs::metadata(m.path()));
+    assert_eq!(md.mode() & 0o7777, 0o710, "mode=0710");
+    assert_eq!((md.uid(), md.gid()), (123, 456), "uid=123,gid=456");
+    assert!(md.is_dir());
+}
+
+#[test]
+fn read_only_mount() {
+    need_root!();
+    let m = Mount::mem(&["ro"]);
+    assert!(
+        flags(&m).contains(&"ro".to_string()),
+        "mountinfo shows ro: {:?}",
+        flags(&m)
+    );
+    assert_errno!(
+        fs::write(m.join("f"), b"x"),
+        libc::EROFS,
+        "create on a ro mount"
+    );
+    assert_errno!(
+        fs::create_dir(m.join("d")),
+        libc::EROFS,
+        "mkdir on a ro mount"
+    );
+    assert_errno!(
+        sys::setxattr(m.path(), "user.x", b"v", 0),
+        libc::EROFS,
+        "setxattr on a ro mount"
+    );
+    assert_errno!(
+        sys::chmod(m.path(), 0o755),
+        libc::EROFS,
+        "chmod on a ro mount"
+    );
+    assert_eq!(ok!(sys::list(m.path())), Vec::<String>::new());
+}
+
+#[test]
+fn nosuid_nodev_noexec_sync_dirsync_flags() {
+    need_root!();
+    let m = Mount::mem(&["nosuid", "nodev", "noexec", "sync", "dirsync"]);
+    let f = flags(&m);
+    for want in ["nosuid", "nodev", "noexec", "sync", "dirsync"] {
+        assert!(f.iter().any(|x| x == want), "mountinfo lacks {want}: {f:?}");
+    }
+    let p = m.join("script");
+    ok!(fs::write(&p, b"#!/bin/sh\necho hi\n"));
+    ok!(fs::set_permissions(&p, fs::Permissions::from_mode(0o755)));
+    assert_errno!(
+        Command::new(&p).output(),
+        libc::EACCES,
+        "exec on a noexec mount"
+    );
+    ok!(sys::mknod(
+        m.join("null"),
+        libc::S_IFCHR | 0o666,
+        sys::makedev(1, 3)
+    ));
+    assert_errno!(
+        fs::File::open(m.join("null")),
+        libc::EACCES,
+        "opening a device node on a nodev mount"
+    );
+    // Data still flows with sync.
+    ok!(fs::write(m.join("s"), b"synchronous"));
+    assert_eq!(ok!(fs::read(m.join("s"))), b"synchronous");
+}
+
+#[test]
+fn exec_and_dev_when_asked() {
+    need_root!();
+    let m = Mount::mem(&["exec", "dev", "suid"]);
+    let f = flags(&m);
+    assert!(!f.iter().any(|x| x == "noexec"), "exec: mountinfo {f:?}");
+    assert!(!f.iter().any(|x| x == "nodev"), "dev: mountinfo {f:?}");
+    let p = m.join("script");
+    ok!(fs::write(&p, b"#!/bin/sh\necho hi\n"));
+    ok!(fs::set_permissions(&p, fs::Permissions::from_mode(0o755)));
+    let out = ok!(Command::new(&p).output(), "exec on an exec mount");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hi");
+    ok!(sys::mknod(
+        m.join("null"),
+        libc::S_IFCHR | 0o666,
+        sys::makedev(1, 3)
+    ));
+    let null = ok!(
+        fs::OpenOptions::new().write(true).open(m.join("null")),
+        "open a char device on a dev mount"
+    );
+    ok!(null.write_all_at(b"discarded", 0));
+}
+
+/// Overlapping writes and reads through two descriptors plus truncates: the data must be right
+/// whatever the caching mode.
+fn exercise_data(m: &Mount) {
+    let p = m.join("data");
+    let a = ok!(fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&p));
+    let b = ok!(fs::OpenOptions::new().read(true).write(true).open(&p));
+    let mut model = vec![0u8; 0];
+    let mut r = memofs_e2e::Rng::new(77);
+    for i in 0..300u64 {
+        let off = r.below(1 << 20) as usize;
+        let len = r.range(1, 100_000) as usize;
+        let data = pattern(i, len);
+        let f = if i % 2 == 0 { &a } else { &b };
+        ok!(f.write_all_at(&data, off as u64));
+        if model.len() < off + len {
+            model.resize(off + len, 0);
+        }
+        model[off..off + len].copy_from_slice(&data);
+        if i % 25 == 24 {
+            let cut = r.below(model.len() as u64 + 1) as usize;
+            ok!(b.set_len(cut as u64));
+            model.truncate(cut);
+        }
+        if i % 10 == 0 {
+            let other = if i % 2 == 0 { &b } else { &a };
+            let got = ok!(sys::pread_full(other, off as u64, len));
+            let end = (off + len).min(model.len());
+            assert_bytes_eq(
+                &got,
+                &model[off.min(end)..end],
+                &format!(
+                    "{:?}: read back via the other descriptor at step {i}",
+                    m.options()
+                ),
+            );
+        }
+    }
+    drop((a, b));
+    assert_bytes_eq(
+        &ok!(fs::read(&p)),
+        &model,
+        &format!("{:?}: whole file", m.options()),
+    );
+    assert_eq!(ok!(fs::metadata(&p)).len(), model.len() as u64);
+}
+
+#[test]
+fn data_is_right_under_every_cache_mode() {
+    need_root!();
+    for opts in [
+        &["cache=never"][..],
+        &["cache=auto"],
+        &["cache=always"],
+        &["writeback=on"],
+        &["direct_io"],
+        &["threads=1"],
+        &["entry_timeout=0", "attr_timeout=0", "negative_timeout=0"],
+    ] {
+        let m = Mount::mem(opts);
+        exercise_data(&m);
+    }
+}
+
+#[test]
+fn append_under_every_cache_mode() {
+    need_root!();
+    for opts in [
+        &["cache=never"][..],
+        &["cache=always"],
+        &["writeback=on"],
+        &["direct_io"],
+    ] {
+        let m = Mount::mem(opts);
+        let p = m.join("log");
+        ok!(fs::write(&p, b"head"));
+        let mut want = b"head".to_vec();
+        let f = ok!(fs::OpenOptions::new().append(true).open(&p));
+        for i in 0..50u64 {
+            let chunk = pattern(i, 1 + (i as usize * 997) % 9000);
+            // pwrite on an O_APPEND descriptor appends on Linux, whatever the offset.
+            ok!(f.write_all_at(&chunk, 3));
+            want.extend_from_slice(&chunk);
+        }
+        drop(f);
+        assert_bytes_eq(
+            &ok!(fs::read(&p)),
+            &want,
+            &format!("O_APPEND writes with {opts:?}"),
+        );
+    }
+}
+
+#[test]
+fn size_limit_applies_with_writeback() {
+    need_root!();
+    let m = Mount::mem(&["size=1m", "writeback=on"]);
+    // The ENOSPC may come from write() or, with the writeback cache, only from fsync() on the
+    // same descriptor; it must come from one of them.
+    let mut f = ok!(fs::File::create(m.join("big")));
+    let res = std::io::Write::write_all(&mut f, &vec![1u8; 2 << 20]).and_then(|_| f.sync_all());
+    assert_errno!(
+        res,
+        libc::ENOSPC,
+        "writing 2 MiB into size=1m with the writeback cache"
+    );
+}
