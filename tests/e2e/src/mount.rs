@@ -253,15 +253,28 @@ impl Mount {
         let base = TempDir::new("memofs-e2e-");
         let mnt = base.path().join("mnt");
         fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
-        Mount::start_memofs(base, mnt, opts)
+        Mount::start_memofs(base, mnt, None, opts)
     }
 
     /// Like [`Mount::try_memofs`] on a given, existing mount point (which is left in place).
     pub fn try_memofs_on(mnt: &Path, opts: &[&str]) -> Result<Mount, String> {
-        Mount::start_memofs(TempDir::new("memofs-e2e-log-"), mnt.to_path_buf(), opts)
+        Mount::start_memofs(TempDir::new("memofs-e2e-log-"), mnt.to_path_buf(), None, opts)
     }
 
-    fn start_memofs(base: TempDir, mnt: PathBuf, opts: &[&str]) -> Result<Mount, String> {
+    /// The passthrough backend: `memofs mount -f -o OPTS SOURCE DIR` on a fresh directory.
+    pub fn try_memofs_source(source: &Path, opts: &[&str]) -> Result<Mount, String> {
+        let base = TempDir::new("memofs-e2e-");
+        let mnt = base.path().join("mnt");
+        fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
+        Mount::start_memofs(base, mnt, Some(source), opts)
+    }
+
+    fn start_memofs(
+        base: TempDir,
+        mnt: PathBuf,
+        source: Option<&Path>,
+        opts: &[&str],
+    ) -> Result<Mount, String> {
         let bin = memofs_bin();
         let log = base.path().join("server.log");
         let logf = fs::File::create(&log).map_err(|e| e.to_string())?;
@@ -269,6 +282,9 @@ impl Mount {
         cmd.arg("mount").arg("-f");
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts.join(","));
+        }
+        if let Some(src) = source {
+            cmd.arg(src);
         }
         cmd.arg(&mnt)
             .stdin(Stdio::null())

@@ -159,18 +159,39 @@ fn mount_point_is_a_regular_file() {
 }
 
 #[test]
-fn source_directory_is_not_yet_supported() {
+fn source_mounts_reject_mem_only_options_and_missing_sources() {
     if !is_root() {
         skip!("needs root");
     }
-    let t = target();
     let src = TempDir::new("memofs-e2e-src-");
-    let out = memofs(&["mount", s(src.path()), s(&t.mnt)]);
-    assert_fails_cleanly(&out, &t.mnt, "mount with a SOURCE directory");
+    for opt in ["size=1m", "nr_inodes=100", "mode=0755", "uid=1", "gid=1"] {
+        let t = target();
+        let out = memofs(&["mount", "-o", opt, s(src.path()), s(&t.mnt)]);
+        let name = opt.split('=').next().unwrap();
+        assert_eq!(
+            out.code(),
+            Some(2),
+            "{}",
+            out.describe(&format!("-o {opt} with a SOURCE must be refused"))
+        );
+        assert!(
+            out.stderr.contains(name),
+            "{}",
+            out.describe("the message should name the option")
+        );
+        assert!(
+            !is_mounted(&t.mnt),
+            "-o {opt} with a SOURCE: something got mounted"
+        );
+    }
+    let t = target();
+    let missing = src.path().join("no-such-source");
+    let out = memofs(&["mount", s(&missing), s(&t.mnt)]);
+    assert_fails_cleanly(&out, &t.mnt, "mount of a missing SOURCE");
     assert!(
-        out.stderr.to_lowercase().contains("not yet supported"),
+        out.stderr.contains("no-such-source"),
         "{}",
-        out.describe("message should say 'not yet supported'")
+        out.describe("the message should name the source")
     );
 }
 
@@ -455,7 +476,7 @@ fn killed_server_gives_enotconn_and_umount_recovers() {
     );
     assert!(!is_mounted(&mnt), "memofs umount left the dead mount");
     drop(m); // nothing left for it to clean up
-    // The directory is usable again.
+             // The directory is usable again.
     let m2 = Mount::try_memofs_on(&mnt, &["size=16m"])
         .unwrap_or_else(|e| panic!("remount after recovery: {e}"));
     ok!(fs::write(m2.join("g"), b"again"));

@@ -770,16 +770,36 @@ fn shrink(a: &mut Side, b: &mut Side, mut ops: Vec<Op>) -> Option<(Vec<Op>, Stri
     Some((ops, best.0, best.1))
 }
 
+/// Which memofs backend to compare with tmpfs.
+#[derive(Clone, Copy, PartialEq)]
+enum Backend {
+    Mem,
+    /// The passthrough backend exporting a directory of another tmpfs.
+    PassthroughOverTmpfs,
+}
+
 fn run(test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
+    run_on(Backend::Mem, test, opts, default_seed, default_ops)
+}
+
+fn run_on(backend: Backend, test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
     if !is_root() {
         skip!("needs root to mount");
     }
     let seed = env_u64("MEMOFS_DIFF_SEED").unwrap_or(default_seed);
     let ops = env_u64("MEMOFS_DIFF_OPS").map_or(default_ops, |n| n as usize);
-    let mut mem_opts = vec!["size=256m"];
-    mem_opts.extend_from_slice(opts);
     // Declared before the sides so that descriptors close before the unmounts.
-    let mem = Mount::memofs(&mem_opts);
+    let host = Mount::tmpfs(&["size=256m", "mode=1777"]);
+    let mem = match backend {
+        Backend::Mem => {
+            let mut mem_opts = vec!["size=256m"];
+            mem_opts.extend_from_slice(opts);
+            Mount::memofs(&mem_opts)
+        }
+        Backend::PassthroughOverTmpfs => {
+            Mount::try_memofs_source(host.path(), opts).unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
     let tmp = Mount::tmpfs(&["size=256m", "mode=1777"]);
     let mut a = Side {
         root: mem.path().to_path_buf(),
@@ -829,6 +849,17 @@ fn run(test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
 #[test]
 fn differential_default_options() {
     run("differential_default_options", &[], 1, 3000);
+}
+
+#[test]
+fn differential_passthrough_backend() {
+    run_on(
+        Backend::PassthroughOverTmpfs,
+        "differential_passthrough_backend",
+        &[],
+        6,
+        1500,
+    );
 }
 
 #[test]

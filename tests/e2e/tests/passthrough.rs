@@ -1,0 +1,122 @@
+//! The passthrough backend (`memofs mount SOURCE MOUNTPOINT`): host files are served, changes
+//! go through to the host, host-side changes show up, and ownership follows the caller.
+
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use memofs_e2e::user::{as_user, USER1};
+use memofs_e2e::{assert_errno, is_root, ok, pattern, skip, sys, Mount};
+
+fn export() -> Option<(Mount, Mount)> {
+    if !is_root() {
+        return None;
+    }
+    let host = Mount::tmpfs(&["size=64m", "mode=1777"]);
+    let m =
+        Mount::try_memofs_source(host.path(), &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    Some((host, m))
+}
+
+/// Poll (the watcher is asynchronous) until `cond` holds, for up to 10 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not seen through the mount within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn host_files_are_served_and_changes_reach_the_host() {
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    ok!(fs::create_dir(host.join("d")));
+    ok!(fs::write(host.join("d/f"), b"from the host"));
+    ok!(symlink("d/f", host.join("l")));
+    assert_eq!(ok!(fs::read(m.join("d/f"))), b"from the host");
+    assert_eq!(ok!(fs::read_link(m.join("l"))), Path::new("d/f"));
+    let data = pattern(3, 300_000);
+    ok!(fs::write(m.join("d/new"), &data));
+    assert_eq!(
+        ok!(fs::read(host.join("d/new"))),
+        data,
+        "a write through the mount reaches the host"
+    );
+    ok!(fs::rename(m.join("d/new"), m.join("moved")));
+    assert!(host.join("moved").exists() && !host.join("d/new").exists());
+    ok!(sys::setxattr(m.join("moved"), "user.k", b"v", 0));
+    assert_eq!(ok!(sys::getxattr(host.join("moved"), "user.k")), b"v");
+    ok!(fs::remove_file(m.join("moved")));
+    assert!(!host.join("moved").exists());
+    let (hm, mm) = (
+        ok!(fs::metadata(host.join("d/f"))),
+        ok!(fs::metadata(m.join("d/f"))),
+    );
+    assert_eq!(
+        (hm.mode(), hm.size(), hm.nlink(), hm.uid()),
+        (mm.mode(), mm.size(), mm.nlink(), mm.uid())
+    );
+}
+
+#[test]
+fn host_side_changes_become_visible() {
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    // Look names up first, so the kernel has cached answers (positive and negative).
+    assert!(!m.join("later").exists());
+    ok!(fs::write(host.join("gone-soon"), b"x"));
+    assert!(m.join("gone-soon").exists());
+    ok!(fs::write(host.join("later"), b"created on the host"));
+    eventually("a file created on the host", || m.join("later").exists());
+    assert_eq!(ok!(fs::read(m.join("later"))), b"created on the host");
+    ok!(fs::remove_file(host.join("gone-soon")));
+    eventually("a file deleted on the host", || {
+        !m.join("gone-soon").exists()
+    });
+    ok!(fs::write(
+        host.join("later"),
+        b"rewritten on the host, longer"
+    ));
+    eventually("content changed on the host", || {
+        fs::read(m.join("later"))
+            .map(|d| d == b"rewritten on the host, longer")
+            .unwrap_or(false)
+    });
+}
+
+#[test]
+fn created_files_belong_to_the_caller_on_the_host() {
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    let root = m.path().to_path_buf();
+    as_user(USER1.0, USER1.1, &[], move || {
+        ok!(fs::write(root.join("userfile"), b"u"));
+        ok!(fs::create_dir(root.join("userdir")));
+    });
+    for p in ["userfile", "userdir"] {
+        let md = ok!(fs::metadata(host.join(p)));
+        assert_eq!(
+            (md.uid(), md.gid()),
+            USER1,
+            "{p} on the host belongs to the creating user"
+        );
+    }
+    ok!(fs::write(host.join("rootonly"), b"r"));
+    ok!(sys::chmod(host.join("rootonly"), 0o600));
+    let p = m.join("rootonly");
+    as_user(USER1.0, USER1.1, &[], move || {
+        assert_errno!(
+            fs::read(&p),
+            libc::EACCES,
+            "a user reading a 0600 root file through the export"
+        );
+    });
+}
