@@ -831,6 +831,10 @@ fn run_on(backend: Backend, test: &str, opts: &[&str], default_seed: u64, defaul
             history[start..].join("\n"),
             i + 1
         );
+        let log_path = std::env::temp_dir().join(format!("memofs-diff-{test}-seed{seed}.log"));
+        if fs::write(&log_path, history.join("\n") + "\n").is_ok() {
+            msg += &format!("\nfull operation log: {}", log_path.display());
+        }
         if std::env::var("MEMOFS_DIFF_SHRINK").map_or(true, |v| v != "0") {
             match shrink(&mut a, &mut b, done.clone()) {
                 Some((small, why, log)) => msg += &format!(

@@ -68,12 +68,22 @@ fn statfs_reflects_size_and_nr_inodes() {
     for i in 0..10 {
         ok!(fs::remove_file(m.join(format!("e{i}"))));
     }
-    let s3 = ok!(sys::statfs(m.path()));
-    assert_eq!(
-        (s3.f_bfree, s3.f_ffree),
-        (s.f_bfree, s.f_ffree),
-        "everything is given back on delete"
-    );
+    // The release may reach the server a moment after the last close (FUSE RELEASE/FORGET are
+    // asynchronous): poll for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let s3 = ok!(sys::statfs(m.path()));
+        if (s3.f_bfree, s3.f_ffree) == (s.f_bfree, s.f_ffree) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "space and inodes not given back 10 s after deleting: (bfree, ffree) = {:?}, want {:?}",
+            (s3.f_bfree, s3.f_ffree),
+            (s.f_bfree, s.f_ffree)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
