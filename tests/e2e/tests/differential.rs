@@ -417,6 +417,17 @@ impl Side {
     }
 }
 
+/// The directory the operations work in: three levels below the mount root, so that symlink
+/// targets climbing with `..` (at most two levels per link) stay inside the mount, where the
+/// wrapper directories hold nothing but each other. (At the mount root `../../b` would reach the
+/// same file outside both mounts, shared by the two sides.)
+fn work_root(mount_root: &std::path::Path) -> PathBuf {
+    let root = mount_root.join("w1/w2/w3");
+    fs::create_dir_all(&root).expect("make the work directory");
+    sys::chmod(&root, 0o1777).expect("chmod the work directory");
+    root
+}
+
 /// Relative paths of everything in the reference tree (for choosing existing names often).
 fn existing(root: &std::path::Path) -> Vec<String> {
     tree::describe(root, Detail::default())
@@ -802,11 +813,11 @@ fn run_on(backend: Backend, test: &str, opts: &[&str], default_seed: u64, defaul
     };
     let tmp = Mount::tmpfs(&["size=256m", "mode=1777"]);
     let mut a = Side {
-        root: mem.path().to_path_buf(),
+        root: work_root(mem.path()),
         slots: (0..SLOTS).map(|_| None).collect(),
     };
     let mut b = Side {
-        root: tmp.path().to_path_buf(),
+        root: work_root(tmp.path()),
         slots: (0..SLOTS).map(|_| None).collect(),
     };
     let mut gen = Gen {
@@ -894,11 +905,11 @@ fn differential_harness_tmpfs_vs_tmpfs() {
     }
     let (x, y) = (Mount::tmpfs(&["size=64m"]), Mount::tmpfs(&["size=64m"]));
     let mut a = Side {
-        root: x.path().to_path_buf(),
+        root: work_root(x.path()),
         slots: (0..SLOTS).map(|_| None).collect(),
     };
     let mut b = Side {
-        root: y.path().to_path_buf(),
+        root: work_root(y.path()),
         slots: (0..SLOTS).map(|_| None).collect(),
     };
     let mut gen = Gen { rng: Rng::new(99) };
