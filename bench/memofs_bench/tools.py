@@ -67,6 +67,11 @@ def helper(name: str) -> Path:
     return compile_c(name, [CSRC / f"{name}.c"])
 
 
+def helper_threads(name: str) -> Path:
+    """A C helper that uses POSIX threads."""
+    return compile_c(name, [CSRC / f"{name}.c"], cflags=["-pthread"])
+
+
 def run(cmd: Sequence[str], timeout: float | None = None, check: bool = True,
         **kw) -> subprocess.CompletedProcess:
     env = dict(os.environ, LC_ALL="C")

@@ -123,7 +123,7 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import lat_mmap, loopdd, messaging, stat_missing, tree
+    from . import atime_read, lat_mmap, loopdd, memory, messaging, stat_missing, tree
     ws = [stat_missing.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD, lat_mmap.WORKLOAD,
-          tree.WORKLOAD]
+          tree.WORKLOAD, atime_read.WORKLOAD, memory.WORKLOAD]
     return {w.name: w for w in ws}
