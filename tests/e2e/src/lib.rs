@@ -15,6 +15,7 @@
 //! * `MEMOFS_E2E_TMPDIR`: where mount points are made (default `/tmp`).
 
 pub mod cli;
+pub mod diffops;
 pub mod mount;
 pub mod rng;
 pub mod sys;

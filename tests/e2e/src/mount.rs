@@ -258,7 +258,12 @@ impl Mount {
 
     /// Like [`Mount::try_memofs`] on a given, existing mount point (which is left in place).
     pub fn try_memofs_on(mnt: &Path, opts: &[&str]) -> Result<Mount, String> {
-        Mount::start_memofs(TempDir::new("memofs-e2e-log-"), mnt.to_path_buf(), None, opts)
+        Mount::start_memofs(
+            TempDir::new("memofs-e2e-log-"),
+            mnt.to_path_buf(),
+            None,
+            opts,
+        )
     }
 
     /// The passthrough backend: `memofs mount -f -o OPTS SOURCE DIR` on a fresh directory.
