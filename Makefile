@@ -31,9 +31,12 @@ lint:
 unit:
 	$(CARGO) test --workspace --exclude memofs-e2e
 
+# The end-to-end suite runs twice: default options (as root, file data kernel-backed with
+# FUSE passthrough) and passthrough=off (the server's own page store).
 e2e:
 	$(CARGO) build -p memofs
 	$(CARGO) test -p memofs-e2e
+	MEMOFS_E2E_OPTS=passthrough=off $(CARGO) test -p memofs-e2e
 
 pytest:
 	python3 -m pytest bench/tests -q

@@ -143,7 +143,12 @@ pub fn main(raw: &[String]) -> ExitCode {
 }
 
 fn init_logging(opts: &MountOptions) {
-    let level = if opts.debug { "debug" } else { "warn" };
+    // fuser warns when its own unmount-on-exit finds the mount already gone: not news.
+    let level = if opts.debug {
+        "debug"
+    } else {
+        "warn,fuser::session=error"
+    };
     let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
     let _ = env_logger::Builder::from_env(env)
         .format_timestamp_micros()

@@ -94,6 +94,10 @@ pub trait Backend: Send + Sync + 'static {
         plus: bool,
         sink: &mut dyn FnMut(&DirEntry) -> bool,
     ) -> Result<()>;
+    /// Makes a directory's entries durable.
+    fn fsyncdir(&self, _ino: Ino, _fh: u64, _datasync: bool) -> Result<()> {
+        Ok(())
+    }
     /// Closes a directory handle.
     fn releasedir(&self, ino: Ino, fh: u64) -> Result<()>;
     /// Filesystem usage.

@@ -604,6 +604,19 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         self.stats.record(Op::Releasedir, t);
     }
 
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let t = Instant::now();
+        self.reply_empty(reply, self.backend.fsyncdir(ino.0, fh.0, datasync));
+        self.stats.record(Op::Fsync, t);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let t = Instant::now();
         match self.backend.statfs() {

@@ -21,7 +21,8 @@ const COPY_CHUNK: u64 = 1 << 20;
 impl MemFs {
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
-        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
+        // Linux truncates even for O_RDONLY|O_TRUNC (the kernel checked write permission).
+        if flags & libc::O_TRUNC != 0 {
             file.truncate(&self.limits, 0)?;
             inode.touch_modified(Timestamp::now());
         }
@@ -57,11 +58,9 @@ impl Backend for MemFs {
         let inode = self.table.get(ino)?;
         let now = Timestamp::now();
         if let Some(size) = set.size {
-            let file = inode.file()?;
-            if file.size() != size {
-                file.truncate(&self.limits, size)?;
-                inode.touch_modified(now);
-            }
+            // As tmpfs: a truncate updates mtime and ctime even when the size stays.
+            inode.file()?.truncate(&self.limits, size)?;
+            inode.touch_modified(now);
         }
         {
             let mut meta = inode.meta.lock();

@@ -117,6 +117,13 @@ impl Backend for PassthroughFs {
         sys::io::fsync(self.file(fh)?.fd.as_fd(), datasync)
     }
 
+    /// Makes the directory's entries durable on the host (after creates, renames, unlinks).
+    fn fsyncdir(&self, ino: Ino, _fh: u64, datasync: bool) -> Result<()> {
+        let inode = self.table.get(ino)?;
+        let fd = sys::at::openat(inode.fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        sys::io::fsync(fd.as_fd(), datasync)
+    }
+
     fn opendir(&self, caller: &Caller, ino: Ino, _flags: i32) -> Result<Opened> {
         self.open_dir(caller, ino)
     }

@@ -285,8 +285,19 @@ impl Mount {
         let logf = fs::File::create(&log).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&bin);
         cmd.arg("mount").arg("-f");
-        if !opts.is_empty() {
-            cmd.arg("-o").arg(opts.join(","));
+        // MEMOFS_E2E_OPTS: options every memofs mount starts with (the test's own come
+        // after and win), e.g. `passthrough=off` to run the suite on the server page store.
+        let mut all: Vec<String> = std::env::var("MEMOFS_E2E_OPTS")
+            .map(|v| {
+                v.split(',')
+                    .filter(|o| !o.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        all.extend(opts.iter().map(|o| o.to_string()));
+        if !all.is_empty() {
+            cmd.arg("-o").arg(all.join(","));
         }
         if let Some(src) = source {
             cmd.arg(src);

@@ -105,6 +105,7 @@ fn creations_are_visible_at_once_despite_cached_misses() {
             drop(ok!(fs::OpenOptions::new()
                 .write(true)
                 .create(true)
+                .truncate(false)
                 .mode(0o644)
                 .open(p)))
         }),
