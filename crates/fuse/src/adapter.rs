@@ -237,30 +237,28 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let t = Instant::now();
-        match self.backend.lookup(&caller(req), parent.0, name) {
-            Err(Errno::ENOENT) => {
-                self.stats.event(Event::LookupMiss);
-                match self.policy.negative() {
-                    Some(neg) => {
-                        self.stats.event(Event::NegativeReply);
-                        reply.entry_with_ttls(
-                            &Duration::ZERO,
-                            &neg.entry_timeout,
-                            &negative_attr(),
-                            Generation(0),
-                        );
-                    }
-                    None => reply.error(errno(Errno::ENOENT)),
-                }
-            }
-            r => {
-                if r.is_ok() {
-                    self.stats.event(Event::LookupHit);
-                }
-                self.reply_entry(reply, r)
-            }
-        }
+        let r = self.backend.lookup(&caller(req), parent.0, name);
+        // Counted before the reply, so a client that saw the answer also sees it counted.
+        self.stats.event(match r {
+            Ok(_) => Event::LookupHit,
+            Err(_) => Event::LookupMiss,
+        });
         self.stats.record(Op::Lookup, t);
+        match r {
+            Err(Errno::ENOENT) => match self.policy.negative() {
+                Some(neg) => {
+                    self.stats.event(Event::NegativeReply);
+                    reply.entry_with_ttls(
+                        &Duration::ZERO,
+                        &neg.entry_timeout,
+                        &negative_attr(),
+                        Generation(0),
+                    );
+                }
+                None => reply.error(errno(Errno::ENOENT)),
+            },
+            r => self.reply_entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
