@@ -267,7 +267,9 @@ class Memofs(Target):
             return f"unknown ({e})"
 
     def _mount(self, mnt: Path) -> None:
-        cmd = [self.binary(), "mount", *self.args, str(mnt)]
+        self._run_mount([self.binary(), "mount", *self.args, str(mnt)])
+
+    def _run_mount(self, cmd: list[str]) -> None:
         try:
             r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, timeout=60)
@@ -310,6 +312,15 @@ class Memofs(Target):
                     os.kill(p, 15)
 
 
+class MemofsPassthrough(Memofs):
+    kind = "memofs-pt"
+    summary = "memofs's passthrough backend over a fresh tmpfs (`memofs mount [ARGS] DIR MNT`)"
+
+    def _mount(self, mnt: Path) -> None:
+        self._run_mount([self.binary(), "mount", *self.args, str(self._backing_tmpfs()),
+                         str(mnt)])
+
+
 def _argv0(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
@@ -325,7 +336,8 @@ def _alive(pid: int) -> bool:
     return st.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, Tmpfs, PassthroughLL, Bindfs)}
+KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough, Tmpfs,
+                                                       PassthroughLL, Bindfs)}
 
 
 class UnknownTarget(ValueError):
