@@ -136,6 +136,14 @@ impl<B: Backend> Adapter<B> {
         }
     }
 
+    /// Runs one request's handling and counts it, with its latency, under `op`.
+    fn timed<R>(&self, op: Op, handle: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = handle();
+        self.stats.record(op, t);
+        r
+    }
+
     /// A passthrough open of `ino` was released.
     fn release_backing(&self, ino: Ino) {
         let mut map = self.backing.lock();
@@ -262,15 +270,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let t = Instant::now();
-        self.backend.forget(ino.0, nlookup);
-        self.stats.record(Op::Forget, t);
+        self.timed(Op::Forget, || {
+            self.backend.forget(ino.0, nlookup);
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let t = Instant::now();
-        self.reply_attr(reply, self.backend.getattr(ino.0));
-        self.stats.record(Op::Getattr, t);
+        self.timed(Op::Getattr, || {
+            self.reply_attr(reply, self.backend.getattr(ino.0));
+        });
     }
 
     fn setattr(
@@ -291,28 +299,26 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let t = Instant::now();
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(time_set),
-            mtime: mtime.map(time_set),
-            ctime: ctime.map(Timestamp::from_system_time),
-            fh: fh.map(|f| f.0),
-        };
-        self.reply_attr(reply, self.backend.setattr(&caller(req), ino.0, &set));
-        self.stats.record(Op::Setattr, t);
+        self.timed(Op::Setattr, || {
+            let set = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime: atime.map(time_set),
+                mtime: mtime.map(time_set),
+                ctime: ctime.map(Timestamp::from_system_time),
+                fh: fh.map(|f| f.0),
+            };
+            self.reply_attr(reply, self.backend.setattr(&caller(req), ino.0, &set));
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let t = Instant::now();
-        match self.backend.readlink(ino.0) {
+        self.timed(Op::Readlink, || match self.backend.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Readlink, t);
+        });
     }
 
     fn mknod(
@@ -325,12 +331,12 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let t = Instant::now();
-        self.reply_entry(
-            reply,
-            self.backend.mknod(&caller(req), parent.0, name, mode, rdev),
-        );
-        self.stats.record(Op::Mknod, t);
+        self.timed(Op::Mknod, || {
+            self.reply_entry(
+                reply,
+                self.backend.mknod(&caller(req), parent.0, name, mode, rdev),
+            );
+        });
     }
 
     fn mkdir(
@@ -342,24 +348,24 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let t = Instant::now();
-        self.reply_entry(
-            reply,
-            self.backend.mkdir(&caller(req), parent.0, name, mode),
-        );
-        self.stats.record(Op::Mkdir, t);
+        self.timed(Op::Mkdir, || {
+            self.reply_entry(
+                reply,
+                self.backend.mkdir(&caller(req), parent.0, name, mode),
+            );
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.unlink(&caller(req), parent.0, name));
-        self.stats.record(Op::Unlink, t);
+        self.timed(Op::Unlink, || {
+            self.reply_empty(reply, self.backend.unlink(&caller(req), parent.0, name));
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.rmdir(&caller(req), parent.0, name));
-        self.stats.record(Op::Rmdir, t);
+        self.timed(Op::Rmdir, || {
+            self.reply_empty(reply, self.backend.rmdir(&caller(req), parent.0, name));
+        });
     }
 
     fn symlink(
@@ -370,13 +376,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let t = Instant::now();
-        self.reply_entry(
-            reply,
-            self.backend
-                .symlink(&caller(req), parent.0, link_name, target.as_os_str()),
-        );
-        self.stats.record(Op::Symlink, t);
+        self.timed(Op::Symlink, || {
+            self.reply_entry(
+                reply,
+                self.backend
+                    .symlink(&caller(req), parent.0, link_name, target.as_os_str()),
+            );
+        });
     }
 
     fn rename(
@@ -389,19 +395,19 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(
-            reply,
-            self.backend.rename(
-                &caller(req),
-                parent.0,
-                name,
-                newparent.0,
-                newname,
-                flags.bits(),
-            ),
-        );
-        self.stats.record(Op::Rename, t);
+        self.timed(Op::Rename, || {
+            self.reply_empty(
+                reply,
+                self.backend.rename(
+                    &caller(req),
+                    parent.0,
+                    name,
+                    newparent.0,
+                    newname,
+                    flags.bits(),
+                ),
+            );
+        });
     }
 
     fn link(
@@ -412,27 +418,29 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let t = Instant::now();
-        self.reply_entry(
-            reply,
-            self.backend.link(&caller(req), ino.0, newparent.0, newname),
-        );
-        self.stats.record(Op::Link, t);
+        self.timed(Op::Link, || {
+            self.reply_entry(
+                reply,
+                self.backend.link(&caller(req), ino.0, newparent.0, newname),
+            );
+        });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let t = Instant::now();
-        match self
-            .backend
-            .open(&caller(req), ino.0, self.open_flags(flags.0))
-        {
-            Ok(o) => match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
-                Some(id) => reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id),
-                None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
-            },
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Open, t);
+        self.timed(Op::Open, || {
+            match self
+                .backend
+                .open(&caller(req), ino.0, self.open_flags(flags.0))
+            {
+                Ok(o) => match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
+                    Some(id) => {
+                        reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id)
+                    }
+                    None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
+                },
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn read(
@@ -446,15 +454,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let t = Instant::now();
-        READ_BUF.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            match self.backend.read(ino.0, fh.0, offset, size, &mut buf) {
-                Ok(()) => reply.data(&buf),
-                Err(e) => reply.error(errno(e)),
-            }
+        self.timed(Op::Read, || {
+            READ_BUF.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                match self.backend.read(ino.0, fh.0, offset, size, &mut buf) {
+                    Ok(()) => reply.data(&buf),
+                    Err(e) => reply.error(errno(e)),
+                }
+            });
         });
-        self.stats.record(Op::Read, t);
     }
 
     fn write(
@@ -469,12 +477,12 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let t = Instant::now();
-        match self.backend.write(ino.0, fh.0, offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Write, t);
+        self.timed(Op::Write, || {
+            match self.backend.write(ino.0, fh.0, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn flush(
@@ -485,9 +493,9 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.flush(ino.0, fh.0));
-        self.stats.record(Op::Flush, t);
+        self.timed(Op::Flush, || {
+            self.reply_empty(reply, self.backend.flush(ino.0, fh.0));
+        });
     }
 
     fn release(
@@ -500,10 +508,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.release_backing(ino.0);
-        self.reply_empty(reply, self.backend.release(ino.0, fh.0));
-        self.stats.record(Op::Release, t);
+        self.timed(Op::Release, || {
+            self.release_backing(ino.0);
+            self.reply_empty(reply, self.backend.release(ino.0, fh.0));
+        });
     }
 
     fn fsync(
@@ -514,18 +522,18 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.fsync(ino.0, fh.0, datasync));
-        self.stats.record(Op::Fsync, t);
+        self.timed(Op::Fsync, || {
+            self.reply_empty(reply, self.backend.fsync(ino.0, fh.0, datasync));
+        });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let t = Instant::now();
-        match self.backend.opendir(&caller(req), ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Opendir, t);
+        self.timed(Op::Opendir, || {
+            match self.backend.opendir(&caller(req), ino.0, flags.0) {
+                Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn readdir(
@@ -536,15 +544,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let t = Instant::now();
-        let r = self.readdir_common(ino, fh, offset, false, &mut |e| {
-            !reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), &e.name)
+        self.timed(Op::Readdir, || {
+            let r = self.readdir_common(ino, fh, offset, false, &mut |e| {
+                !reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), &e.name)
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Readdir, t);
     }
 
     fn readdirplus(
@@ -555,38 +563,38 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let t = Instant::now();
-        let ttl = self.policy.entry_timeout.min(self.policy.attr_timeout);
-        let r = self.readdir_common(ino, fh, offset, true, &mut |e| match &e.attr {
-            Some(a) => !reply.add(
-                INodeNo(e.ino),
-                e.offset,
-                &e.name,
-                &ttl,
-                &file_attr(a),
-                Generation(a.generation),
-            ),
-            // `.` and `..`: the kernel links neither (so they take no lookup reference), but
-            // their inode numbers become `d_ino`, and readdir(3) hides entries with `d_ino` 0.
-            None => {
-                let mut attr = negative_attr();
-                attr.kind = file_type(e.kind);
-                attr.ino = INodeNo(e.ino);
-                !reply.add(
+        self.timed(Op::Readdirplus, || {
+            let ttl = self.policy.entry_timeout.min(self.policy.attr_timeout);
+            let r = self.readdir_common(ino, fh, offset, true, &mut |e| match &e.attr {
+                Some(a) => !reply.add(
                     INodeNo(e.ino),
                     e.offset,
                     &e.name,
-                    &Duration::ZERO,
-                    &attr,
-                    Generation(0),
-                )
+                    &ttl,
+                    &file_attr(a),
+                    Generation(a.generation),
+                ),
+                // `.` and `..`: the kernel links neither (so they take no lookup reference), but
+                // their inode numbers become `d_ino`, and readdir(3) hides entries with `d_ino` 0.
+                None => {
+                    let mut attr = negative_attr();
+                    attr.kind = file_type(e.kind);
+                    attr.ino = INodeNo(e.ino);
+                    !reply.add(
+                        INodeNo(e.ino),
+                        e.offset,
+                        &e.name,
+                        &Duration::ZERO,
+                        &attr,
+                        Generation(0),
+                    )
+                }
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
             }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Readdirplus, t);
     }
 
     fn releasedir(
@@ -597,9 +605,9 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.releasedir(ino.0, fh.0));
-        self.stats.record(Op::Releasedir, t);
+        self.timed(Op::Releasedir, || {
+            self.reply_empty(reply, self.backend.releasedir(ino.0, fh.0));
+        });
     }
 
     fn fsyncdir(
@@ -610,20 +618,18 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.fsyncdir(ino.0, fh.0, datasync));
-        self.stats.record(Op::Fsync, t);
+        self.timed(Op::Fsyncdir, || {
+            self.reply_empty(reply, self.backend.fsyncdir(ino.0, fh.0, datasync));
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let t = Instant::now();
-        match self.backend.statfs() {
+        self.timed(Op::Statfs, || match self.backend.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
             ),
             Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Statfs, t);
+        });
     }
 
     fn setxattr(
@@ -636,38 +642,38 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(
-            reply,
-            self.backend
-                .setxattr(&caller(req), ino.0, name, value, flags),
-        );
-        self.stats.record(Op::Setxattr, t);
+        self.timed(Op::Setxattr, || {
+            self.reply_empty(
+                reply,
+                self.backend
+                    .setxattr(&caller(req), ino.0, name, value, flags),
+            );
+        });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let t = Instant::now();
-        Self::reply_xattr(reply, size, self.backend.getxattr(ino.0, name));
-        self.stats.record(Op::Getxattr, t);
+        self.timed(Op::Getxattr, || {
+            Self::reply_xattr(reply, size, self.backend.getxattr(ino.0, name));
+        });
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let t = Instant::now();
-        Self::reply_xattr(reply, size, self.backend.listxattr(ino.0));
-        self.stats.record(Op::Listxattr, t);
+        self.timed(Op::Listxattr, || {
+            Self::reply_xattr(reply, size, self.backend.listxattr(ino.0));
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.removexattr(&caller(req), ino.0, name));
-        self.stats.record(Op::Removexattr, t);
+        self.timed(Op::Removexattr, || {
+            self.reply_empty(reply, self.backend.removexattr(&caller(req), ino.0, name));
+        });
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); only existence is ours.
-        let t = Instant::now();
-        self.reply_empty(reply, self.backend.getattr(ino.0).map(|_| ()));
-        self.stats.record(Op::Access, t);
+        self.timed(Op::Access, || {
+            self.reply_empty(reply, self.backend.getattr(ino.0).map(|_| ()));
+        });
     }
 
     fn create(
@@ -680,35 +686,37 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let t = Instant::now();
-        match self
-            .backend
-            .create(&caller(req), parent.0, name, mode, self.open_flags(flags))
-        {
-            Ok((attr, o)) => {
-                let e = self.policy.entry(attr);
-                // fuser's `created` uses one timeout for entry and attributes; take the shorter.
-                let ttl = e.entry_timeout.min(e.attr_timeout);
-                let (fa, generation, fh) = (
-                    file_attr(&attr),
-                    Generation(attr.generation),
-                    FileHandle(o.fh),
-                );
-                match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
-                    Some(id) => reply.created_passthrough(
-                        &ttl,
-                        &fa,
-                        generation,
-                        fh,
-                        FopenFlags::empty(),
-                        &id,
-                    ),
-                    None => reply.created(&ttl, &fa, generation, fh, fopen_flags(&o, &self.config)),
+        self.timed(Op::Create, || {
+            match self
+                .backend
+                .create(&caller(req), parent.0, name, mode, self.open_flags(flags))
+            {
+                Ok((attr, o)) => {
+                    let e = self.policy.entry(attr);
+                    // fuser's `created` uses one timeout for entry and attributes; take the shorter.
+                    let ttl = e.entry_timeout.min(e.attr_timeout);
+                    let (fa, generation, fh) = (
+                        file_attr(&attr),
+                        Generation(attr.generation),
+                        FileHandle(o.fh),
+                    );
+                    match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
+                        Some(id) => reply.created_passthrough(
+                            &ttl,
+                            &fa,
+                            generation,
+                            fh,
+                            FopenFlags::empty(),
+                            &id,
+                        ),
+                        None => {
+                            reply.created(&ttl, &fa, generation, fh, fopen_flags(&o, &self.config))
+                        }
+                    }
                 }
+                Err(e) => reply.error(errno(e)),
             }
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Create, t);
+        });
     }
 
     fn fallocate(
@@ -721,12 +729,12 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let t = Instant::now();
-        self.reply_empty(
-            reply,
-            self.backend.fallocate(ino.0, fh.0, offset, length, mode),
-        );
-        self.stats.record(Op::Fallocate, t);
+        self.timed(Op::Fallocate, || {
+            self.reply_empty(
+                reply,
+                self.backend.fallocate(ino.0, fh.0, offset, length, mode),
+            );
+        });
     }
 
     fn lseek(
@@ -738,15 +746,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let t = Instant::now();
-        let r = u64::try_from(offset)
-            .map_err(|_| Errno::ENXIO)
-            .and_then(|off| self.backend.lseek(ino.0, fh.0, off, whence));
-        match r {
-            Ok(off) => reply.offset(off as i64),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::Lseek, t);
+        self.timed(Op::Lseek, || {
+            let r = u64::try_from(offset)
+                .map_err(|_| Errno::ENXIO)
+                .and_then(|off| self.backend.lseek(ino.0, fh.0, off, whence));
+            match r {
+                Ok(off) => reply.offset(off as i64),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn copy_file_range(
@@ -762,13 +770,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let t = Instant::now();
-        match self.backend.copy_file_range(
-            ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
-        ) {
-            Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
-            Err(e) => reply.error(errno(e)),
-        }
-        self.stats.record(Op::CopyFileRange, t);
+        self.timed(Op::CopyFileRange, || {
+            match self.backend.copy_file_range(
+                ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
+            ) {
+                Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 }
