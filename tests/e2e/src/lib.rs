@@ -7,13 +7,18 @@
 //! * [`user`]: run a closure with the credentials of another user (per-thread).
 //! * [`rng`]: a small deterministic PRNG, so a seed reproduces a run.
 //! * [`tree`]: walk a tree and describe it, for comparisons.
+//! * [`checks`]: helpers of the reliability tests (polling, `memofs stats` usage, server RSS,
+//!   tree consistency, `*at()` calls).
 //!
 //! Environment:
 //! * `MEMOFS_BIN`: the binary to test (default `<workspace>/target/debug/memofs`, then release).
 //! * `MEMOFS_E2E_REFERENCE=tmpfs`: run the semantic tests against kernel tmpfs instead of memofs,
 //!   to check the tests themselves.
 //! * `MEMOFS_E2E_TMPDIR`: where mount points are made (default `/tmp`).
+//! * `MEMOFS_LONG=1`: the long versions of the reliability tests (`stress`, `exerciser`,
+//!   `hostile`; see the top of each file).
 
+pub mod checks;
 pub mod cli;
 pub mod diffops;
 pub mod mount;

@@ -1,0 +1,335 @@
+//! Helpers shared by the reliability tests (`stress`, `exerciser`, `faults`, `hostile`):
+//! polling for asynchronous effects, `memofs stats` usage, server memory, a passthrough export
+//! of a fresh tmpfs, whole-tree consistency checks, and `*at()` calls for deep trees.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+use crate::{memofs, Mount};
+
+/// Whether `MEMOFS_LONG=1` asks for the long versions of the reliability tests.
+pub fn long_run() -> bool {
+    std::env::var("MEMOFS_LONG").is_ok_and(|v| v == "1")
+}
+
+/// `short` normally, `long` with `MEMOFS_LONG=1`.
+pub fn scaled(short: u64, long: u64) -> u64 {
+    if long_run() {
+        long
+    } else {
+        short
+    }
+}
+
+/// Poll `cond` every 20 ms until it holds; panic with `what` and the last state after `limit`.
+/// For effects that are asynchronous by design (FUSE RELEASE/FORGET, host watchers).
+#[track_caller]
+pub fn eventually<S: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    mut cond: impl FnMut() -> (bool, S),
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (done, state) = cond();
+        if done {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {limit:?}; last state: {state:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `usage` section of `memofs stats --json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes charged against `size=` (data, xattrs, symlink targets).
+    pub bytes_used: u64,
+    /// `size=` in bytes (0 = unlimited).
+    pub bytes_limit: u64,
+    /// Inodes in use (the root counts).
+    pub inodes_used: u64,
+    /// `nr_inodes=` (0 = unlimited).
+    pub inodes_limit: u64,
+}
+
+fn json_u64(doc: &str, key: &str) -> Option<u64> {
+    let at = doc.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let digits: String = doc[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// `memofs stats --json MOUNTPOINT`, raw.
+pub fn stats_json(mnt: &Path) -> Result<String, String> {
+    let out = memofs(&["stats", "--json", mnt.to_str().expect("utf-8 mount point")]);
+    if out.success() {
+        Ok(out.stdout)
+    } else {
+        Err(out.describe("memofs stats --json"))
+    }
+}
+
+/// Usage counters of a live memofs mount.
+pub fn stats_usage(mnt: &Path) -> Result<Usage, String> {
+    let doc = stats_json(mnt)?;
+    let get = |k: &str| json_u64(&doc, k).ok_or_else(|| format!("no {k} in {doc}"));
+    Ok(Usage {
+        bytes_used: get("bytes_used")?,
+        bytes_limit: get("bytes_limit")?,
+        inodes_used: get("inodes_used")?,
+        inodes_limit: get("inodes_limit")?,
+    })
+}
+
+/// Resident set size of a process, in bytes (`VmRSS` of `/proc/PID/status`).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS in /proc/PID/status")
+        * 1024
+}
+
+/// Whether a process still exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// The passthrough backend exporting `sub` (created) of a fresh host tmpfs:
+/// `(host tmpfs, memofs mount)`. Drop the memofs mount first (declare it last).
+pub fn export_tmpfs(sub: &str, host_opts: &[&str], opts: &[&str]) -> (Mount, Mount) {
+    let host = Mount::tmpfs(host_opts);
+    let src = host.join(sub);
+    fs::create_dir_all(&src).expect("make the exported directory");
+    sys::chmod(&src, 0o1777).expect("chmod the exported directory");
+    let m = Mount::try_memofs_source(&src, opts).unwrap_or_else(|e| panic!("{e}"));
+    (host, m)
+}
+
+/// `rm -rf PATH` with the system tool (which handles any depth), asserting success.
+#[track_caller]
+pub fn rm_rf(p: &Path) {
+    let out = crate::run(
+        "rm",
+        &["-rf", "--", p.to_str().expect("utf-8 path")],
+        None,
+        Duration::from_secs(120),
+    );
+    assert!(out.success(), "{}", out.describe("rm -rf"));
+    assert!(
+        fs::symlink_metadata(p).is_err(),
+        "{} still exists after rm -rf",
+        p.display()
+    );
+}
+
+/// What [`check_tree`] found.
+#[derive(Debug, Default)]
+pub struct TreeSummary {
+    /// Regular files (distinct inodes).
+    pub files: usize,
+    /// Directories, the root included.
+    pub dirs: usize,
+    /// Names of regular files (hard links counted).
+    pub file_names: usize,
+    /// Bytes read from regular files (each inode once).
+    pub bytes: u64,
+}
+
+/// Checks one regular file's content (path, bytes read); `Err` explains what is wrong.
+pub type ContentCheck<'a> = dyn FnMut(&Path, &[u8]) -> Result<(), String> + 'a;
+
+/// Walk `root` (without following symlinks) and check the invariants of a quiet tree: every
+/// regular file reads back exactly `st_size` bytes (and `verify` accepts its content), every
+/// regular file's `st_nlink` equals the names found for its inode, and every directory's
+/// `st_nlink` is 2 plus its subdirectories. Returns the problems found, one line each.
+pub fn check_tree(root: &Path, verify: &mut ContentCheck) -> Result<TreeSummary, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut names: BTreeMap<u64, (u64, Vec<PathBuf>)> = BTreeMap::new();
+    let mut sum = TreeSummary::default();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        sum.dirs += 1;
+        let mut subdirs = 0;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(format!("{}: readdir: {e}", dir.display()));
+                continue;
+            }
+        };
+        for e in entries {
+            let p = match e {
+                Ok(e) => e.path(),
+                Err(e) => {
+                    problems.push(format!("{}: readdir entry: {e}", dir.display()));
+                    continue;
+                }
+            };
+            let md = match fs::symlink_metadata(&p) {
+                Ok(md) => md,
+                Err(e) => {
+                    problems.push(format!("{}: listed but lstat fails: {e}", p.display()));
+                    continue;
+                }
+            };
+            let ft = md.file_type();
+            if ft.is_dir() {
+                subdirs += 1;
+                stack.push(p);
+            } else if ft.is_file() {
+                sum.file_names += 1;
+                let slot = names.entry(md.ino()).or_insert((md.nlink(), Vec::new()));
+                slot.1.push(p.clone());
+                if slot.1.len() > 1 {
+                    continue;
+                }
+                match fs::read(&p) {
+                    Ok(data) => {
+                        sum.files += 1;
+                        sum.bytes += data.len() as u64;
+                        if data.len() as u64 != md.size() {
+                            problems.push(format!(
+                                "{}: st_size {} but {} bytes read",
+                                p.display(),
+                                md.size(),
+                                data.len()
+                            ));
+                        }
+                        if let Err(why) = verify(&p, &data) {
+                            problems.push(format!("{}: {why}", p.display()));
+                        }
+                    }
+                    Err(e) => problems.push(format!("{}: unreadable: {e}", p.display())),
+                }
+            } else if !(ft.is_symlink() || ft.is_fifo() || ft.is_socket()) {
+                problems.push(format!("{}: unexpected type {:o}", p.display(), md.mode()));
+            }
+        }
+        match fs::symlink_metadata(&dir) {
+            Ok(md) if md.nlink() != 2 + subdirs => problems.push(format!(
+                "{}: directory st_nlink {} but {} subdirectories (want {})",
+                dir.display(),
+                md.nlink(),
+                subdirs,
+                2 + subdirs
+            )),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("{}: lstat: {e}", dir.display())),
+        }
+    }
+    for (ino, (nlink, paths)) in &names {
+        if *nlink != paths.len() as u64 {
+            problems.push(format!(
+                "inode {ino}: st_nlink {nlink} but {} names found: {paths:?}",
+                paths.len()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(sum)
+    } else {
+        Err(problems)
+    }
+}
+
+/// An open directory or file for `*at()` calls.
+pub struct Dir(pub File);
+
+fn at_result(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cname(name: &[u8]) -> std::ffi::CString {
+    std::ffi::CString::new(name).expect("name with NUL")
+}
+
+impl Dir {
+    /// Open a directory by path.
+    pub fn open(p: &Path) -> io::Result<Dir> {
+        sys::open_dir(p).map(Dir)
+    }
+
+    /// `openat(self, name, flags, mode)`.
+    pub fn openat(&self, name: &[u8], flags: i32, mode: u32) -> io::Result<File> {
+        let n = cname(name);
+        // SAFETY: `n` is a valid C string and the descriptor is open for the call.
+        let fd = at_result(unsafe {
+            libc::openat(
+                self.0.as_raw_fd(),
+                n.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by openat and nothing else owns it.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// The directory `name` below this one.
+    pub fn sub(&self, name: &[u8]) -> io::Result<Dir> {
+        self.openat(name, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .map(Dir)
+    }
+
+    /// `mkdirat(self, name, mode)`.
+    pub fn mkdir(&self, name: &[u8], mode: u32) -> io::Result<()> {
+        let n = cname(name);
+        // SAFETY: as in `openat`.
+        at_result(unsafe { libc::mkdirat(self.0.as_raw_fd(), n.as_ptr(), mode as libc::mode_t) })
+            .map(drop)
+    }
+
+    /// `mknodat(self, name, mode, 0)` (regular files, FIFOs, sockets).
+    pub fn mknod(&self, name: &[u8], mode: u32) -> io::Result<()> {
+        let n = cname(name);
+        // SAFETY: as in `openat`.
+        at_result(unsafe { libc::mknodat(self.0.as_raw_fd(), n.as_ptr(), mode as libc::mode_t, 0) })
+            .map(drop)
+    }
+
+    /// `fstatat(self, name, AT_SYMLINK_NOFOLLOW)`.
+    pub fn stat(&self, name: &[u8]) -> io::Result<libc::stat> {
+        let n = cname(name);
+        // SAFETY: zeroed `stat` is a valid buffer the call fills; `n` is a valid C string.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            at_result(libc::fstatat(
+                self.0.as_raw_fd(),
+                n.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ))?;
+            Ok(st)
+        }
+    }
+
+    /// `unlinkat(self, name, flags)` (`libc::AT_REMOVEDIR` for directories).
+    pub fn unlink(&self, name: &[u8], flags: i32) -> io::Result<()> {
+        let n = cname(name);
+        // SAFETY: as in `openat`.
+        at_result(unsafe { libc::unlinkat(self.0.as_raw_fd(), n.as_ptr(), flags) }).map(drop)
+    }
+}
