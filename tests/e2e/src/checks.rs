@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -165,75 +164,83 @@ pub fn check_tree(root: &Path, verify: &mut ContentCheck) -> Result<TreeSummary,
     let mut problems = Vec::new();
     let mut names: BTreeMap<u64, (u64, Vec<PathBuf>)> = BTreeMap::new();
     let mut sum = TreeSummary::default();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    // Walk with *at() calls on directory descriptors: one LOOKUP per entry whatever the depth
+    // (with cache=never a path walk would look up every component again).
+    let mut stack = vec![(root.to_path_buf(), Dir::open(root))];
+    while let Some((dir_path, dir)) = stack.pop() {
         sum.dirs += 1;
-        let mut subdirs = 0;
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
+        let mut complain = |what: String| problems.push(format!("{}{what}", dir_path.display()));
+        let dir = match dir {
+            Ok(d) => d,
             Err(e) => {
-                problems.push(format!("{}: readdir: {e}", dir.display()));
+                complain(format!(": open: {e}"));
                 continue;
             }
         };
-        for e in entries {
-            let p = match e {
-                Ok(e) => e.path(),
+        let entries = match dir.entries() {
+            Ok(e) => e,
+            Err(e) => {
+                complain(format!(": readdir: {e}"));
+                continue;
+            }
+        };
+        let mut subdirs = 0;
+        for name in entries {
+            let shown = String::from_utf8_lossy(&name).into_owned();
+            let st = match dir.stat(&name) {
+                Ok(st) => st,
                 Err(e) => {
-                    problems.push(format!("{}: readdir entry: {e}", dir.display()));
+                    complain(format!("/{shown}: listed but lstat fails: {e}"));
                     continue;
                 }
             };
-            let md = match fs::symlink_metadata(&p) {
-                Ok(md) => md,
-                Err(e) => {
-                    problems.push(format!("{}: listed but lstat fails: {e}", p.display()));
-                    continue;
+            let p = dir_path.join(&shown);
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => {
+                    subdirs += 1;
+                    stack.push((p, dir.sub(&name)));
                 }
-            };
-            let ft = md.file_type();
-            if ft.is_dir() {
-                subdirs += 1;
-                stack.push(p);
-            } else if ft.is_file() {
-                sum.file_names += 1;
-                let slot = names.entry(md.ino()).or_insert((md.nlink(), Vec::new()));
-                slot.1.push(p.clone());
-                if slot.1.len() > 1 {
-                    continue;
-                }
-                match fs::read(&p) {
-                    Ok(data) => {
-                        sum.files += 1;
-                        sum.bytes += data.len() as u64;
-                        if data.len() as u64 != md.size() {
-                            problems.push(format!(
-                                "{}: st_size {} but {} bytes read",
-                                p.display(),
-                                md.size(),
-                                data.len()
-                            ));
-                        }
-                        if let Err(why) = verify(&p, &data) {
-                            problems.push(format!("{}: {why}", p.display()));
-                        }
+                libc::S_IFREG => {
+                    sum.file_names += 1;
+                    let slot = names.entry(st.st_ino).or_insert((st.st_nlink, Vec::new()));
+                    slot.1.push(p.clone());
+                    if slot.1.len() > 1 {
+                        continue;
                     }
-                    Err(e) => problems.push(format!("{}: unreadable: {e}", p.display())),
+                    let data = dir.openat(&name, libc::O_RDONLY, 0).and_then(|f| {
+                        let mut v = Vec::new();
+                        io::Read::read_to_end(&mut &f, &mut v).map(|_| v)
+                    });
+                    match data {
+                        Ok(data) => {
+                            sum.files += 1;
+                            sum.bytes += data.len() as u64;
+                            if data.len() as i64 != st.st_size {
+                                complain(format!(
+                                    "/{shown}: st_size {} but {} bytes read",
+                                    st.st_size,
+                                    data.len()
+                                ));
+                            }
+                            if let Err(why) = verify(&p, &data) {
+                                complain(format!("/{shown}: {why}"));
+                            }
+                        }
+                        Err(e) => complain(format!("/{shown}: unreadable: {e}")),
+                    }
                 }
-            } else if !(ft.is_symlink() || ft.is_fifo() || ft.is_socket()) {
-                problems.push(format!("{}: unexpected type {:o}", p.display(), md.mode()));
+                libc::S_IFLNK | libc::S_IFIFO | libc::S_IFSOCK => {}
+                other => complain(format!("/{shown}: unexpected type {other:o}")),
             }
         }
-        match fs::symlink_metadata(&dir) {
-            Ok(md) if md.nlink() != 2 + subdirs => problems.push(format!(
-                "{}: directory st_nlink {} but {} subdirectories (want {})",
-                dir.display(),
-                md.nlink(),
-                subdirs,
+        match dir.stat(b".") {
+            Ok(st) if st.st_nlink != 2 + subdirs => complain(format!(
+                ": directory st_nlink {} but {subdirs} subdirectories (want {})",
+                st.st_nlink,
                 2 + subdirs
             )),
             Ok(_) => {}
-            Err(e) => problems.push(format!("{}: lstat: {e}", dir.display())),
+            Err(e) => complain(format!(": lstat: {e}")),
         }
     }
     for (ino, (nlink, paths)) in &names {
@@ -323,6 +330,23 @@ impl Dir {
                 libc::AT_SYMLINK_NOFOLLOW,
             ))?;
             Ok(st)
+        }
+    }
+
+    /// Names in the directory (without `.` and `..`), read with `getdents64`.
+    pub fn entries(&self) -> io::Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        loop {
+            let batch = sys::getdents(&self.0, 32 << 10)?;
+            if batch.is_empty() {
+                return Ok(out);
+            }
+            out.extend(
+                batch
+                    .into_iter()
+                    .map(|e| e.name)
+                    .filter(|n| n != b"." && n != b".."),
+            );
         }
     }
 

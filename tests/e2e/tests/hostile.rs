@@ -75,6 +75,11 @@ fn fill_as(user: (u32, u32), dir: PathBuf, metadata: bool) -> Vec<(PathBuf, Vec<
             let data = pattern(tag as u64 * 1000 + i as u64, 100_000);
             let r = fs::write(&p, &data);
             let got = fs::read(&p).unwrap_or_default();
+            assert!(
+                r.is_err() || got == data,
+                "{}: content differs",
+                p.display()
+            );
             acked.push((p, got));
             r
         });
