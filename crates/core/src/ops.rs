@@ -12,9 +12,9 @@ use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use crate::errno::Result;
+use crate::errno::{Errno, Result};
 use crate::invalidate::Invalidator;
-use crate::types::{Attr, BackendUsage, Caller, DirEntry, Ino, Opened, SetAttr, StatFs};
+use crate::types::{Attr, BackendUsage, Caller, DirEntry, FileKind, Ino, Opened, SetAttr, StatFs};
 
 /// A filesystem backend.
 pub trait Backend: Send + Sync + 'static {
@@ -145,6 +145,40 @@ pub trait Backend: Send + Sync + 'static {
     /// kernel for passthrough (which excludes the writeback cache) only then.
     fn has_backing_fds(&self) -> bool {
         false
+    }
+    /// Clears setuid, and setgid when group-executable, on a regular file, and drops its
+    /// `security.capability`: what a write, truncate or chown by an unprivileged caller must
+    /// do. The transport decides when (the kernel leaves it to the server, which lets the
+    /// kernel skip a `security.capability` lookup on every write). Returns true if anything
+    /// changed.
+    fn kill_suidgid(&self, caller: &Caller, ino: Ino) -> Result<bool> {
+        let attr = self.getattr(ino)?;
+        if attr.kind != FileKind::Regular {
+            return Ok(false);
+        }
+        let mode = attr.perm as u32;
+        let mut new = mode & !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        let mut changed = false;
+        if new != mode {
+            self.setattr(
+                caller,
+                ino,
+                &SetAttr {
+                    mode: Some(new),
+                    ..SetAttr::default()
+                },
+            )?;
+            changed = true;
+        }
+        match self.removexattr(caller, ino, OsStr::new("security.capability")) {
+            Ok(()) => changed = true,
+            Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}
+            Err(e) => return Err(e),
+        }
+        Ok(changed)
     }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.

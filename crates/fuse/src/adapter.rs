@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
@@ -17,7 +18,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use memofs_core::{
-    Attr, Backend, CachePolicy, Caller, Errno, Ino, Opened, Result, SetAttr, Timestamp,
+    Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Opened, Result, SetAttr, Timestamp,
 };
 use parking_lot::Mutex;
 
@@ -51,6 +52,8 @@ pub struct Adapter<B: Backend> {
     passthrough: AtomicBool,
     /// One backing id per inode with passthrough opens, with its open count.
     backing: Mutex<HashMap<Ino, (Arc<BackingId>, usize)>>,
+    /// Set once mounted: where attribute changes the kernel cannot know of are reported.
+    invalidator: Arc<OnceLock<Arc<dyn Invalidator>>>,
 }
 
 thread_local! {
@@ -92,7 +95,29 @@ impl<B: Backend> Adapter<B> {
             stats,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(HashMap::new()),
+            invalidator: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Where to hand the invalidator once the session exists.
+    pub fn invalidator_slot(&self) -> Arc<OnceLock<Arc<dyn Invalidator>>> {
+        self.invalidator.clone()
+    }
+
+    /// Clears setuid/setgid (see [`Backend::kill_suidgid`]) where the kernel, which runs
+    /// with `FUSE_HANDLE_KILLPRIV_V2`, leaves it to the server; tells the kernel to drop
+    /// the attributes it cached if anything changed.
+    fn kill_privs(&self, req: &Request, ino: Ino) {
+        if let Ok(true) = self.backend.kill_suidgid(&caller(req), ino) {
+            if let Some(inv) = self.invalidator.get() {
+                inv.inode(ino);
+            }
+        }
+    }
+
+    /// An unprivileged caller (approximating the kernel's `CAP_FSETID` check by uid 0).
+    fn unprivileged(req: &Request) -> bool {
+        req.uid() != 0
     }
 
     /// The backing id to open `ino`/`fh` with, registering the backend's fd with the kernel
@@ -217,7 +242,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ASYNC_DIO;
+            | InitFlags::FUSE_ASYNC_DIO
+            // The server clears setuid/setgid on write, truncate and chown, so the kernel
+            // need not look up security.capability before every write.
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.config.passthrough {
             // Passthrough and the writeback cache exclude each other; passthrough wins.
             if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
@@ -310,7 +338,17 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 ctime: ctime.map(Timestamp::from_system_time),
                 fh: fh.map(|f| f.0),
             };
-            self.reply_attr(reply, self.backend.setattr(&caller(req), ino.0, &set));
+            let mut r = self.backend.setattr(&caller(req), ino.0, &set);
+            // Truncate by an unprivileged caller, and any chown, drop setuid/setgid.
+            let kill =
+                (size.is_some() && Self::unprivileged(req)) || uid.is_some() || gid.is_some();
+            if r.is_ok()
+                && kill
+                && matches!(self.backend.kill_suidgid(&caller(req), ino.0), Ok(true))
+            {
+                r = self.backend.getattr(ino.0);
+            }
+            self.reply_attr(reply, r);
         });
     }
 
@@ -432,12 +470,24 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 .backend
                 .open(&caller(req), ino.0, self.open_flags(flags.0))
             {
-                Ok(o) => match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
-                    Some(id) => {
-                        reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id)
+                Ok(o) => {
+                    // O_TRUNC truncates here (atomic_o_trunc). With passthrough the server
+                    // never sees the writes, so an unprivileged open for writing drops the
+                    // bits now rather than at the first write (documented in the README).
+                    let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+                    let passthrough = self.passthrough.load(Ordering::Relaxed);
+                    if Self::unprivileged(req)
+                        && (flags.0 & libc::O_TRUNC != 0 || (writing && passthrough))
+                    {
+                        self.kill_privs(req, ino.0);
                     }
-                    None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
-                },
+                    match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
+                        Some(id) => {
+                            reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id)
+                        }
+                        None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
+                    }
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -467,17 +517,20 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wflags: WriteFlags,
+        wflags: WriteFlags,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         self.timed(Op::Write, || {
+            if wflags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                self.kill_privs(req, ino.0);
+            }
             match self.backend.write(ino.0, fh.0, offset, data) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),

@@ -170,10 +170,13 @@ pub fn mount<B: Backend>(
         passthrough_required: opts.passthrough == PassthroughMode::On && backend.has_backing_fds(),
     };
     let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
+    let slot = adapter.invalidator_slot();
     let session =
         fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
     let invalidator =
         NotifyInvalidator::start(session.notifier(), stats.clone()).map_err(SetupError::Mount)?;
-    backend.attach_invalidator(Arc::new(invalidator));
+    let invalidator: Arc<dyn memofs_core::Invalidator> = Arc::new(invalidator);
+    let _ = slot.set(invalidator.clone());
+    backend.attach_invalidator(invalidator);
     Ok(Mounted { session, stats })
 }
