@@ -3,25 +3,31 @@
 //! writes and mmap never reach the server.
 //!
 //! The private tmpfs is mounted with the mount's `size=` (so the kernel enforces it, even
-//! against writes the server never sees), opened, and detached at once: it has no path, and
-//! its files are `O_TMPFILE` files with no name, internal inodes nobody can look up. It is
-//! mounted with the mount's atime rule, so reads the kernel serves from it keep atime as the
-//! rule says; the file's atime, mtime and size are reported from it. Needs `CAP_SYS_ADMIN`
-//! (root), like FUSE passthrough itself.
+//! against writes the server never sees), opened, and detached at once: it has no path in any
+//! mount table, and its files, named by a counter under the one directory descriptor the
+//! server keeps, are internal files nobody else can look up. A data file is held open only
+//! while its memofs file is open (descriptors stay bounded by open files, not by files), and
+//! is unlinked when its inode goes. The tmpfs is mounted with the mount's atime rule, so reads
+//! the kernel serves from it keep atime as the rule says; the file's atime, mtime and size
+//! are reported from it. Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
 use memofs_core::{AtimePolicy, Errno, Result, Timestamp};
+use parking_lot::Mutex;
 
 /// The private tmpfs holding file data.
 pub struct BackingStore {
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
+    next_name: AtomicU64,
 }
 
 fn cstr(s: &[u8]) -> CString {
@@ -86,27 +92,25 @@ impl BackingStore {
         }
         // SAFETY: `fd` was just opened and is owned by nothing else.
         Ok(BackingStore {
-            root: unsafe { OwnedFd::from_raw_fd(fd) },
+            root: Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }),
+            next_name: AtomicU64::new(0),
         })
     }
 
-    /// A new, empty, nameless file.
-    pub fn new_file(&self) -> io::Result<File> {
-        let dot = cstr(b".");
-        // SAFETY: `root` is an open directory fd and `dot` a valid path.
-        let fd = unsafe {
-            libc::openat(
-                self.root.as_raw_fd(),
-                dot.as_ptr(),
-                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    /// A new, empty data file (not held open).
+    pub fn new_file(&self) -> Result<KernelFile> {
+        let name = cstr(
+            self.next_name
+                .fetch_add(1, Ordering::Relaxed)
+                .to_string()
+                .as_bytes(),
+        );
+        drop(open_at(&self.root, &name, libc::O_CREAT | libc::O_EXCL)?);
+        Ok(KernelFile {
+            root: self.root.clone(),
+            name,
+            open: Mutex::new((0, None)),
+        })
     }
 
     /// Usage of the private tmpfs, as `(total bytes, free bytes)`.
@@ -124,42 +128,100 @@ impl BackingStore {
     }
 }
 
+fn open_at(root: &OwnedFd, name: &CString, extra: i32) -> Result<File> {
+    // SAFETY: `root` is an open directory fd and `name` a NUL-terminated single component.
+    let fd = unsafe {
+        libc::openat(
+            root.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | extra,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// One regular file's data in the private tmpfs. Size, blocks and mtime are the kernel's;
 /// writes through passthrough update them without the server seeing the request.
 pub struct KernelFile {
-    file: File,
+    root: Arc<OwnedFd>,
+    name: CString,
+    /// Opens of the memofs file, and the data file's descriptor while there are any.
+    open: Mutex<(usize, Option<Arc<File>>)>,
 }
 
-fn stat(file: &File) -> Result<libc::stat> {
-    // SAFETY: `st` is a zeroed stat buffer the call fills; `file` is open.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(file.as_raw_fd(), &mut st) != 0 {
-            return Err(Errno::last());
-        }
-        Ok(st)
+impl Drop for KernelFile {
+    fn drop(&mut self) {
+        // SAFETY: `root` is an open directory fd and `name` a NUL-terminated component.
+        unsafe { libc::unlinkat(self.root.as_raw_fd(), self.name.as_ptr(), 0) };
     }
 }
 
 impl KernelFile {
-    /// Wraps a file from [`BackingStore::new_file`].
-    pub fn new(file: File) -> KernelFile {
-        KernelFile { file }
+    /// The memofs file was opened: keep the data file open until the matching
+    /// [`KernelFile::close`].
+    pub fn open(&self) -> Result<()> {
+        let mut open = self.open.lock();
+        if open.1.is_none() {
+            open.1 = Some(Arc::new(open_at(&self.root, &self.name, 0)?));
+        }
+        open.0 += 1;
+        Ok(())
     }
 
-    /// The descriptor the kernel uses for passthrough.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
+    /// One open of the memofs file was released.
+    pub fn close(&self) {
+        let mut open = self.open.lock();
+        open.0 = open.0.saturating_sub(1);
+        if open.0 == 0 {
+            open.1 = None;
+        }
+    }
+
+    /// The data file: the held descriptor, or a fresh one for this call.
+    fn file(&self) -> Result<Arc<File>> {
+        if let Some(f) = &self.open.lock().1 {
+            return Ok(f.clone());
+        }
+        Ok(Arc::new(open_at(&self.root, &self.name, 0)?))
+    }
+
+    /// A descriptor of the data file for FUSE passthrough (a duplicate the caller owns).
+    pub fn backing_fd(&self) -> Option<OwnedFd> {
+        self.file().ok()?.try_clone().ok().map(OwnedFd::from)
+    }
+
+    fn stat(&self) -> Result<libc::stat> {
+        // SAFETY: `st` is a zeroed stat buffer the call fills; `root` is open and `name` a
+        // NUL-terminated component.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstatat(
+                self.root.as_raw_fd(),
+                self.name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) != 0
+            {
+                return Err(Errno::last());
+            }
+            Ok(st)
+        }
     }
 
     /// Size and 512-byte blocks.
     pub fn size_and_blocks(&self) -> (u64, u64) {
-        stat(&self.file).map_or((0, 0), |st| (st.st_size as u64, st.st_blocks as u64))
+        self.stat()
+            .map_or((0, 0), |st| (st.st_size as u64, st.st_blocks as u64))
     }
 
     /// Access, data modification and status change times of the data file.
     pub fn times(&self) -> Option<[Timestamp; 3]> {
-        let st = stat(&self.file).ok()?;
+        let st = self.stat().ok()?;
         Some([
             Timestamp::from_timespec(st.st_atime, st.st_atime_nsec as u32),
             Timestamp::from_timespec(st.st_mtime, st.st_mtime_nsec as u32),
@@ -167,7 +229,7 @@ impl KernelFile {
         ])
     }
 
-    /// Sets the data file's atime and/or mtime (utimensat on the FUSE file).
+    /// Sets the data file's atime and/or mtime (utimensat on the memofs file).
     pub fn set_times(&self, atime: Option<Timestamp>, mtime: Option<Timestamp>) -> Result<()> {
         let ts = |t: Option<Timestamp>| match t {
             None => libc::timespec {
@@ -183,8 +245,16 @@ impl KernelFile {
             }
         };
         let times = [ts(atime), ts(mtime)];
-        // SAFETY: `times` is a valid two-element array; the fd is open.
-        if unsafe { libc::futimens(self.file.as_raw_fd(), times.as_ptr()) } != 0 {
+        // SAFETY: `times` is a valid two-element array; `root` and `name` are valid.
+        if unsafe {
+            libc::utimensat(
+                self.root.as_raw_fd(),
+                self.name.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
+        {
             return Err(Errno::last());
         }
         Ok(())
@@ -195,9 +265,10 @@ impl KernelFile {
         buf.clear();
         let left = self.size_and_blocks().0.saturating_sub(offset);
         buf.resize(left.min(len as u64) as usize, 0);
+        let file = self.file()?;
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -215,18 +286,19 @@ impl KernelFile {
         } else {
             offset
         };
-        Ok(self.file.write_at(data, offset)? as u32)
+        Ok(self.file()?.write_at(data, offset)? as u32)
     }
 
     /// Sets the size.
     pub fn truncate(&self, size: u64) -> Result<()> {
-        Ok(self.file.set_len(size)?)
+        Ok(self.file()?.set_len(size)?)
     }
 
     /// fallocate(2), as the kernel's tmpfs supports it.
     pub fn fallocate(&self, offset: u64, len: u64, mode: i32) -> Result<()> {
+        let file = self.file()?;
         // SAFETY: plain syscall on an open fd with integer arguments.
-        if unsafe { libc::fallocate(self.file.as_raw_fd(), mode, offset as i64, len as i64) } != 0 {
+        if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) } != 0 {
             return Err(Errno::last());
         }
         Ok(())
@@ -234,8 +306,9 @@ impl KernelFile {
 
     /// `SEEK_DATA` / `SEEK_HOLE`.
     pub fn seek(&self, offset: u64, whence: i32) -> Result<u64> {
+        let file = self.file()?;
         // SAFETY: plain syscall on an open fd with integer arguments.
-        let r = unsafe { libc::lseek(self.file.as_raw_fd(), offset as i64, whence) };
+        let r = unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) };
         if r < 0 {
             return Err(Errno::last());
         }
@@ -243,8 +316,8 @@ impl KernelFile {
     }
 }
 
-/// A few bits of entropy for the temporary directory name (collisions are retried by the
-/// caller failing on `create_dir`).
+/// A few bits of entropy for the temporary directory name (a collision makes `create_dir`
+/// fail, and the mount with it).
 fn rand_suffix() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -255,7 +328,6 @@ fn rand_suffix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     fn is_root() -> bool {
         // SAFETY: geteuid has no preconditions.
@@ -269,11 +341,11 @@ mod tests {
             return;
         }
         let store = BackingStore::new(1 << 20, 16, AtimePolicy::default()).unwrap();
-        let mut f = store.new_file().unwrap();
+        let f = store.new_file().unwrap();
         let big = vec![7u8; 2 << 20];
-        let written = f.write(&big).unwrap();
+        let written = f.write(0, &big, false).unwrap();
         assert_eq!(written, 1 << 20, "the kernel stops the write at size=");
-        assert!(f.write(&big).is_err());
+        assert!(f.write(written as u64, &big, false).is_err());
         let (total, free) = store.usage().unwrap();
         assert_eq!((total, free), (1 << 20, 0));
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -281,5 +353,16 @@ mod tests {
             !mounts.contains("memofs-data"),
             "the private tmpfs must not stay attached"
         );
+        // Dropping the file frees its data; closed files hold no descriptor.
+        drop(f);
+        assert_eq!(store.usage().unwrap().1, 1 << 20);
+        let g = store.new_file().unwrap();
+        g.open().unwrap();
+        g.close();
+        g.close();
+        assert!(g.open.lock().1.is_none());
+        g.write(0, b"still works without a held descriptor", false)
+            .unwrap();
+        assert_eq!(g.size_and_blocks().0, 37);
     }
 }

@@ -32,7 +32,7 @@ pub mod xattr;
 use memofs_core::{AtimePolicy, Timestamp};
 use parking_lot::Mutex;
 
-use crate::backing::{BackingStore, KernelFile};
+use crate::backing::BackingStore;
 use crate::inode::{InodeTable, NodeData, Owner};
 use crate::limits::Limits;
 use crate::regular::RegularFile;
@@ -85,17 +85,18 @@ impl MemFs {
     /// Creates an empty filesystem with only its root directory. With `kernel_data`, fails
     /// if the private tmpfs for file data cannot be mounted (needs root).
     pub fn new(config: MemConfig) -> std::io::Result<MemFs> {
+        let inode_limit = config.inode_limit;
         let store = match config.kernel_data {
             true => Some(BackingStore::new(
                 config.size_limit,
-                config.inode_limit,
+                inode_limit,
                 config.atime,
             )?),
             false => None,
         };
         let fs = MemFs {
             table: InodeTable::new(),
-            limits: Limits::new(config.size_limit, config.inode_limit),
+            limits: Limits::new(config.size_limit, inode_limit),
             atime: config.atime,
             rename_lock: Mutex::new(()),
             store,
@@ -124,7 +125,7 @@ impl MemFs {
     pub(crate) fn new_regular(&self) -> memofs_core::Result<RegularFile> {
         match &self.store {
             None => Ok(RegularFile::new()),
-            Some(store) => Ok(RegularFile::Kernel(KernelFile::new(store.new_file()?))),
+            Some(store) => Ok(RegularFile::Kernel(store.new_file()?)),
         }
     }
 }

@@ -26,6 +26,9 @@ impl MemFs {
             file.truncate(&self.limits, 0)?;
             inode.touch_modified(Timestamp::now());
         }
+        if let Some(k) = file.kernel() {
+            k.open()?;
+        }
         inode.inc_open();
         Ok(Opened {
             fh: flags as u32 as u64,
@@ -232,6 +235,9 @@ impl Backend for MemFs {
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
         let inode = self.table.get(ino)?;
+        if let Some(k) = inode.file().ok().and_then(|f| f.kernel()) {
+            k.close();
+        }
         self.table.close(&inode);
         self.evict_if_dead(&inode);
         Ok(())
@@ -439,7 +445,7 @@ impl Backend for MemFs {
 
     fn backing_fd(&self, ino: Ino, _fh: u64) -> Option<OwnedFd> {
         let inode = self.table.get(ino).ok()?;
-        let fd = inode.file().ok()?.kernel()?.fd().try_clone_to_owned().ok();
+        let fd = inode.file().ok()?.kernel()?.backing_fd();
         fd
     }
 
