@@ -151,14 +151,12 @@ impl<B: Backend> Adapter<B> {
         }
     }
 
-    /// Open flags as the backend should honour them: with the writeback cache the kernel
-    /// places appends itself and sends explicit offsets, so `O_APPEND` must not move them.
+    /// Open flags as the backend should honour them: the kernel places every append itself
+    /// (from its i_size, under the inode lock) and sends explicit offsets, and it also writes
+    /// back mmap-dirtied pages through whatever handle maps them, so a backend that applied
+    /// `O_APPEND` would move those writes to the end of the file.
     fn open_flags(&self, flags: i32) -> i32 {
-        if self.config.writeback && !self.config.passthrough {
-            flags & !libc::O_APPEND
-        } else {
-            flags
-        }
+        flags & !libc::O_APPEND
     }
 
     /// Runs one request's handling and counts it, with its latency, under `op`.

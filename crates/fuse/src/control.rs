@@ -92,7 +92,17 @@ impl StatsSource {
 /// Starts the control socket for the mount with device `dev` on a background thread.
 pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
     let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
-    let listener = UnixListener::bind_addr(&addr)?;
+    // A server that just lost its mount (same device number) may not have exited yet.
+    let mut tries = 0;
+    let listener = loop {
+        match UnixListener::bind_addr(&addr) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r?,
+        }
+    };
     std::thread::Builder::new()
         .name("memofs-control".into())
         .spawn(move || {

@@ -28,6 +28,9 @@ use parking_lot::Mutex;
 pub struct BackingStore {
     root: Arc<OwnedFd>,
     next_name: AtomicU64,
+    /// Pages allocated to stand for the server's own charges (xattrs, symlink targets), so
+    /// that they and file data share the one `size=` the kernel enforces.
+    ballast: Mutex<(File, u64)>,
 }
 
 fn cstr(s: &[u8]) -> CString {
@@ -91,9 +94,13 @@ impl BackingStore {
             return Err(open_err);
         }
         // SAFETY: `fd` was just opened and is owned by nothing else.
+        let root = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let ballast = open_at(&root, &cstr(b"ballast"), libc::O_CREAT | libc::O_EXCL)
+            .map_err(io::Error::from)?;
         Ok(BackingStore {
-            root: Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }),
+            root,
             next_name: AtomicU64::new(0),
+            ballast: Mutex::new((ballast, 0)),
         })
     }
 
@@ -111,6 +118,34 @@ impl BackingStore {
             name,
             open: Mutex::new((0, None)),
         })
+    }
+
+    /// Makes the ballast hold `bytes` (rounded up to pages) of the private tmpfs: `ENOSPC`
+    /// when file data already uses the room.
+    pub fn set_ballast(&self, bytes: u64) -> Result<()> {
+        const PAGE: u64 = 4096;
+        let mut b = self.ballast.lock();
+        let pages = bytes.div_ceil(PAGE);
+        if pages > b.1 {
+            // SAFETY: plain syscall on an open fd with integer arguments.
+            let r = unsafe {
+                libc::fallocate(
+                    b.0.as_raw_fd(),
+                    0,
+                    (b.1 * PAGE) as i64,
+                    ((pages - b.1) * PAGE) as i64,
+                )
+            };
+            if r != 0 {
+                let e = Errno::last();
+                let _ = b.0.set_len(b.1 * PAGE);
+                return Err(e);
+            }
+        } else if pages < b.1 {
+            b.0.set_len(pages * PAGE)?;
+        }
+        b.1 = pages;
+        Ok(())
     }
 
     /// Usage of the private tmpfs, as `(total bytes, free bytes)`.

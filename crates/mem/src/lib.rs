@@ -87,9 +87,11 @@ impl MemFs {
     pub fn new(config: MemConfig) -> std::io::Result<MemFs> {
         let inode_limit = config.inode_limit;
         let store = match config.kernel_data {
+            // The server enforces nr_inodes; the private tmpfs needs room for its own root
+            // and the ballast besides the data files.
             true => Some(BackingStore::new(
                 config.size_limit,
-                inode_limit,
+                if inode_limit == 0 { 0 } else { inode_limit + 2 },
                 config.atime,
             )?),
             false => None,
@@ -119,6 +121,28 @@ impl MemFs {
     /// True if regular files keep their data in the kernel (FUSE passthrough possible).
     pub fn kernel_data(&self) -> bool {
         self.store.is_some()
+    }
+
+    /// Charges `n` bytes of the server's own data (xattrs, symlink targets) against `size=`;
+    /// with kernel-backed file data they also take room in its private tmpfs, so that data
+    /// and metadata share one limit.
+    pub(crate) fn charge_meta(&self, n: u64) -> memofs_core::Result<()> {
+        self.limits.charge_bytes(n)?;
+        if let Some(store) = &self.store {
+            if let Err(e) = store.set_ballast(self.limits.bytes()) {
+                self.limits.uncharge_bytes(n);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back what [`MemFs::charge_meta`] took.
+    pub(crate) fn uncharge_meta(&self, n: u64) {
+        self.limits.uncharge_bytes(n);
+        if let Some(store) = &self.store {
+            let _ = store.set_ballast(self.limits.bytes());
+        }
     }
 
     /// Contents for a new regular file.

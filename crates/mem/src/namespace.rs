@@ -90,7 +90,7 @@ impl MemFs {
             _ => 0,
         };
         self.limits.charge_inode()?;
-        if let Err(e) = self.limits.charge_bytes(sym_bytes) {
+        if let Err(e) = self.charge_meta(sym_bytes) {
             self.limits.uncharge_inode();
             return Err(e);
         }
@@ -132,7 +132,7 @@ impl MemFs {
     /// Frees `inode` if nothing can reach it any more.
     pub(crate) fn evict_if_dead(&self, inode: &Inode) {
         let (bytes, inodes) = self.table.evict_if_dead(inode);
-        self.limits.uncharge_bytes(bytes);
+        self.uncharge_meta(bytes);
         if inodes != 0 {
             self.limits.uncharge_inode();
         }

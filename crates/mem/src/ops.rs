@@ -313,11 +313,9 @@ impl Backend for MemFs {
         let (blocks, free) = match &self.store {
             // File data is limited (and counted) by the kernel-backed store.
             Some(store) => {
+                // Metadata is in there too, as the ballast.
                 let (total, free) = store.usage()?;
-                (
-                    total / PAGE_SIZE,
-                    (free / PAGE_SIZE).saturating_sub(l.bytes().div_ceil(PAGE_SIZE)),
-                )
+                (total / PAGE_SIZE, free / PAGE_SIZE)
             }
             None => {
                 let blocks = l.bytes_limit() / PAGE_SIZE;
@@ -350,9 +348,9 @@ impl Backend for MemFs {
             let mut x = inode.xattrs.lock();
             let (old, new) = x.plan_set(name, value, flags)?;
             if new > old {
-                self.limits.charge_bytes(new - old)?;
+                self.charge_meta(new - old)?;
             } else {
-                self.limits.uncharge_bytes(old - new);
+                self.uncharge_meta(old - new);
             }
             x.set(name, value);
         }
@@ -373,7 +371,7 @@ impl Backend for MemFs {
     fn removexattr(&self, _caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
         let inode = self.table.get(ino)?;
         let freed = inode.xattrs.lock().remove(name.as_bytes())?;
-        self.limits.uncharge_bytes(freed);
+        self.uncharge_meta(freed);
         inode.set_ctime(Timestamp::now());
         Ok(())
     }
@@ -436,7 +434,12 @@ impl Backend for MemFs {
             .and_then(|s| s.usage().ok())
             .map_or(0, |(total, free)| total - free);
         BackendUsage {
-            bytes_used: self.limits.bytes() + kernel_bytes,
+            // The private tmpfs holds file data and the ballast standing for metadata.
+            bytes_used: if self.store.is_some() {
+                kernel_bytes
+            } else {
+                self.limits.bytes()
+            },
             bytes_limit: self.limits.bytes_limit(),
             inodes_used: self.limits.inodes(),
             inodes_limit: self.limits.inodes_limit(),

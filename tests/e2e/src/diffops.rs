@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
@@ -238,6 +239,17 @@ pub struct Side {
 }
 
 impl Side {
+    /// `open(2)` of `path`, except that FIFOs are never opened: whether a FIFO open succeeds
+    /// depends on readers, and a reader can exist for a moment in a process another test
+    /// forks in parallel (descriptors are copied before exec closes them), which would make
+    /// two identical runs differ. FIFOs answer ENXIO, as a writer without a reader gets.
+    fn open(&self, path: &str, flags: i32, mode: u32) -> Result<File, i32> {
+        if fs::symlink_metadata(self.p(path)).is_ok_and(|m| m.file_type().is_fifo()) {
+            return Err(libc::ENXIO);
+        }
+        outcome(sys::open(self.p(path), flags, mode))
+    }
+
     pub fn p(&self, rel: &str) -> PathBuf {
         if rel.is_empty() {
             self.root.clone()
@@ -288,7 +300,7 @@ impl Side {
                 if *trunc {
                     flags |= libc::O_TRUNC;
                 }
-                outcome(sys::open(self.p(path), flags, *mode)).map(|_| Val::Unit)
+                self.open(path, flags, *mode).map(|_| Val::Unit)
             }
             Open {
                 slot,
@@ -297,7 +309,7 @@ impl Side {
                 mode,
             } => {
                 self.slots[*slot] = None;
-                let f = outcome(sys::open(self.p(path), *flags | libc::O_NONBLOCK, *mode))?;
+                let f = self.open(path, *flags | libc::O_NONBLOCK, *mode)?;
                 self.slots[*slot] = Some(f);
                 Ok(Val::Unit)
             }
@@ -357,20 +369,16 @@ impl Side {
                 len,
                 seed,
             } => {
-                let f = outcome(sys::open(
-                    self.p(path),
+                let f = self.open(
+                    path,
                     libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
                     0o644,
-                ))?;
+                )?;
                 let data = crate::pattern(*seed, *len);
                 outcome(f.write_all_at(&data, *off)).map(|_| Val::Unit)
             }
             ReadFile { path } => {
-                let f = outcome(sys::open(
-                    self.p(path),
-                    libc::O_RDONLY | libc::O_NONBLOCK,
-                    0,
-                ))?;
+                let f = self.open(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
                 outcome(sys::pread_full(&f, 0, 4 << 20)).map(Val::Data)
             }
             Truncate { path, size } => unit(sys::truncate(self.p(path), *size)),

@@ -425,7 +425,7 @@ fn exerciser_model_agrees_with_tmpfs() {
 /// A page written through a `MAP_SHARED` mapping stays at its offset even when the descriptor
 /// that was mapped is `O_APPEND` (the kernel's writeback sends an explicit offset).
 #[test]
-#[ignore = "server bug: with server-held data (passthrough=off) an mmap write through an O_APPEND descriptor is stored at end of file"]
+
 fn mmap_write_through_an_o_append_descriptor() {
     if !is_root() {
         skip!("needs root to mount");

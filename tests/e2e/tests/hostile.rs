@@ -171,7 +171,7 @@ fn users_cannot_exceed_size_or_nr_inodes() {
 }
 
 #[test]
-#[ignore = "server bug: with kernel-backed data, xattrs and symlink targets are charged apart from file data, so together they reach twice size="]
+
 fn users_cannot_exceed_size_with_data_xattrs_and_symlinks() {
     users_fill_and_limits_hold(true);
 }
@@ -713,7 +713,7 @@ fn directory_with_many_entries() {
 }
 
 #[test]
-#[ignore = "server bug: kernel-backed data keeps one descriptor per regular file; past the server's RLIMIT_NOFILE every create fails with EMFILE"]
+
 fn regular_files_beyond_the_server_descriptor_limit() {
     if !is_root() {
         skip!("needs root to mount");
