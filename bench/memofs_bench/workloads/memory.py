@@ -67,8 +67,9 @@ WORKLOAD = Workload(
         Metric("shmem-data", "kernel Shmem per GiB stored", "MiB/GiB", False, "what"),
         Metric("rss-inode", "server RSS per empty file", "bytes", False, "what"),
     ],
+    # Inodes first: memory freed by the data part would otherwise be reused for them.
     parts=[
-        Part("data", ("rss-data", "shmem-data"), data, ("dd",), lambda p: ["data"]),
         Part("inodes", ("rss-inode",), inodes, ("python3",), lambda p: ["files"]),
+        Part("data", ("rss-data", "shmem-data"), data, ("dd",), lambda p: ["data"]),
     ],
 )
