@@ -248,20 +248,26 @@ impl KernelFile {
         }
     }
 
+    /// Size, 512-byte blocks and (atime, mtime, ctime) of the data file, from one `stat`.
+    pub fn attrs(&self) -> Option<(u64, u64, [Timestamp; 3])> {
+        let st = self.stat().ok()?;
+        let times = [
+            Timestamp::from_timespec(st.st_atime, st.st_atime_nsec as u32),
+            Timestamp::from_timespec(st.st_mtime, st.st_mtime_nsec as u32),
+            Timestamp::from_timespec(st.st_ctime, st.st_ctime_nsec as u32),
+        ];
+        Some((st.st_size as u64, st.st_blocks as u64, times))
+    }
+
     /// Size and 512-byte blocks.
     pub fn size_and_blocks(&self) -> (u64, u64) {
-        self.stat()
-            .map_or((0, 0), |st| (st.st_size as u64, st.st_blocks as u64))
+        self.attrs()
+            .map_or((0, 0), |(size, blocks, _)| (size, blocks))
     }
 
     /// Access, data modification and status change times of the data file.
     pub fn times(&self) -> Option<[Timestamp; 3]> {
-        let st = self.stat().ok()?;
-        Some([
-            Timestamp::from_timespec(st.st_atime, st.st_atime_nsec as u32),
-            Timestamp::from_timespec(st.st_mtime, st.st_mtime_nsec as u32),
-            Timestamp::from_timespec(st.st_ctime, st.st_ctime_nsec as u32),
-        ])
+        self.attrs().map(|(_, _, times)| times)
     }
 
     /// Sets the data file's atime and/or mtime (utimensat on the memofs file).

@@ -79,17 +79,25 @@ impl Inode {
     /// Current attributes.
     pub fn attr(&self) -> Attr {
         let meta = *self.meta.lock();
-        let (size, blocks) = match &self.data {
-            NodeData::File(f) => f.size_and_blocks(),
-            NodeData::Dir(d) => (d.read().bogo_size(), 0),
-            NodeData::Symlink(s) => (s.target().len() as u64, 0),
-            NodeData::Special => (0, 0),
+        // A kernel-backed file's size, blocks and times come from one stat of its data file.
+        let (size, blocks, kernel_times) = match &self.data {
+            NodeData::File(RegularFile::Kernel(k)) => match k.attrs() {
+                Some((size, blocks, times)) => (size, blocks, Some(times)),
+                None => (0, 0, None),
+            },
+            NodeData::File(f) => {
+                let (size, blocks) = f.size_and_blocks();
+                (size, blocks, None)
+            }
+            NodeData::Dir(d) => (d.read().bogo_size(), 0, None),
+            NodeData::Symlink(s) => (s.target().len() as u64, 0, None),
+            NodeData::Special => (0, 0, None),
         };
         let nlink = self.nlink.load(Ordering::Relaxed);
         let mut atime = Timestamp(self.atime.load(Ordering::Relaxed));
         let mut mtime = Timestamp(self.mtime.load(Ordering::Relaxed));
         let mut ctime = Timestamp(self.ctime.load(Ordering::Relaxed));
-        if let Some([a, m, c]) = self.kernel_times() {
+        if let Some([a, m, c]) = kernel_times {
             // Kernel-backed data: the data file keeps atime, mtime and data ctime; an unlinked
             // file keeps the atime it had when its last name went (see `drop_link`).
             if nlink != 0 {
