@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memofs_core::options::{MountOptions, PassthroughMode};
+use memofs_fuse::TransportConfig;
 use memofs_mem::{MemConfig, MemFs};
 use memofs_passthrough::{PassthroughConfig, PassthroughFs};
 
@@ -41,10 +42,10 @@ pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String>
     Ok(src)
 }
 
-/// Whether the transport will ask for the writeback cache: not where it asks for
-/// passthrough, which excludes it. Backends that serve file data must know in advance.
+/// Whether the transport will use the writeback cache for a backend that can (`backing_fds`)
+/// or cannot pass file descriptors to the kernel; backends serving file data must know.
 fn writeback_with(opts: &MountOptions, backing_fds: bool) -> bool {
-    opts.writeback && !(backing_fds && opts.passthrough != PassthroughMode::Off)
+    TransportConfig::for_mount(opts, backing_fds).writeback_cache()
 }
 
 /// The passthrough backend for `source`.

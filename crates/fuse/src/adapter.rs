@@ -17,6 +17,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use memofs_core::options::{MountOptions, PassthroughMode};
 use memofs_core::{
     Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Opened, Result, SetAttr, Timestamp,
 };
@@ -40,6 +41,25 @@ pub struct TransportConfig {
     pub passthrough: bool,
     /// Fail the mount if passthrough was asked for and the kernel does not offer it.
     pub passthrough_required: bool,
+}
+
+impl TransportConfig {
+    /// The settings a mount with `opts` uses, for a backend that can (`backing_fds`) or
+    /// cannot hand the kernel file descriptors.
+    pub fn for_mount(opts: &MountOptions, backing_fds: bool) -> TransportConfig {
+        TransportConfig {
+            writeback: opts.writeback,
+            direct_io: opts.direct_io,
+            passthrough: opts.passthrough != PassthroughMode::Off && backing_fds,
+            passthrough_required: opts.passthrough == PassthroughMode::On && backing_fds,
+        }
+    }
+
+    /// Whether INIT asks for the writeback cache: never together with passthrough, which
+    /// excludes it. Backends that serve file data must know this before they are mounted.
+    pub fn writeback_cache(&self) -> bool {
+        self.writeback && !self.passthrough
+    }
 }
 
 /// The `fuser::Filesystem` implementation.
@@ -259,7 +279,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             }
         }
         // Never both: a backend is told before INIT which of the two it serves.
-        if self.config.writeback && !self.config.passthrough {
+        if self.config.writeback_cache() {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         // Ask for each capability the kernel offers; missing ones are simply not used.

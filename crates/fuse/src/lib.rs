@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
-use memofs_core::options::{KernelFlag, MountOptions, PassthroughMode};
+use memofs_core::options::{KernelFlag, MountOptions};
 use memofs_core::Backend;
 
 pub use adapter::{Adapter, TransportConfig};
@@ -163,12 +163,7 @@ pub fn mount<B: Backend>(
     opts: &MountOptions,
 ) -> Result<Mounted<B>, SetupError> {
     let stats = Arc::new(Stats::new());
-    let transport = TransportConfig {
-        writeback: opts.writeback,
-        direct_io: opts.direct_io,
-        passthrough: opts.passthrough != PassthroughMode::Off && backend.has_backing_fds(),
-        passthrough_required: opts.passthrough == PassthroughMode::On && backend.has_backing_fds(),
-    };
+    let transport = TransportConfig::for_mount(opts, backend.has_backing_fds());
     let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
     let slot = adapter.invalidator_slot();
     let session =
