@@ -169,8 +169,10 @@ class Runner:
             desc.update(round=rnd, workload=w.name, client_affinity=sorted(os.sched_getaffinity(0)))
             info["mounts"].append(desc)
             for part in w.parts:
+                if part.needs_source and target.backing is None:
+                    continue    # e.g. host-side changes on a target with no host directory
                 if (w.name, part.name) not in self.skipped_parts:
-                    self._part(w, part, spec, mnt, rnd)
+                    self._part(w, part, spec, mnt, rnd, target.backing)
                     self.save()
             stats = target.server_stats()
             if stats is not None:
@@ -187,8 +189,9 @@ class Runner:
             for pid in target.server_pids():
                 mounts.set_affinity_all_threads(pid, self.server_cpus)
 
-    def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int) -> None:
-        ctx = Context(mnt=mnt, params=self.params[w.name],
+    def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int,
+              source: Path | None = None) -> None:
+        ctx = Context(mnt=mnt, params=self.params[w.name], source=source,
                       status=lambda s: self.console.status(
                           f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"))
         try:

@@ -45,6 +45,7 @@ class Part:
     run: Callable[["Context"], Iterator[Sample]]
     requires: tuple[str, ...] = ()      # commands that must be on PATH
     labels: Callable[[dict], list[str]] = lambda p: []   # expected row order
+    needs_source: bool = False          # only for targets exporting a host directory
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Workload:
 class Context:
     mnt: Path
     params: dict[str, str]
+    source: Path | None = None          # the host directory behind the mount, if any
     status: Callable[[str], None] = lambda s: None
     notes: list[str] = field(default_factory=list)
 
@@ -123,7 +125,8 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import atime_read, lat_mmap, loopdd, memory, messaging, stat_missing, tree
-    ws = [stat_missing.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD, lat_mmap.WORKLOAD,
-          tree.WORKLOAD, atime_read.WORKLOAD, memory.WORKLOAD]
+    from . import (atime_read, coherence, lat_mmap, loopdd, memory, messaging, stat_missing,
+                   tree)
+    ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
+          lat_mmap.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD, memory.WORKLOAD]
     return {w.name: w for w in ws}

@@ -14,13 +14,25 @@ pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
 /// Options that only the mem backend understands.
 const MEM_ONLY: [&str; 5] = ["size", "nr_inodes", "mode", "uid", "gid"];
 
-/// The first mem-only option in `-o` lists, if any.
-pub fn mem_only_option(lists: &[String]) -> Option<String> {
+/// Options that only the passthrough backend understands.
+const PASSTHROUGH_ONLY: [&str; 1] = ["watch"];
+
+/// The first option in `-o` lists that the chosen backend does not take, with a message:
+/// mem-only options with a SOURCE, passthrough-only ones without.
+pub fn foreign_option(lists: &[String], has_source: bool) -> Option<String> {
+    let (names, msg) = if has_source {
+        (&MEM_ONLY[..], "only the mem backend (no SOURCE) takes it")
+    } else {
+        (
+            &PASSTHROUGH_ONLY[..],
+            "only the passthrough backend (with a SOURCE directory) takes it",
+        )
+    };
     lists
         .iter()
         .flat_map(|l| l.split(','))
-        .find(|o| MEM_ONLY.contains(&o.split('=').next().unwrap_or("")))
-        .map(str::to_string)
+        .find(|o| names.contains(&o.split('=').next().unwrap_or("")))
+        .map(|o| format!("invalid mount option '{o}': {msg}"))
 }
 
 /// Checks a passthrough SOURCE before anything is mounted; returns it canonical.
@@ -53,6 +65,7 @@ pub fn passthrough(source: &Path, opts: &MountOptions) -> Built<PassthroughFs> {
     let config = PassthroughConfig {
         atime: opts.atime,
         writeback: writeback_with(opts, true),
+        watch: opts.watch,
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;

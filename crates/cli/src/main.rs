@@ -17,6 +17,7 @@ const USAGE: &str = "\
 usage: memofs mount [-o OPT[,OPT...]] [-f] [SOURCE] MOUNTPOINT
        memofs umount [-l] MOUNTPOINT
        memofs stats [--json] MOUNTPOINT
+       memofs invalidate MOUNTPOINT
        memofs --version | --help
 
 memofs is a userspace filesystem server mounted through FUSE. With no SOURCE, 'mount'
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
         "mount" => mount::main(rest),
         "umount" | "unmount" => umount::main(rest),
         "stats" => stats::main(rest),
+        "invalidate" => stats::invalidate_main(rest),
         "--version" | "-V" | "version" => {
             println!("memofs {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

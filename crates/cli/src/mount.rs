@@ -108,13 +108,10 @@ pub fn main(raw: &[String]) -> ExitCode {
             )
         }
     };
+    if let Some(msg) = backends::foreign_option(&args.option_lists, source.is_some()) {
+        return fail(EXIT_USAGE, msg);
+    }
     if let Some(src) = &source {
-        if let Some(o) = backends::mem_only_option(&args.option_lists) {
-            return fail(
-                EXIT_USAGE,
-                format!("invalid mount option '{o}': only the mem backend (no SOURCE) takes it"),
-            );
-        }
         if let Err(e) = backends::check_source(src, &mountpoint) {
             return fail(EXIT_FAILURE, e);
         }
@@ -185,6 +182,7 @@ fn serve<B: Backend>(
         ));
         settings.push(("threads".into(), opts.threads.to_string()));
         let source = StatsSource {
+            invalidator: Some(mounted.invalidator.clone()),
             stats: mounted.stats.clone(),
             policy: opts.cache,
             usage: Box::new(move || usage_backend.usage()),

@@ -1,4 +1,5 @@
-//! `memofs stats`: live counters of a mount.
+//! `memofs stats` (live counters of a mount) and `memofs invalidate` (drop every name the
+//! kernel caches for it), both over the mount's control socket.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -6,45 +7,92 @@ use std::process::ExitCode;
 
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
-pub fn main(args: &[String]) -> ExitCode {
-    let mut json = false;
+/// Sends `command` to the server of the mount at `target`; its JSON answer, or the exit
+/// code of a failure already reported.
+fn ask(target: &str, command: &str) -> Result<String, ExitCode> {
+    let dev = match std::fs::metadata(Path::new(target)) {
+        Ok(m) => m.dev(),
+        Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {target}: {e}"))),
+    };
+    memofs_fuse::control::request(dev, command).map_err(|e| {
+        fail(
+            EXIT_FAILURE,
+            format!("{target} is not a live memofs mount ({e})"),
+        )
+    })
+}
+
+/// Parses `[FLAGS] MOUNTPOINT`; `flags` are the accepted flags, returned when given.
+fn parse<'a>(
+    cmd: &str,
+    usage: &str,
+    flags: &[&str],
+    args: &'a [String],
+) -> Result<(Vec<&'a str>, &'a str), ExitCode> {
+    let mut given = Vec::new();
     let mut target = None;
     for a in args {
         match a.as_str() {
-            "--json" => json = true,
             "-h" | "--help" => {
-                println!("usage: memofs stats [--json] MOUNTPOINT");
-                return ExitCode::SUCCESS;
+                println!("usage: {usage}");
+                return Err(ExitCode::SUCCESS);
             }
+            f if flags.contains(&f) => given.push(f),
             s if s.starts_with('-') => {
-                return fail(EXIT_USAGE, format!("stats: unknown flag '{s}'"))
+                return Err(fail(EXIT_USAGE, format!("{cmd}: unknown flag '{s}'")))
             }
-            s if target.is_none() => target = Some(s.to_string()),
-            _ => return fail(EXIT_USAGE, "stats: too many arguments"),
+            s if target.is_none() => target = Some(s),
+            _ => return Err(fail(EXIT_USAGE, format!("{cmd}: too many arguments"))),
         }
     }
-    let Some(target) = target else {
-        return fail(EXIT_USAGE, "stats: missing MOUNTPOINT");
+    match target {
+        Some(t) => Ok((given, t)),
+        None => Err(fail(EXIT_USAGE, format!("{cmd}: missing MOUNTPOINT"))),
+    }
+}
+
+pub fn main(args: &[String]) -> ExitCode {
+    let (flags, target) = match parse(
+        "stats",
+        "memofs stats [--json] MOUNTPOINT",
+        &["--json"],
+        args,
+    ) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    let dev = match std::fs::metadata(Path::new(&target)) {
-        Ok(m) => m.dev(),
-        Err(e) => return fail(EXIT_FAILURE, format!("cannot stat {target}: {e}")),
-    };
-    let doc = match memofs_fuse::control::fetch(dev) {
+    let doc = match ask(target, "stats") {
         Ok(d) => d,
-        Err(e) => {
-            return fail(
-                EXIT_FAILURE,
-                format!("{target} is not a live memofs mount ({e})"),
-            )
-        }
+        Err(code) => return code,
     };
-    if json {
+    if flags.contains(&"--json") {
         println!("{doc}");
     } else {
         print!("{}", render(&doc));
     }
     ExitCode::SUCCESS
+}
+
+/// `memofs invalidate MOUNTPOINT`: the kernel forgets every cached name (positive and
+/// negative) of the mount, for changes the server cannot see (e.g. made on another machine
+/// to a network filesystem under a passthrough export).
+pub fn invalidate_main(args: &[String]) -> ExitCode {
+    let (_, target) = match parse("invalidate", "memofs invalidate MOUNTPOINT", &[], args) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    match ask(target, "invalidate") {
+        Ok(answer) if answer.contains("\"ok\":true") => ExitCode::SUCCESS,
+        Ok(answer) => {
+            // {"error":"..."}: show the message alone.
+            let msg = answer
+                .split_once("\"error\":\"")
+                .and_then(|(_, rest)| rest.rsplit_once('"'))
+                .map_or(answer.as_str(), |(m, _)| m);
+            fail(EXIT_FAILURE, format!("invalidate {target}: {msg}"))
+        }
+        Err(code) => code,
+    }
 }
 
 /// A readable rendering of the JSON document: one `key value` line per leaf.

@@ -3,8 +3,9 @@
 //! Changes made through the mount need nothing: the kernel updates its own caches for the
 //! requests it forwards. A backend that learns of changes another way (the host side of a
 //! passthrough export) reports them to an [`Invalidator`], which the transport implements with
-//! FUSE notifications (`NOTIFY_INVAL_ENTRY`, `NOTIFY_DELETE`, `NOTIFY_INVAL_INODE`) sent from
-//! its own thread, never from inside a request handler.
+//! FUSE notifications (`NOTIFY_INVAL_ENTRY`, `NOTIFY_DELETE`, `NOTIFY_INVAL_INODE`, and
+//! `NOTIFY_INC_EPOCH` for [`Invalidator::everything`]) sent from its own thread, never from
+//! inside a request handler.
 
 use std::ffi::OsStr;
 
@@ -19,6 +20,9 @@ pub trait Invalidator: Send + Sync {
     fn deleted(&self, parent: Ino, child: Ino, name: &OsStr);
     /// The attributes or data of `ino` changed.
     fn inode(&self, ino: Ino);
+    /// Any cached name may be stale (reports were lost, or the user asked): drop every
+    /// cached entry, positive and negative, so each name is looked up again.
+    fn everything(&self);
 }
 
 /// An invalidator that drops every report (for backends used without a mount).
@@ -28,4 +32,5 @@ impl Invalidator for NoInvalidator {
     fn entry(&self, _parent: Ino, _name: &OsStr) {}
     fn deleted(&self, _parent: Ino, _child: Ino, _name: &OsStr) {}
     fn inode(&self, _ino: Ino) {}
+    fn everything(&self) {}
 }

@@ -77,6 +77,11 @@ pub trait Backend: Send + Sync + 'static {
     fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
         Ok(())
     }
+    /// Whether [`Backend::flush`] does anything. When it does not (the default), the
+    /// transport opens files with `FOPEN_NOFLUSH` and `close` costs no round trip.
+    fn flush_on_close(&self) -> bool {
+        false
+    }
     /// Last close of an open file.
     fn release(&self, ino: Ino, fh: u64) -> Result<()>;
     /// Makes data durable, as far as the backend has durability.

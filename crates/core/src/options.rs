@@ -20,6 +20,22 @@ pub enum PassthroughMode {
     Off,
 }
 
+/// `-o watch=`: how the passthrough backend learns about changes made on the host, behind
+/// the kernel's back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WatchMode {
+    /// fanotify if the host allows it, else inotify.
+    #[default]
+    Auto,
+    /// fanotify only (no watcher if unavailable).
+    Fanotify,
+    /// inotify only.
+    Inotify,
+    /// No watcher: host-side changes show up when cached entries and attributes expire
+    /// (or after `memofs invalidate`).
+    Off,
+}
+
 /// Mount flags handed to the kernel as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelFlag {
@@ -66,6 +82,8 @@ pub struct MountOptions {
     pub threads: usize,
     /// Kernel passthrough for file data.
     pub passthrough: PassthroughMode,
+    /// Host-change watcher (passthrough backend).
+    pub watch: WatchMode,
     /// Flags for the kernel mount.
     pub kernel_flags: Vec<KernelFlag>,
     /// Log every request to stderr.
@@ -232,7 +250,12 @@ pub fn option_docs() -> Vec<OptionDoc> {
         d(
             "passthrough=auto|on|off",
             "auto".into(),
-            "kernel FUSE passthrough for file data (passthrough backend)",
+            "kernel FUSE passthrough for file data",
+        ),
+        d(
+            "watch=auto|fanotify|inotify|off",
+            "auto".into(),
+            "passthrough backend: how host-side changes are seen (auto: fanotify, else inotify)",
         ),
         d(
             "ro, nosuid, nodev, noexec, sync, dirsync",
@@ -328,6 +351,7 @@ pub fn parse_options<S: AsRef<str>>(
         direct_io: false,
         threads: default_threads(),
         passthrough: PassthroughMode::Auto,
+        watch: WatchMode::Auto,
         kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
         debug: false,
     };
@@ -452,6 +476,15 @@ pub fn parse_options<S: AsRef<str>>(
                         _ => return Err(err(opt, "expected auto, on or off")),
                     }
                 }
+                "watch" => {
+                    o.watch = match need()? {
+                        "auto" => WatchMode::Auto,
+                        "fanotify" => WatchMode::Fanotify,
+                        "inotify" => WatchMode::Inotify,
+                        "off" => WatchMode::Off,
+                        _ => return Err(err(opt, "expected auto, fanotify, inotify or off")),
+                    }
+                }
                 "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec" | "sync"
                 | "async" | "dirsync" => {
                     flag(value)?;
@@ -529,6 +562,20 @@ mod tests {
     }
 
     #[test]
+    fn watch_modes() {
+        assert_eq!(parse_options(&[""; 0], RAM).unwrap().watch, WatchMode::Auto);
+        for (v, m) in [
+            ("auto", WatchMode::Auto),
+            ("fanotify", WatchMode::Fanotify),
+            ("inotify", WatchMode::Inotify),
+            ("off", WatchMode::Off),
+        ] {
+            let o = parse_options(&[format!("watch={v}")], RAM).unwrap();
+            assert_eq!(o.watch, m);
+        }
+    }
+
+    #[test]
     fn timeouts_and_presets() {
         let o = parse_options(&["cache=never", "negative_dentry_timeout=2.5"], RAM).unwrap();
         assert_eq!(o.cache.entry_timeout, Duration::ZERO);
@@ -557,6 +604,7 @@ mod tests {
             "threads=1000",
             "writeback=maybe",
             "passthrough=yes",
+            "watch=dnotify",
             "noatime=1",
             "allow_other=1",
             "fsname=a b",

@@ -89,8 +89,18 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-fn fopen_flags(o: &Opened, config: &TransportConfig) -> FopenFlags {
-    let mut f = FopenFlags::empty();
+/// Open flags every regular file gets: `FOPEN_NOFLUSH` unless the backend acts on `close`
+/// (the kernel ignores it under the writeback cache, which must write back on close).
+fn base_fopen_flags(flush_on_close: bool) -> FopenFlags {
+    if flush_on_close {
+        FopenFlags::empty()
+    } else {
+        FopenFlags::FOPEN_NOFLUSH
+    }
+}
+
+fn fopen_flags(o: &Opened, config: &TransportConfig, flush_on_close: bool) -> FopenFlags {
+    let mut f = base_fopen_flags(flush_on_close);
     if o.keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
@@ -499,11 +509,17 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                     {
                         self.kill_privs(req, ino.0);
                     }
+                    let flush_on_close = self.backend.flush_on_close();
                     match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
-                        Some(id) => {
-                            reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id)
-                        }
-                        None => reply.opened(FileHandle(o.fh), fopen_flags(&o, &self.config)),
+                        Some(id) => reply.opened_passthrough(
+                            FileHandle(o.fh),
+                            base_fopen_flags(flush_on_close),
+                            &id,
+                        ),
+                        None => reply.opened(
+                            FileHandle(o.fh),
+                            fopen_flags(&o, &self.config, flush_on_close),
+                        ),
                     }
                 }
                 Err(e) => reply.error(errno(e)),
@@ -771,18 +787,23 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                         Generation(attr.generation),
                         FileHandle(o.fh),
                     );
+                    let flush_on_close = self.backend.flush_on_close();
                     match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
                         Some(id) => reply.created_passthrough(
                             &ttl,
                             &fa,
                             generation,
                             fh,
-                            FopenFlags::empty(),
+                            base_fopen_flags(flush_on_close),
                             &id,
                         ),
-                        None => {
-                            reply.created(&ttl, &fa, generation, fh, fopen_flags(&o, &self.config))
-                        }
+                        None => reply.created(
+                            &ttl,
+                            &fa,
+                            generation,
+                            fh,
+                            fopen_flags(&o, &self.config, flush_on_close),
+                        ),
                     }
                 }
                 Err(e) => reply.error(errno(e)),

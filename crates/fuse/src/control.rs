@@ -1,17 +1,20 @@
-//! The control socket behind `memofs stats`.
+//! The control socket behind `memofs stats` and `memofs invalidate`.
 //!
-//! Each mount listens on the abstract Unix socket `memofs-stats:<st_dev of the mount>`; a
-//! connection gets one JSON document and is closed. The name needs no file on disk (so
-//! nothing is left behind when the server dies) and is found from the mount point alone.
-//! Reading counters sums per-thread slots: it never stops the request threads.
+//! Each mount listens on the abstract Unix socket `memofs-stats:<st_dev of the mount>`. A
+//! client writes one command (`stats` or `invalidate`), shuts down its sending side, and
+//! gets one JSON document back. The name needs no file on disk (so nothing is left behind
+//! when the server dies) and is found from the mount point alone. Reading counters sums
+//! per-thread slots: it never stops the request threads. `invalidate` (drop every name the
+//! kernel caches) is refused unless the caller is root or the server's own user.
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use memofs_core::{BackendUsage, CachePolicy};
+use memofs_core::{BackendUsage, CachePolicy, Invalidator};
 
 use crate::stats::Stats;
 
@@ -20,8 +23,10 @@ pub fn socket_name(dev: u64) -> String {
     format!("memofs-stats:{dev}")
 }
 
-/// Everything `memofs stats` reports.
+/// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
 pub struct StatsSource {
+    /// Where `invalidate` goes (the mount's notification sender).
+    pub invalidator: Option<Arc<dyn Invalidator>>,
     /// Request counters.
     pub stats: Arc<Stats>,
     /// Effective cache policy.
@@ -89,6 +94,50 @@ impl StatsSource {
     }
 }
 
+/// Uid of the process at the other end of `conn`.
+fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    // SAFETY: `cred` is a properly sized ucred the call fills; `len` holds its size.
+    unsafe {
+        let mut cred: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let r = libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        );
+        (r == 0).then_some(cred.uid)
+    }
+}
+
+impl StatsSource {
+    /// The answer to one command from a client with uid `peer`.
+    fn answer(&self, command: &str, peer: Option<u32>) -> String {
+        match command.trim() {
+            "" | "stats" => self.to_json(),
+            "invalidate" => {
+                // SAFETY: geteuid has no preconditions.
+                let own = unsafe { libc::geteuid() };
+                match (&self.invalidator, peer) {
+                    (Some(inv), Some(uid)) if uid == 0 || uid == own => {
+                        inv.everything();
+                        "{\"ok\":true}".into()
+                    }
+                    (Some(_), _) => {
+                        "{\"error\":\"only root or the mount's owner may invalidate\"}".into()
+                    }
+                    (None, _) => "{\"error\":\"this mount cannot invalidate\"}".into(),
+                }
+            }
+            other => format!(
+                "{{\"error\":{}}}",
+                json_str(&format!("unknown command '{other}'"))
+            ),
+        }
+    }
+}
+
 /// Starts the control socket for the mount with device `dev` on a background thread.
 pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
     let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
@@ -108,18 +157,29 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-                let _ = conn.write_all(source.to_json().as_bytes());
+                let mut command = Vec::new();
+                let _ = (&mut conn).take(64).read_to_end(&mut command);
+                let command = String::from_utf8_lossy(&command);
+                let _ = conn.write_all(source.answer(&command, peer_uid(&conn)).as_bytes());
             }
         })?;
     Ok(())
 }
 
-/// Fetches the JSON document of the mount with device `dev`.
+/// Fetches the stats JSON document of the mount with device `dev`.
 pub fn fetch(dev: u64) -> io::Result<String> {
+    request(dev, "stats")
+}
+
+/// Sends `command` to the mount with device `dev` and returns its JSON answer.
+pub fn request(dev: u64, command: &str) -> io::Result<String> {
     let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
     let mut conn = UnixStream::connect_addr(&addr)?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.write_all(command.as_bytes())?;
+    conn.shutdown(std::net::Shutdown::Write)?;
     let mut out = String::new();
     conn.read_to_string(&mut out)?;
     Ok(out)
@@ -132,6 +192,7 @@ mod tests {
     #[test]
     fn json_has_every_section_and_escapes() {
         let src = StatsSource {
+            invalidator: None,
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(BackendUsage::default),
@@ -149,6 +210,7 @@ mod tests {
     fn serve_and_fetch_round_trip() {
         let dev = 0xdead_0000_0000 + std::process::id() as u64;
         let src = StatsSource {
+            invalidator: Some(Arc::new(memofs_core::invalidate::NoInvalidator)),
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(|| BackendUsage {
@@ -159,5 +221,9 @@ mod tests {
         };
         serve(dev, src).unwrap();
         assert!(fetch(dev).unwrap().contains("\"bytes_used\":42"));
+        assert_eq!(request(dev, "invalidate").unwrap(), "{\"ok\":true}");
+        assert!(request(dev, "bogus")
+            .unwrap()
+            .contains("unknown command 'bogus'"));
     }
 }

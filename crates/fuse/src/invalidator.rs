@@ -3,8 +3,14 @@
 //! Reports are queued and sent by one dedicated thread: a notification must never be written
 //! from inside the handler of a request it relates to (the kernel may hold locks that request
 //! waits on), and a backend's watcher should not block on the device either.
+//!
+//! fuser 0.18 has no call for `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+: every dentry looked up
+//! before the increment is revalidated, negative ones included), so that one notification is
+//! written here, as a bare `fuse_out_header`, to a duplicate of the session's device fd.
 
 use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
@@ -17,6 +23,25 @@ enum Report {
     Entry(Ino, OsString),
     Deleted(Ino, Ino, OsString),
     Inode(Ino),
+    Everything,
+}
+
+/// `FUSE_NOTIFY_INC_EPOCH` from `<linux/fuse.h>` (protocol 7.44).
+const FUSE_NOTIFY_INC_EPOCH: i32 = 8;
+
+/// Writes a `FUSE_NOTIFY_INC_EPOCH` notification (a header with no body) to `dev`.
+fn inc_epoch(dev: &OwnedFd) -> io::Result<()> {
+    // struct fuse_out_header { u32 len; i32 error (the notify code); u64 unique (0) }
+    let mut header = [0u8; 16];
+    header[0..4].copy_from_slice(&16u32.to_ne_bytes());
+    header[4..8].copy_from_slice(&FUSE_NOTIFY_INC_EPOCH.to_ne_bytes());
+    // SAFETY: `dev` is an open /dev/fuse descriptor and `header` a live 16-byte buffer.
+    let n = unsafe { libc::write(dev.as_raw_fd(), header.as_ptr().cast(), header.len()) };
+    match n {
+        16 => Ok(()),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+    }
 }
 
 /// Sends invalidations to the kernel from its own thread.
@@ -25,8 +50,13 @@ pub struct NotifyInvalidator {
 }
 
 impl NotifyInvalidator {
-    /// Starts the sending thread; it ends when the invalidator is dropped.
-    pub fn start(notifier: Notifier, stats: Arc<Stats>) -> std::io::Result<NotifyInvalidator> {
+    /// Starts the sending thread; it ends when the invalidator is dropped. `dev` is a
+    /// duplicate of the session's `/dev/fuse` descriptor, for the epoch notification.
+    pub fn start(
+        notifier: Notifier,
+        dev: OwnedFd,
+        stats: Arc<Stats>,
+    ) -> std::io::Result<NotifyInvalidator> {
         let (tx, rx) = channel::<Report>();
         std::thread::Builder::new()
             .name("memofs-notify".into())
@@ -44,6 +74,7 @@ impl NotifyInvalidator {
                         Report::Inode(ino) => {
                             (Event::InvalInode, notifier.inval_inode(INodeNo(*ino), 0, 0))
                         }
+                        Report::Everything => (Event::IncEpoch, inc_epoch(&dev)),
                     };
                     match result {
                         Ok(()) => stats.event(event),
@@ -75,5 +106,9 @@ impl Invalidator for NotifyInvalidator {
 
     fn inode(&self, ino: Ino) {
         self.send(Report::Inode(ino));
+    }
+
+    fn everything(&self) {
+        self.send(Report::Everything);
     }
 }

@@ -15,6 +15,7 @@ pub mod stats;
 
 use std::fmt;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -136,17 +137,14 @@ pub struct Mounted<B: Backend> {
     session: fuser::Session<Adapter<B>>,
     /// The mount's counters.
     pub stats: Arc<Stats>,
+    /// Sends cache invalidations to the kernel (from its own thread).
+    pub invalidator: Arc<dyn memofs_core::Invalidator>,
 }
 
 impl<B: Backend> Mounted<B> {
     /// Something that unmounts the filesystem from another thread (signal handling).
     pub fn unmounter(&mut self) -> fuser::SessionUnmounter {
         self.session.unmount_callable()
-    }
-
-    /// Sends kernel cache invalidations.
-    pub fn notifier(&self) -> fuser::Notifier {
-        self.session.notifier()
     }
 
     /// Serves requests until the filesystem is unmounted.
@@ -168,10 +166,18 @@ pub fn mount<B: Backend>(
     let slot = adapter.invalidator_slot();
     let session =
         fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
-    let invalidator =
-        NotifyInvalidator::start(session.notifier(), stats.clone()).map_err(SetupError::Mount)?;
+    let dev = session
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(SetupError::Mount)?;
+    let invalidator = NotifyInvalidator::start(session.notifier(), dev, stats.clone())
+        .map_err(SetupError::Mount)?;
     let invalidator: Arc<dyn memofs_core::Invalidator> = Arc::new(invalidator);
     let _ = slot.set(invalidator.clone());
-    backend.attach_invalidator(invalidator);
-    Ok(Mounted { session, stats })
+    backend.attach_invalidator(invalidator.clone());
+    Ok(Mounted {
+        session,
+        stats,
+        invalidator,
+    })
 }

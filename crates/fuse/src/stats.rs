@@ -105,6 +105,8 @@ pub enum Event {
     InvalEntry,
     /// Inode invalidations sent to the kernel.
     InvalInode,
+    /// Entry epoch increments sent to the kernel (every cached name dropped).
+    IncEpoch,
     /// Invalidations the kernel refused.
     InvalFailed,
 }
@@ -118,6 +120,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "negative_entries",
     "inval_entry",
     "inval_inode",
+    "inc_epoch",
     "inval_failed",
 ];
 

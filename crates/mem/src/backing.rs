@@ -11,7 +11,7 @@
 //! the kernel serves from it keep atime as the rule says; the file's atime, mtime and size
 //! are reported from it. Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -106,16 +106,15 @@ impl BackingStore {
 
     /// A new, empty data file (not held open).
     pub fn new_file(&self) -> Result<KernelFile> {
-        let name = cstr(
-            self.next_name
-                .fetch_add(1, Ordering::Relaxed)
-                .to_string()
-                .as_bytes(),
-        );
-        drop(open_at(&self.root, &name, libc::O_CREAT | libc::O_EXCL)?);
+        let id = self.next_name.fetch_add(1, Ordering::Relaxed);
+        drop(open_at(
+            &self.root,
+            DataName::new(id).as_cstr(),
+            libc::O_CREAT | libc::O_EXCL,
+        )?);
         Ok(KernelFile {
             root: self.root.clone(),
-            name,
+            id,
             open: Mutex::new((0, None)),
         })
     }
@@ -163,7 +162,34 @@ impl BackingStore {
     }
 }
 
-fn open_at(root: &OwnedFd, name: &CString, extra: i32) -> Result<File> {
+/// A data file's name, its number in decimal, built on the stack when needed so that a file
+/// stores 8 bytes instead of a heap string.
+struct DataName([u8; 21]);
+
+impl DataName {
+    fn new(mut id: u64) -> DataName {
+        // u64::MAX has 20 digits; the last byte stays the NUL terminator.
+        let mut buf = [0u8; 21];
+        let mut i = 20;
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (id % 10) as u8;
+            id /= 10;
+            if id == 0 {
+                break;
+            }
+        }
+        buf.copy_within(i..20, 0);
+        buf[20 - i..].fill(0);
+        DataName(buf)
+    }
+
+    fn as_cstr(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.0).expect("a NUL ends the digits")
+    }
+}
+
+fn open_at(root: &OwnedFd, name: &CStr, extra: i32) -> Result<File> {
     // SAFETY: `root` is an open directory fd and `name` a NUL-terminated single component.
     let fd = unsafe {
         libc::openat(
@@ -184,25 +210,31 @@ fn open_at(root: &OwnedFd, name: &CString, extra: i32) -> Result<File> {
 /// writes through passthrough update them without the server seeing the request.
 pub struct KernelFile {
     root: Arc<OwnedFd>,
-    name: CString,
+    /// Number naming the data file (see [`DataName`]).
+    id: u64,
     /// Opens of the memofs file, and the data file's descriptor while there are any.
     open: Mutex<(usize, Option<Arc<File>>)>,
 }
 
 impl Drop for KernelFile {
     fn drop(&mut self) {
+        let name = self.name();
         // SAFETY: `root` is an open directory fd and `name` a NUL-terminated component.
-        unsafe { libc::unlinkat(self.root.as_raw_fd(), self.name.as_ptr(), 0) };
+        unsafe { libc::unlinkat(self.root.as_raw_fd(), name.as_cstr().as_ptr(), 0) };
     }
 }
 
 impl KernelFile {
+    fn name(&self) -> DataName {
+        DataName::new(self.id)
+    }
+
     /// The memofs file was opened: keep the data file open until the matching
     /// [`KernelFile::close`].
     pub fn open(&self) -> Result<()> {
         let mut open = self.open.lock();
         if open.1.is_none() {
-            open.1 = Some(Arc::new(open_at(&self.root, &self.name, 0)?));
+            open.1 = Some(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?));
         }
         open.0 += 1;
         Ok(())
@@ -222,7 +254,7 @@ impl KernelFile {
         if let Some(f) = &self.open.lock().1 {
             return Ok(f.clone());
         }
-        Ok(Arc::new(open_at(&self.root, &self.name, 0)?))
+        Ok(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?))
     }
 
     /// A descriptor of the data file for FUSE passthrough (a duplicate the caller owns).
@@ -231,13 +263,14 @@ impl KernelFile {
     }
 
     fn stat(&self) -> Result<libc::stat> {
+        let name = self.name();
         // SAFETY: `st` is a zeroed stat buffer the call fills; `root` is open and `name` a
         // NUL-terminated component.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             if libc::fstatat(
                 self.root.as_raw_fd(),
-                self.name.as_ptr(),
+                name.as_cstr().as_ptr(),
                 &mut st,
                 libc::AT_SYMLINK_NOFOLLOW,
             ) != 0
@@ -286,11 +319,12 @@ impl KernelFile {
             }
         };
         let times = [ts(atime), ts(mtime)];
+        let name = self.name();
         // SAFETY: `times` is a valid two-element array; `root` and `name` are valid.
         if unsafe {
             libc::utimensat(
                 self.root.as_raw_fd(),
-                self.name.as_ptr(),
+                name.as_cstr().as_ptr(),
                 times.as_ptr(),
                 libc::AT_SYMLINK_NOFOLLOW,
             )
@@ -373,6 +407,16 @@ mod tests {
     fn is_root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn data_names_are_the_decimal_number() {
+        for id in [0, 7, 10, 4096, 1234567890, u64::MAX] {
+            assert_eq!(
+                DataName::new(id).as_cstr().to_str().unwrap(),
+                id.to_string()
+            );
+        }
     }
 
     #[test]

@@ -5,9 +5,14 @@
 //! entries vanish, surviving ones are returned exactly once, and entries added during the
 //! listing appear at most once. Offsets 1 and 2 are `.` and `..`.
 
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::{OsStr, OsString};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::hash::BuildHasher;
+use std::hash::RandomState;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
 
+use hashbrown::HashTable;
 use memofs_core::{FileKind, Ino};
 
 /// tmpfs reports a directory's size as this many bytes per entry (plus two for `.`/`..`).
@@ -23,13 +28,39 @@ pub struct Slot {
     pub ino: Ino,
     /// Kind, for readdir's `d_type`.
     pub kind: FileKind,
+}
+
+/// One entry: the name is stored once, here.
+struct Entry {
+    name: Box<[u8]>,
+    ino: Ino,
     cookie: u64,
+    kind: FileKind,
+}
+
+impl Entry {
+    fn slot(&self) -> Slot {
+        Slot {
+            ino: self.ino,
+            kind: self.kind,
+        }
+    }
+}
+
+/// Hash of a name: SipHash with keys chosen once per process (a local user picking names
+/// cannot aim for collisions), shared by every directory so that none carries its own keys.
+fn name_hash(name: &[u8]) -> u64 {
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    KEYS.get_or_init(RandomState::new).hash_one(name)
 }
 
 /// One directory's entries.
+///
+/// `entries` finds a name; `order` lists cookies in insertion order with each entry's name
+/// hash, which finds the entry again in `entries` without a second copy of the name.
 pub struct Directory {
-    by_name: HashMap<OsString, Slot>,
-    by_cookie: BTreeMap<u64, OsString>,
+    entries: HashTable<Entry>,
+    order: BTreeMap<u64, u64>,
     next_cookie: u64,
     /// Inode number of `..`.
     pub parent: Ino,
@@ -43,8 +74,8 @@ impl Directory {
     /// An empty directory.
     pub fn new(parent: Ino) -> Directory {
         Directory {
-            by_name: HashMap::new(),
-            by_cookie: BTreeMap::new(),
+            entries: HashTable::new(),
+            order: BTreeMap::new(),
             next_cookie: FIRST_COOKIE,
             parent,
             subdirs: 0,
@@ -52,35 +83,51 @@ impl Directory {
         }
     }
 
+    fn find(&self, name: &OsStr) -> Option<&Entry> {
+        let name = name.as_bytes();
+        self.entries.find(name_hash(name), |e| *e.name == *name)
+    }
+
+    fn find_mut(&mut self, name: &OsStr) -> Option<&mut Entry> {
+        let name = name.as_bytes();
+        self.entries.find_mut(name_hash(name), |e| *e.name == *name)
+    }
+
     /// The entry called `name`.
     pub fn get(&self, name: &OsStr) -> Option<Slot> {
-        self.by_name.get(name).copied()
+        self.find(name).map(Entry::slot)
     }
 
     /// Number of entries (without `.` and `..`).
     pub fn len(&self) -> usize {
-        self.by_name.len()
+        self.entries.len()
     }
 
     /// True if the directory has no entries.
     pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
+        self.entries.is_empty()
     }
 
     /// Size as tmpfs reports it.
     pub fn bogo_size(&self) -> u64 {
-        (self.by_name.len() as u64 + 2) * BOGO_DIRENT_SIZE
+        (self.entries.len() as u64 + 2) * BOGO_DIRENT_SIZE
     }
 
     /// Adds `name`; the caller checked that it is absent.
     pub fn insert(&mut self, name: &OsStr, ino: Ino, kind: FileKind) {
+        debug_assert!(self.find(name).is_none(), "insert over an existing name");
         let cookie = self.next_cookie;
         self.next_cookie += 1;
-        let old = self
-            .by_name
-            .insert(name.to_os_string(), Slot { ino, kind, cookie });
-        debug_assert!(old.is_none(), "insert over an existing name");
-        self.by_cookie.insert(cookie, name.to_os_string());
+        let hash = name_hash(name.as_bytes());
+        let entry = Entry {
+            name: name.as_bytes().into(),
+            ino,
+            cookie,
+            kind,
+        };
+        self.entries
+            .insert_unique(hash, entry, |e| name_hash(&e.name));
+        self.order.insert(cookie, hash);
         if kind == FileKind::Directory {
             self.subdirs += 1;
         }
@@ -88,21 +135,26 @@ impl Directory {
 
     /// Removes `name`, returning its slot.
     pub fn remove(&mut self, name: &OsStr) -> Option<Slot> {
-        let slot = self.by_name.remove(name)?;
-        self.by_cookie.remove(&slot.cookie);
-        if slot.kind == FileKind::Directory {
+        let bytes = name.as_bytes();
+        let found = self
+            .entries
+            .find_entry(name_hash(bytes), |e| *e.name == *bytes)
+            .ok()?;
+        let (entry, _) = found.remove();
+        self.order.remove(&entry.cookie);
+        if entry.kind == FileKind::Directory {
             self.subdirs -= 1;
         }
-        Some(slot)
+        Some(entry.slot())
     }
 
     /// Points existing `name` at another inode (rename over, exchange), keeping its place
     /// in the listing order.
     pub fn replace(&mut self, name: &OsStr, ino: Ino, kind: FileKind) -> Option<Slot> {
-        let slot = self.by_name.get_mut(name)?;
-        let old = *slot;
-        slot.ino = ino;
-        slot.kind = kind;
+        let entry = self.find_mut(name)?;
+        let old = entry.slot();
+        entry.ino = ino;
+        entry.kind = kind;
         if old.kind == FileKind::Directory {
             self.subdirs -= 1;
         }
@@ -115,20 +167,26 @@ impl Directory {
     /// Entries after readdir offset `offset`, as `(cookie, name, slot)`, in order.
     pub fn entries_after(&self, offset: u64) -> impl Iterator<Item = (u64, &OsStr, Slot)> + '_ {
         let start = offset.max(FIRST_COOKIE - 1) + 1;
-        self.by_cookie
-            .range(start..)
-            .map(move |(c, name)| (*c, name.as_os_str(), self.by_name[name]))
+        self.order.range(start..).map(move |(&cookie, &hash)| {
+            let e = self
+                .entries
+                .find(hash, |e| e.cookie == cookie)
+                .expect("every cookie in the order has its entry");
+            (cookie, OsStr::from_bytes(&e.name), e.slot())
+        })
     }
 
     /// Names of all entries (for recursive removal in tests).
     pub fn names(&self) -> impl Iterator<Item = &OsStr> {
-        self.by_cookie.values().map(|n| n.as_os_str())
+        self.entries_after(0).map(|(_, name, _)| name)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::ffi::OsString;
 
     fn name(i: u32) -> OsString {
         OsString::from(format!("f{i}"))

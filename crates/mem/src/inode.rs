@@ -23,8 +23,9 @@ pub struct Owner {
 
 /// Kind-specific contents.
 pub enum NodeData {
-    /// A directory's entries.
-    Dir(RwLock<Directory>),
+    /// A directory's entries (boxed: a directory is much larger than what the other kinds
+    /// keep inline, and most inodes are not directories).
+    Dir(Box<RwLock<Directory>>),
     /// A regular file's pages.
     File(RegularFile),
     /// A symlink's target.
@@ -36,7 +37,7 @@ pub enum NodeData {
 impl NodeData {
     /// An empty directory whose `..` is `parent`.
     pub fn new_dir(parent: Ino) -> NodeData {
-        NodeData::Dir(RwLock::new(Directory::new(parent)))
+        NodeData::Dir(Box::new(RwLock::new(Directory::new(parent))))
     }
 }
 

@@ -1,17 +1,39 @@
 //! `size=` and `nr_inodes=` accounting.
 //!
-//! One atomic operation per request (never per page): a write first computes how many pages
-//! it adds, reserves them all at once, and only then touches data, so a write that does not
-//! fit fails with `ENOSPC` before anything changes.
+//! Never per page: a write first computes how many pages it adds, reserves them all at once,
+//! and only then touches data, so a write that does not fit fails with `ENOSPC` before
+//! anything changes.
+//!
+//! Bytes are counted like the kernel's per-CPU counters: each request thread draws on a
+//! reserve of its own (one cache line per shard, so threads do not bounce a shared line),
+//! taken from the global count in batches of [`BATCH`] bytes and handed back when it grows
+//! past two batches. The global count includes the reserves, so it can never pass the limit.
+//! Near the limit (less than a batch per shard left) nothing is reserved ahead: charges go to
+//! the global count exactly, and before failing with `ENOSPC` every shard's reserve is
+//! returned, so a request fails only if the bytes really are in use.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use memofs_core::{Errno, Result};
 
+/// Bytes a shard takes from the global count at a time.
+pub const BATCH: u64 = 4 << 20;
+
+/// Number of reserves; threads are spread over them round-robin.
+const SHARDS: usize = 16;
+
+/// One shard's reserve, alone on its cache line.
+#[repr(align(128))]
+#[derive(Default)]
+struct Reserve(AtomicU64);
+
 /// Usage counters with their limits (0 = unlimited).
 pub struct Limits {
+    /// Bytes in use plus every shard's reserve.
     bytes: AtomicU64,
     bytes_limit: u64,
+    reserves: [Reserve; SHARDS],
     inodes: AtomicU64,
     inodes_limit: u64,
 }
@@ -29,12 +51,26 @@ fn reserve(counter: &AtomicU64, limit: u64, n: u64) -> Result<()> {
         .map_err(|_| Errno::ENOSPC)
 }
 
+/// The calling thread's shard.
+fn shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SHARD: Cell<Option<usize>> = const { Cell::new(None) });
+    SHARD.with(|s| {
+        s.get().unwrap_or_else(|| {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            s.set(Some(n));
+            n
+        })
+    })
+}
+
 impl Limits {
     /// New counters at zero.
     pub fn new(bytes_limit: u64, inodes_limit: u64) -> Limits {
         Limits {
             bytes: AtomicU64::new(0),
             bytes_limit,
+            reserves: Default::default(),
             inodes: AtomicU64::new(0),
             inodes_limit,
         }
@@ -42,14 +78,55 @@ impl Limits {
 
     /// Reserves `n` bytes, or fails with `ENOSPC` leaving usage unchanged.
     pub fn charge_bytes(&self, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mine = &self.reserves[shard()].0;
+        if mine
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(n))
+            .is_ok()
+        {
+            return Ok(());
+        }
+        // Take a batch ahead only while there is room for every shard to do the same.
+        let roomy = self.bytes_limit == 0
+            || self.bytes.load(Ordering::Relaxed) + (SHARDS as u64 + 1) * BATCH <= self.bytes_limit;
+        if roomy && reserve(&self.bytes, self.bytes_limit, n + BATCH).is_ok() {
+            mine.fetch_add(BATCH, Ordering::AcqRel);
+            return Ok(());
+        }
+        if reserve(&self.bytes, self.bytes_limit, n).is_ok() {
+            return Ok(());
+        }
+        self.return_reserves();
         reserve(&self.bytes, self.bytes_limit, n)
+    }
+
+    /// Gives every shard's reserve back to the global count.
+    fn return_reserves(&self) {
+        for r in &self.reserves {
+            let held = r.0.swap(0, Ordering::AcqRel);
+            if held != 0 {
+                self.bytes.fetch_sub(held, Ordering::AcqRel);
+            }
+        }
     }
 
     /// Returns `n` bytes.
     pub fn uncharge_bytes(&self, n: u64) {
-        if n != 0 {
-            let prev = self.bytes.fetch_sub(n, Ordering::AcqRel);
-            debug_assert!(prev >= n, "byte accounting underflow");
+        if n == 0 {
+            return;
+        }
+        let mine = &self.reserves[shard()].0;
+        let held = mine.fetch_add(n, Ordering::AcqRel) + n;
+        if held > 2 * BATCH {
+            // Keep one batch; the rest goes back where every thread can have it.
+            if let Ok(prev) = mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                r.checked_sub(BATCH + 1).map(|_| BATCH)
+            }) {
+                let prev_global = self.bytes.fetch_sub(prev - BATCH, Ordering::AcqRel);
+                debug_assert!(prev_global >= prev - BATCH, "byte accounting underflow");
+            }
         }
     }
 
@@ -68,9 +145,14 @@ impl Limits {
         self.inodes.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Bytes in use.
+    /// Bytes in use (exact when no charge is under way).
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        let reserved: u64 = self
+            .reserves
+            .iter()
+            .map(|r| r.0.load(Ordering::Acquire))
+            .sum();
+        self.bytes.load(Ordering::Acquire).saturating_sub(reserved)
     }
 
     /// Byte limit (0 = unlimited).
@@ -92,6 +174,7 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn reservations_fail_whole_and_leave_usage_alone() {
@@ -106,5 +189,79 @@ mod tests {
         assert_eq!(l.charge_inode(), Err(Errno::ENOSPC));
         let unlimited = Limits::new(0, 0);
         unlimited.charge_bytes(u64::MAX / 2).unwrap();
+    }
+
+    #[test]
+    fn reserves_are_batched_and_counted_exactly() {
+        let l = Limits::new(0, 0);
+        l.charge_bytes(4096).unwrap();
+        // One batch went to this thread's reserve; usage is still exact.
+        assert_eq!(l.bytes.load(Ordering::Relaxed), 4096 + BATCH);
+        assert_eq!(l.bytes(), 4096);
+        for _ in 0..100 {
+            l.charge_bytes(4096).unwrap();
+        }
+        assert_eq!(l.bytes(), 101 * 4096);
+        // Freeing a lot hands all but one batch back to the global count.
+        l.uncharge_bytes(101 * 4096);
+        l.charge_bytes(3 * BATCH).unwrap();
+        l.uncharge_bytes(3 * BATCH);
+        assert_eq!(l.bytes(), 0);
+        assert!(l.bytes.load(Ordering::Relaxed) <= 2 * BATCH);
+    }
+
+    #[test]
+    fn reserves_held_by_other_threads_do_not_cause_enospc() {
+        // Room for the batches of a few shards only: every thread must be able to use the
+        // whole limit once the others are idle.
+        let limit = 4 * BATCH;
+        let l = Arc::new(Limits::new(limit, 0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    l.charge_bytes(4096).unwrap();
+                    l.uncharge_bytes(4096);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        l.charge_bytes(limit).unwrap();
+        assert_eq!(l.bytes(), limit);
+        assert_eq!(l.charge_bytes(1), Err(Errno::ENOSPC));
+        l.uncharge_bytes(limit);
+        assert_eq!(l.bytes(), 0);
+    }
+
+    #[test]
+    fn concurrent_charges_never_pass_the_limit() {
+        let limit = 64 * BATCH;
+        let l = Arc::new(Limits::new(limit, 0));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    let mut held = 0;
+                    for k in 0..20_000u64 {
+                        let n = 4096 * (1 + (k * 7 + i) % 64);
+                        if l.charge_bytes(n).is_ok() {
+                            held += n;
+                        }
+                        if k % 3 == 0 {
+                            l.uncharge_bytes(held);
+                            held = 0;
+                        }
+                        assert!(l.bytes.load(Ordering::Relaxed) <= limit);
+                    }
+                    l.uncharge_bytes(held);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(l.bytes(), 0);
     }
 }

@@ -9,8 +9,13 @@
 //!
 //! Invariant: bytes past the end of file inside an allocated page are zero (truncation
 //! zeroes the tail it cuts), so extending a file never exposes old data.
+//!
+//! Freed pages go back to the C allocator, which keeps them for reuse; every
+//! [`TRIM_AFTER`] bytes freed, `malloc_trim` hands free memory back to the kernel, so
+//! deleting or truncating files shrinks the server's RSS, not just `memofs stats`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
@@ -25,6 +30,27 @@ const CHUNK_PAGES: u64 = 64;
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 type Page = Box<[u8; PAGE_SIZE as usize]>;
+
+/// Bytes of pages freed since memory was last handed back to the kernel.
+static UNTRIMMED: AtomicU64 = AtomicU64::new(0);
+/// Free memory is handed back to the kernel once this much page data was freed.
+pub const TRIM_AFTER: u64 = 16 << 20;
+
+/// Records `bytes` of freed pages (call with no file lock held); may trim the heap.
+fn pages_freed(bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let total = UNTRIMMED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    if total >= TRIM_AFTER && UNTRIMMED.swap(0, Ordering::Relaxed) >= TRIM_AFTER {
+        // SAFETY: malloc_trim only walks the allocator's own free lists; it takes the
+        // arena locks itself and may be called from any thread.
+        #[cfg(target_env = "gnu")]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
 
 fn new_page() -> Page {
     vec![0u8; PAGE_SIZE as usize]
@@ -351,13 +377,16 @@ impl PageFile {
             return Err(Errno::EFBIG);
         }
         let mut d = self.data.write();
+        let mut freed = 0;
         if size < d.size {
             let keep = size.div_ceil(PAGE_SIZE);
-            let freed = d.free(keep, u64::MAX / PAGE_SIZE);
-            limits.uncharge_bytes(freed * PAGE_SIZE);
+            freed = d.free(keep, u64::MAX / PAGE_SIZE) * PAGE_SIZE;
+            limits.uncharge_bytes(freed);
             d.zero(size, keep * PAGE_SIZE);
         }
         d.size = size;
+        drop(d);
+        pages_freed(freed);
         Ok(())
     }
 
@@ -384,8 +413,10 @@ impl PageFile {
                 Ok(())
             }
             m if m == PUNCH | KEEP => {
-                let freed = d.punch(offset, end);
-                limits.uncharge_bytes(freed * PAGE_SIZE);
+                let freed = d.punch(offset, end) * PAGE_SIZE;
+                limits.uncharge_bytes(freed);
+                drop(d);
+                pages_freed(freed);
                 Ok(())
             }
             m if m & PUNCH != 0 => Err(Errno::EINVAL),
@@ -417,10 +448,12 @@ impl PageFile {
     /// Drops every page, returning the bytes freed (the caller uncharges them).
     pub fn release_all(&self) -> u64 {
         let mut d = self.data.write();
-        let freed = d.pages;
+        let freed = d.pages * PAGE_SIZE;
         d.chunks.clear();
         d.pages = 0;
-        freed * PAGE_SIZE
+        drop(d);
+        pages_freed(freed);
+        freed
     }
 }
 

@@ -10,9 +10,15 @@ const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
 /// Largest value, as the VFS (`XATTR_SIZE_MAX`).
 pub const XATTR_SIZE_MAX: usize = 65536;
 
-/// One inode's extended attributes.
+/// One inode's extended attributes: nothing but a null pointer until the first is set,
+/// since most inodes never have any.
 #[derive(Default)]
 pub struct Xattrs {
+    inner: Option<Box<Stored>>,
+}
+
+#[derive(Default)]
+struct Stored {
     map: BTreeMap<Box<[u8]>, Box<[u8]>>,
     charged: u64,
 }
@@ -41,7 +47,11 @@ impl Xattrs {
     /// Value of `name`.
     pub fn get(&self, name: &[u8]) -> Result<&[u8]> {
         check_name(name)?;
-        self.map.get(name).map(|v| &v[..]).ok_or(Errno::ENODATA)
+        self.value(name).ok_or(Errno::ENODATA)
+    }
+
+    fn value(&self, name: &[u8]) -> Option<&[u8]> {
+        Some(&self.inner.as_ref()?.map.get(name)?[..])
     }
 
     /// Works out the byte-count change of a set, checking flags, before anything changes.
@@ -51,7 +61,7 @@ impl Xattrs {
         if value.len() > XATTR_SIZE_MAX {
             return Err(Errno::E2BIG);
         }
-        let old = self.map.get(name);
+        let old = self.value(name);
         if flags & libc::XATTR_CREATE != 0 && old.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -63,26 +73,30 @@ impl Xattrs {
 
     /// Stores `name` = `value` (after [`Xattrs::plan_set`] and the byte charge).
     pub fn set(&mut self, name: &[u8], value: &[u8]) {
-        let new = cost(name, value);
-        if let Some(old) = self.map.insert(name.into(), value.into()) {
-            self.charged -= cost(name, &old);
+        let stored = self.inner.get_or_insert_with(Box::default);
+        if let Some(old) = stored.map.insert(name.into(), value.into()) {
+            stored.charged -= cost(name, &old);
         }
-        self.charged += new;
+        stored.charged += cost(name, value);
     }
 
     /// Removes `name`, returning the bytes it held.
     pub fn remove(&mut self, name: &[u8]) -> Result<u64> {
         check_name(name)?;
-        let v = self.map.remove(name).ok_or(Errno::ENODATA)?;
+        let stored = self.inner.as_mut().ok_or(Errno::ENODATA)?;
+        let v = stored.map.remove(name).ok_or(Errno::ENODATA)?;
         let c = cost(name, &v);
-        self.charged -= c;
+        stored.charged -= c;
+        if stored.map.is_empty() {
+            self.inner = None;
+        }
         Ok(c)
     }
 
     /// Names, each NUL-terminated.
     pub fn list(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        for name in self.map.keys() {
+        for name in self.inner.iter().flat_map(|s| s.map.keys()) {
             out.extend_from_slice(name);
             out.push(0);
         }
@@ -91,7 +105,7 @@ impl Xattrs {
 
     /// Bytes held against `size=`.
     pub fn charged_bytes(&self) -> u64 {
-        self.charged
+        self.inner.as_ref().map_or(0, |s| s.charged)
     }
 }
 

@@ -10,19 +10,7 @@ use memofs_core::AtimePolicy;
 /// allows after raising the soft limit to the hard one (minus [`crate::RESERVED_FDS`]).
 pub const DEFAULT_MAX_OPEN_FDS: usize = 1 << 20;
 
-/// How the backend learns about changes made on the host, behind the kernel's back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WatchMode {
-    /// fanotify if the host allows it, else inotify.
-    #[default]
-    Auto,
-    /// fanotify only (no watcher if unavailable).
-    Fanotify,
-    /// inotify only.
-    Inotify,
-    /// No watcher: host-side changes show up when cached entries and attributes expire.
-    Off,
-}
+pub use memofs_core::options::WatchMode;
 
 /// Configuration of a [`crate::PassthroughFs`].
 #[derive(Clone, Copy, Debug)]

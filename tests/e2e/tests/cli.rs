@@ -159,7 +159,7 @@ fn mount_point_is_a_regular_file() {
 }
 
 #[test]
-fn source_mounts_reject_mem_only_options_and_missing_sources() {
+fn backends_reject_each_others_options_and_missing_sources() {
     if !is_root() {
         skip!("needs root");
     }
@@ -184,6 +184,24 @@ fn source_mounts_reject_mem_only_options_and_missing_sources() {
             "-o {opt} with a SOURCE: something got mounted"
         );
     }
+    // ... and the other way round: a passthrough-only option without a SOURCE.
+    let t = target();
+    let out = memofs(&["mount", "-o", "watch=off", s(&t.mnt)]);
+    assert_eq!(
+        out.code(),
+        Some(2),
+        "{}",
+        out.describe("-o watch=off without a SOURCE must be refused")
+    );
+    assert!(
+        out.stderr.contains("watch") && out.stderr.contains("passthrough"),
+        "{}",
+        out.describe("the message should name the option and the backend")
+    );
+    assert!(
+        !is_mounted(&t.mnt),
+        "-o watch=off without a SOURCE: mounted"
+    );
     let t = target();
     let missing = src.path().join("no-such-source");
     let out = memofs(&["mount", s(&missing), s(&t.mnt)]);
@@ -304,6 +322,7 @@ const OPTION_NAMES: &[&str] = &[
     "direct_io",
     "threads",
     "passthrough",
+    "watch",
     "ro",
     "nosuid",
     "nodev",

@@ -287,3 +287,52 @@ fn enospc_when_nr_inodes_is_reached() {
     ok!(fs::create_dir(m.join("d")));
     assert_errno!(fs::write(m.join("one-more"), b""), libc::ENOSPC);
 }
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = ok!(fs::read_to_string(format!("/proc/{pid}/status")));
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kb * 1024
+}
+
+#[test]
+fn deleted_and_truncated_data_gives_server_memory_back() {
+    if !is_root() {
+        skip!("needs root to mount");
+    }
+    // The server's page store (not kernel-backed data): its RSS is the data.
+    let m = Mount::memofs(&["passthrough=off"]);
+    let pid = m.server_pid().expect("memofs server pid");
+    const MIB: u64 = 1 << 20;
+    let base = rss(pid);
+    let data = pattern(11, (64 * MIB) as usize);
+    ok!(fs::write(m.join("big"), &data));
+    ok!(fs::write(m.join("cut"), &data));
+    assert!(
+        rss(pid) >= base + 120 * MIB,
+        "128 MiB written should be resident in the server (base {base}, now {})",
+        rss(pid)
+    );
+    ok!(fs::remove_file(m.join("big")));
+    ok!(ok!(OpenOptions::new().write(true).open(m.join("cut"))).set_len(4096));
+    // Freeing follows the kernel's asynchronous RELEASE/FORGET: poll. Up to TRIM_AFTER
+    // (16 MiB) of freed pages may wait for the next trim.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rss(pid) > base + 48 * MIB {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server RSS stayed at {} after freeing 124 MiB (base {base})",
+            rss(pid)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_bytes_eq(
+        &ok!(fs::read(m.join("cut"))),
+        &data[..4096],
+        "the kept head of the truncated file",
+    );
+}

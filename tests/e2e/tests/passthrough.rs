@@ -7,15 +7,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use memofs_e2e::user::{as_user, USER1};
-use memofs_e2e::{assert_errno, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_errno, cli, is_root, ok, pattern, skip, sys, Mount};
 
 fn export() -> Option<(Mount, Mount)> {
+    export_with(&[])
+}
+
+/// A fresh tmpfs exported through the passthrough backend with `opts` (and allow_other).
+fn export_with(opts: &[&str]) -> Option<(Mount, Mount)> {
     if !is_root() {
         return None;
     }
     let host = Mount::tmpfs(&["size=64m", "mode=1777"]);
-    let m =
-        Mount::try_memofs_source(host.path(), &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    let opts: Vec<&str> = ["allow_other"].iter().chain(opts).copied().collect();
+    let m = Mount::try_memofs_source(host.path(), &opts).unwrap_or_else(|e| panic!("{e}"));
     Some((host, m))
 }
 
@@ -89,6 +94,51 @@ fn host_side_changes_become_visible() {
             .map(|d| d == b"rewritten on the host, longer")
             .unwrap_or(false)
     });
+}
+
+#[test]
+fn invalidate_drops_names_the_server_did_not_see_change() {
+    // No watcher and hour-long timeouts: the kernel keeps stale answers until told.
+    let Some((host, m)) = export_with(&["watch=off"]) else {
+        skip!("needs root to mount")
+    };
+    assert!(!m.join("later").exists());
+    ok!(fs::write(host.join("gone-soon"), b"x"));
+    assert!(m.join("gone-soon").exists());
+    ok!(fs::write(host.join("later"), b"created on the host"));
+    ok!(fs::remove_file(host.join("gone-soon")));
+    assert!(
+        !m.join("later").exists() && m.join("gone-soon").exists(),
+        "with watch=off the kernel should still hold its cached answers"
+    );
+    // Other users may not flush the mount's cache.
+    let root = m.path().to_path_buf();
+    let out = as_user(USER1.0, USER1.1, &[], move || {
+        cli::memofs(&["invalidate", root.to_str().unwrap()])
+    });
+    assert_eq!(
+        out.code(),
+        Some(1),
+        "{}",
+        out.describe("invalidate by another user")
+    );
+    assert!(
+        out.stderr.contains("owner"),
+        "{}",
+        out.describe("the refusal says why")
+    );
+    assert!(
+        !m.join("later").exists(),
+        "a refused invalidate changed nothing"
+    );
+    cli::memofs(&["invalidate", m.path().to_str().unwrap()]).assert_success();
+    eventually("a host-created file after memofs invalidate", || {
+        m.join("later").exists()
+    });
+    eventually("a host-deleted file after memofs invalidate", || {
+        !m.join("gone-soon").exists()
+    });
+    assert_eq!(ok!(fs::read(m.join("later"))), b"created on the host");
 }
 
 #[test]

@@ -39,8 +39,9 @@
 //! changes made by any process on this host's kernel, in any mount namespace; they do not
 //! see changes made on another machine to a network filesystem underneath. A change made
 //! through another hard link of a file, in a directory the kernel does not hold, is not
-//! seen either. If events were lost (queue overflow), every known inode is invalidated, but
-//! cached names cannot be dropped wholesale through the [`Invalidator`] interface.
+//! seen either. If events were lost (queue overflow), every known inode is invalidated and
+//! every cached name dropped ([`Invalidator::everything`]: the kernel's entry epoch is
+//! raised, Linux 6.16+).
 
 mod fanotify;
 mod inotify;
@@ -243,7 +244,10 @@ fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator
             Change::Deleted(parent, child, name) => invalidator.deleted(parent, child, &name),
             Change::Inode(ino) => invalidator.inode(ino),
             Change::Everything => {
-                log::warn!("passthrough: host events lost; invalidating every known inode");
+                log::warn!(
+                    "passthrough: host events lost; invalidating every cached name and inode"
+                );
+                invalidator.everything();
                 for inode in table.all() {
                     invalidator.inode(inode.ino);
                 }

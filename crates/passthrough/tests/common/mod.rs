@@ -119,6 +119,7 @@ pub enum Report {
     Entry(Ino, String),
     Deleted(Ino, Ino, String),
     Inode(Ino),
+    Everything,
 }
 
 /// An invalidator that records every report.
@@ -146,5 +147,8 @@ impl Invalidator for Recorder {
     }
     fn inode(&self, ino: Ino) {
         self.0.lock().push((Instant::now(), Report::Inode(ino)));
+    }
+    fn everything(&self) {
+        self.0.lock().push((Instant::now(), Report::Everything));
     }
 }

@@ -1,0 +1,80 @@
+"""coherence (seed 001's open problem): how long a change made on the host, behind the FUSE
+server's back, takes to show through the mount.
+
+For targets that export a host directory (memofs-pt, passthrough_ll, bindfs). For each of
+NAMES names: stat it through the mount (so the kernel may cache the miss), create it in the
+host directory, then stat it through the mount until it appears; later delete it on the
+host and stat until it is gone. Latency is from the host-side syscall's return to the first
+stat that sees the change. A name still stale after TIMEOUT seconds counts as stale (the
+kernel kept a cached answer: a timeout-only server with long timeouts); its latency is not
+recorded. Polling spins for the first millisecond, then sleeps 100 us between stats.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import Context, Metric, Param, Part, Workload
+
+
+def _wait(path: str, want_exists: bool, timeout: float) -> float | None:
+    """Seconds until `path` exists (or not) through the mount, None after `timeout`."""
+    t0 = time.perf_counter()
+    while True:
+        try:
+            os.stat(path)
+            exists = True
+        except FileNotFoundError:
+            exists = False
+        now = time.perf_counter()
+        if exists == want_exists:
+            return now - t0
+        if now - t0 > timeout:
+            return None
+        if now - t0 > 1e-3:
+            time.sleep(1e-4)
+
+
+def changes(ctx: Context):
+    n, timeout = ctx.int("names"), float(ctx.params["timeout"])
+    host, mnt = ctx.source, ctx.mnt
+    stale = {"create": 0, "delete": 0}
+    for i in range(n):
+        ctx.status(f"host change {i + 1}/{n}")
+        name = f"coherence-{os.getpid()}-{i}"
+        seen = os.path.join(mnt, name)
+        if os.path.exists(seen):
+            raise ValueError(f"{name} exists before the test")
+        os.close(os.open(os.path.join(host, name), os.O_CREAT | os.O_WRONLY, 0o644))
+        lat = _wait(seen, True, timeout)
+        if lat is None:
+            stale["create"] += 1
+        else:
+            yield "latency", "create", lat * 1e3
+        os.unlink(os.path.join(host, name))
+        lat = _wait(seen, False, timeout)
+        if lat is None:
+            stale["delete"] += 1
+        else:
+            yield "latency", "delete", lat * 1e3
+    for op, k in stale.items():
+        yield "stale", op, 100.0 * k / n
+
+
+WORKLOAD = Workload(
+    name="coherence",
+    summary="host-side create/delete in the exported directory until visible through the mount",
+    seed="001 (negative dentries on FUSE/virtio-fs: stale until the timeout)",
+    params=[
+        Param("names", "50", "5", "host-side create+delete pairs per round"),
+        Param("timeout", "3", "3", "seconds after which a change counts as stale (longer than "
+              "the peers' 1 s default timeouts, so their staleness is measured, not cut off)"),
+    ],
+    metrics=[
+        Metric("latency", "host change visible through the mount", "ms", False, "change"),
+        Metric("stale", "changes still invisible after the timeout", "%", False, "change"),
+    ],
+    parts=[Part("host-changes", ("latency", "stale"), changes, (),
+                lambda p: ["create", "delete"], needs_source=True)],
+)
