@@ -11,10 +11,10 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use memofs_e2e::checks::{export_tmpfs, scaled};
+use memofs_e2e::map::Map;
 use memofs_e2e::{first_difference, is_root, skip, sys, Mount, Rng};
 
 const PAGE: u64 = 4096;
@@ -106,63 +106,6 @@ fn gen(rng: &mut Rng, size: u64, append: bool) -> Op {
             append: rng.chance(1, 5),
         },
         _ => Op::CheckAll,
-    }
-}
-
-/// A shared mapping of `len` bytes from file offset `off`, unmapped on drop.
-struct Map {
-    base: *mut u8,
-    map_len: usize,
-    skip: usize,
-}
-
-impl Map {
-    fn new(f: &File, off: u64, len: usize) -> std::io::Result<Map> {
-        let start = off / PAGE * PAGE;
-        let skip = (off - start) as usize;
-        let map_len = skip + len;
-        // SAFETY: a fresh shared mapping of an open descriptor; the kernel picks the address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                start as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Map {
-            base: p.cast(),
-            map_len,
-            skip,
-        })
-    }
-
-    /// The mapped bytes of the requested range (all inside the file, so no SIGBUS).
-    fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is `map_len` bytes long and lives as long as `self`.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.base.add(self.skip), self.map_len - self.skip)
-        }
-    }
-
-    fn msync(&self) -> std::io::Result<()> {
-        // SAFETY: syncing exactly the range this object mapped.
-        if unsafe { libc::msync(self.base.cast(), self.map_len, libc::MS_SYNC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly the range this object mapped, once.
-        unsafe { libc::munmap(self.base.cast(), self.map_len) };
     }
 }
 
@@ -294,7 +237,7 @@ impl Fsx {
                 }
             }
             Op::MapRead { off, len } => {
-                let mut map = Map::new(&self.file, off, len)
+                let mut map = Map::shared(&self.file, off, len)
                     .unwrap_or_else(|e| self.fail(i, &op, format!("mmap failed: {e}")));
                 let got = map.bytes().to_vec();
                 drop(map);
@@ -304,7 +247,7 @@ impl Fsx {
             Op::MapWrite { off, len } => {
                 let mut data = vec![0u8; len];
                 self.rng.fill(&mut data);
-                let mut map = Map::new(&self.file, off, len)
+                let mut map = Map::shared(&self.file, off, len)
                     .unwrap_or_else(|e| self.fail(i, &op, format!("mmap failed: {e}")));
                 map.bytes().copy_from_slice(&data);
                 ok(map.msync(), self, "msync");
@@ -436,7 +379,7 @@ fn mmap_write_through_an_o_append_descriptor() {
         let p = dir.join("f");
         std::fs::write(&p, vec![b'a'; 10_000]).unwrap();
         let f = open(&p, true);
-        let mut map = Map::new(&f, 4096 + 100, 10).unwrap();
+        let mut map = Map::shared(&f, 4096 + 100, 10).unwrap();
         map.bytes().copy_from_slice(b"bbbbbbbbbb");
         map.msync().unwrap();
         drop(map);

@@ -5,7 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 
-use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, settled, skip, sys, Mount};
 
 fn mount() -> Option<Mount> {
     if !is_root() {
@@ -508,4 +508,30 @@ fn many_small_files() {
         );
     }
     assert_eq!(ok!(sys::list(m.path())).len(), 500);
+}
+
+#[test]
+fn close_costs_no_round_trip() {
+    if !is_root() {
+        skip!("needs root to mount");
+    }
+    // Neither backend acts on close, so files are opened with FOPEN_NOFLUSH: close(2) sends
+    // no FLUSH. (Under the writeback cache the kernel flushes anyway, to write back.)
+    let m = Mount::memofs(&["writeback=off"]);
+    for i in 0..20 {
+        let mut f = ok!(File::create(m.join(format!("f{i}"))));
+        ok!(f.write_all(b"data"));
+        drop(f);
+        drop(ok!(File::open(m.join(format!("f{i}")))));
+    }
+    assert!(settled(&m, "RELEASE") >= 40, "the opens reached the server");
+    assert_eq!(settled(&m, "FLUSH"), 0, "close(2) sent FLUSH requests");
+    let wb = Mount::memofs(&["writeback=on"]);
+    let mut f = ok!(File::create(wb.join("f")));
+    ok!(f.write_all(b"data"));
+    drop(f);
+    assert!(
+        settled(&wb, "FLUSH") >= 1,
+        "writeback cache: close writes back"
+    );
 }
