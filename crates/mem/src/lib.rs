@@ -25,6 +25,7 @@ pub mod inode;
 pub mod limits;
 mod namespace;
 mod ops;
+pub mod reclaim;
 pub mod regular;
 pub mod symlink;
 pub mod xattr;

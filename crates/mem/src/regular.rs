@@ -10,18 +10,17 @@
 //! Invariant: bytes past the end of file inside an allocated page are zero (truncation
 //! zeroes the tail it cuts), so extending a file never exposes old data.
 //!
-//! Freed pages go back to the C allocator, which keeps them for reuse; every
-//! [`TRIM_AFTER`] bytes freed, `malloc_trim` hands free memory back to the kernel, so
-//! deleting or truncating files shrinks the server's RSS, not just `memofs stats`.
+//! Freed pages go back to the C allocator, and from there to the kernel shortly after (see
+//! [`crate::reclaim`]), so deleting or truncating files shrinks the server's RSS.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
 use crate::backing::KernelFile;
 use crate::limits::Limits;
+use crate::reclaim::pages_freed;
 
 /// Page size of the store.
 pub const PAGE_SIZE: u64 = 4096;
@@ -30,27 +29,6 @@ const CHUNK_PAGES: u64 = 64;
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 
 type Page = Box<[u8; PAGE_SIZE as usize]>;
-
-/// Bytes of pages freed since memory was last handed back to the kernel.
-static UNTRIMMED: AtomicU64 = AtomicU64::new(0);
-/// Free memory is handed back to the kernel once this much page data was freed.
-pub const TRIM_AFTER: u64 = 16 << 20;
-
-/// Records `bytes` of freed pages (call with no file lock held); may trim the heap.
-fn pages_freed(bytes: u64) {
-    if bytes == 0 {
-        return;
-    }
-    let total = UNTRIMMED.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    if total >= TRIM_AFTER && UNTRIMMED.swap(0, Ordering::Relaxed) >= TRIM_AFTER {
-        // SAFETY: malloc_trim only walks the allocator's own free lists; it takes the
-        // arena locks itself and may be called from any thread.
-        #[cfg(target_env = "gnu")]
-        unsafe {
-            libc::malloc_trim(0);
-        }
-    }
-}
 
 fn new_page() -> Page {
     vec![0u8; PAGE_SIZE as usize]

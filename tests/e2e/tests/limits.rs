@@ -320,7 +320,7 @@ fn deleted_and_truncated_data_gives_server_memory_back() {
     ok!(fs::remove_file(m.join("big")));
     ok!(ok!(OpenOptions::new().write(true).open(m.join("cut"))).set_len(4096));
     // Freeing follows the kernel's asynchronous RELEASE/FORGET: poll. Up to TRIM_AFTER
-    // (16 MiB) of freed pages may wait for the next trim.
+    // (16 MiB) of freed pages may wait for the next trim, which waits for 0.5 s without frees.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while rss(pid) > base + 48 * MIB {
         assert!(
