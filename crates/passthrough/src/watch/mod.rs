@@ -9,9 +9,12 @@
 //!   directory's own times and link count;
 //! - attributes or data of a known inode changed → `inode(ino)`.
 //!
-//! After the first event of a burst the thread waits [`COALESCE_MS`] (5 ms) before reading,
-//! so the host kernel merges repeated events in its queue (a `dd` of 4 KiB writes costs the
-//! watcher ~40 ms of CPU per GiB instead of ~2 s), and reports each change once per batch.
+//! Names (creates, deletes, renames) are read and reported at once. Data and attribute
+//! changes come in streams (every `write(2)` is an event), so after a batch with such a
+//! change the thread waits [`COALESCE_MS`] (5 ms) before its next read if events keep
+//! coming: the host kernel merges repeated events in its queue meanwhile (a `dd` of 4 KiB
+//! writes costs the watcher ~40 ms of CPU per GiB instead of ~2 s), and each change is
+//! reported once per batch.
 //!
 //! Only directories in the inode table are watched: the kernel can cache names (positive or
 //! negative) only in directories it holds, and every inode it holds sits in such a
@@ -98,10 +101,11 @@ pub(crate) type Parts = (Box<dyn Source>, Arc<dyn TableHook>);
 
 type InvalidatorSlot = Arc<RwLock<Arc<dyn Invalidator>>>;
 
-/// After events arrive, the watcher waits this long before reading them, so that the host
-/// kernel merges repeated events (a stream of writes to one file) in its queue: one read
-/// and one report per file per window instead of one per `write(2)`. Well inside the
-/// 100 ms in which a host change should show through the mount.
+/// After a batch with data or attribute changes, the watcher waits this long before reading
+/// events that arrive within the same span, so that the host kernel merges repeated events
+/// (a stream of writes to one file) in its queue: one read and one report per file per
+/// window instead of one per `write(2)`. Well inside the 100 ms in which a host change
+/// should show through the mount; name changes never wait.
 pub(crate) const COALESCE_MS: i32 = 5;
 
 /// A running watcher; dropping it stops the thread.
@@ -201,6 +205,9 @@ impl Drop for Watcher {
 /// The watcher thread: waits for events or the stop signal.
 fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &InvalidatorSlot) {
     let mut changes = Vec::new();
+    let window = std::time::Duration::from_millis(COALESCE_MS as u64);
+    // When the last batch with data or attribute changes was read.
+    let mut last_stream: Option<std::time::Instant> = None;
     loop {
         match sys::notify::poll([source.fd(), stop.as_fd()], -1) {
             Ok([_, true]) => return,
@@ -211,9 +218,11 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
                 return;
             }
         }
-        // Let the queue merge what follows; the stop signal still ends the wait.
-        if let Ok([true]) = sys::notify::poll([stop.as_fd()], COALESCE_MS) {
-            return;
+        // In a burst, let the queue merge what follows; the stop signal still ends the wait.
+        if last_stream.is_some_and(|t| t.elapsed() < window) {
+            if let Ok([true]) = sys::notify::poll([stop.as_fd()], COALESCE_MS) {
+                return;
+            }
         }
         changes.clear();
         if let Err(e) = source.read(&mut changes) {
@@ -222,7 +231,27 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
         }
         let invalidator = slot.read().clone();
         deliver(table, &changes, &*invalidator);
+        if has_data_change(&changes) {
+            last_stream = Some(std::time::Instant::now());
+        }
     }
+}
+
+/// True if `changes` has more than name changes (and the times of the directories they were
+/// made in): data or attributes of some inode changed.
+fn has_data_change(changes: &[Change]) -> bool {
+    let dirs: HashSet<Ino> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Entry(p, _) | Change::Deleted(p, _, _) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    changes.iter().any(|c| match c {
+        Change::Inode(ino) => !dirs.contains(ino),
+        Change::Child(..) => true,
+        _ => false,
+    })
 }
 
 /// Reports `changes` once each, in order, holding no lock.
@@ -263,4 +292,21 @@ fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
     let name = CString::new(name.as_bytes()).ok()?;
     let st = sys::at::statx(dir.fd.as_fd(), &name).ok()?;
     table.find(HostId::of(&st)).map(|i| i.ino)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{has_data_change, Change};
+
+    #[test]
+    fn name_changes_are_not_streams() {
+        let entry = Change::Entry(5, "a".into());
+        assert!(!has_data_change(&[entry.clone(), Change::Inode(5)]));
+        assert!(has_data_change(&[entry, Change::Inode(6)]));
+        assert!(has_data_change(&[Change::Child(5, "a".into())]));
+        assert!(!has_data_change(&[
+            Change::Deleted(5, 9, "b".into()),
+            Change::Inode(5)
+        ]));
+    }
 }
