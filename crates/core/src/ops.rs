@@ -185,6 +185,12 @@ pub trait Backend: Send + Sync + 'static {
         }
         Ok(changed)
     }
+    /// True when a chown through [`Backend::setattr`] itself drops setuid/setgid and
+    /// `security.capability`, as a host filesystem's `chown(2)` does; the transport then
+    /// does not call [`Backend::kill_suidgid`] after a chown.
+    fn chown_kills_privs(&self) -> bool {
+        false
+    }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.
     fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}

@@ -367,9 +367,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 fh: fh.map(|f| f.0),
             };
             let mut r = self.backend.setattr(&caller(req), ino.0, &set);
-            // Truncate by an unprivileged caller, and any chown, drop setuid/setgid.
-            let kill =
-                (size.is_some() && Self::unprivileged(req)) || uid.is_some() || gid.is_some();
+            // Truncate by an unprivileged caller, and any chown, drop setuid/setgid (for a
+            // chown, unless the backend's host filesystem did so itself).
+            let chown = (uid.is_some() || gid.is_some()) && !self.backend.chown_kills_privs();
+            let kill = (size.is_some() && Self::unprivileged(req)) || chown;
             if r.is_ok()
                 && kill
                 && matches!(self.backend.kill_suidgid(&caller(req), ino.0), Ok(true))

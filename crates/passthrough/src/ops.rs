@@ -29,6 +29,11 @@ impl Backend for PassthroughFs {
         self.set_attr(&*self.table.get(ino)?, set)
     }
 
+    /// The host's `chown(2)` drops setuid/setgid and `security.capability` itself.
+    fn chown_kills_privs(&self) -> bool {
+        true
+    }
+
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         let inode = self.table.get(ino)?;
         if inode.kind != memofs_core::FileKind::Symlink {

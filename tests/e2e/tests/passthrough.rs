@@ -142,6 +142,29 @@ fn invalidate_drops_names_the_server_did_not_see_change() {
 }
 
 #[test]
+fn chown_through_the_export_clears_setuid_and_setgid() {
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    ok!(fs::write(m.join("prog"), b"#!/bin/sh\n"));
+    ok!(sys::chmod(m.join("prog"), 0o6755));
+    assert_eq!(ok!(fs::metadata(m.join("prog"))).mode() & 0o7777, 0o6755);
+    ok!(sys::chown(m.join("prog"), USER1.0, USER1.1));
+    for (p, what) in [
+        (m.join("prog"), "through the mount"),
+        (host.join("prog"), "on the host"),
+    ] {
+        let md = ok!(fs::metadata(&p));
+        assert_eq!(
+            md.mode() & 0o7777,
+            0o755,
+            "chown keeps no setuid/setgid {what}"
+        );
+        assert_eq!((md.uid(), md.gid()), USER1, "owner {what}");
+    }
+}
+
+#[test]
 fn created_files_belong_to_the_caller_on_the_host() {
     let Some((host, m)) = export() else {
         skip!("needs root to mount")
