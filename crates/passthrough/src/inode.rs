@@ -236,7 +236,10 @@ impl InodeTable {
         if let Some(hook) = &maps.hook {
             hook.removed(&inode);
         }
-        // In-flight requests may still hold the Arc; the descriptor closes with the last.
+        // The descriptor closes with the last Arc (in-flight requests may still hold one),
+        // never under the table lock: `close` is a system call.
+        drop(maps);
+        drop(inode);
     }
 
     /// The kernel's references to `ino` (0 when unknown), for tests and diagnostics.
