@@ -167,12 +167,14 @@ impl Source for FanSource {
         self.shared.fan.as_fd()
     }
 
-    fn read(&mut self, out: &mut Vec<Change>) -> Result<()> {
+    fn read(&mut self, out: &mut Vec<Change>) -> Result<usize> {
+        let mut total = 0;
         loop {
             let n = sys::notify::read_events(self.shared.fan.as_fd(), &mut self.buf)?;
             if n == 0 {
-                return Ok(());
+                return Ok(total);
             }
+            total += n;
             let maps = self.shared.maps.lock();
             for event in Events::new(&self.buf[..n]) {
                 decode(&event, self.own_pid, &maps, out);

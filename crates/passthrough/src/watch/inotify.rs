@@ -103,12 +103,14 @@ impl Source for InoSource {
         self.shared.fd.as_fd()
     }
 
-    fn read(&mut self, out: &mut Vec<Change>) -> Result<()> {
+    fn read(&mut self, out: &mut Vec<Change>) -> Result<usize> {
+        let mut total = 0;
         loop {
             let n = sys::notify::read_events(self.shared.fd.as_fd(), &mut self.buf)?;
             if n == 0 {
-                return Ok(());
+                return Ok(total);
             }
+            total += n;
             let mut maps = self.shared.maps.lock();
             let mut buf = &self.buf[..n];
             while buf.len() >= HEADER {

@@ -10,11 +10,12 @@
 //! - attributes or data of a known inode changed → `inode(ino)`.
 //!
 //! Names (creates, deletes, renames) are read and reported at once. Data and attribute
-//! changes come in streams (every `write(2)` is an event), so after a batch with such a
-//! change the thread waits [`COALESCE_MS`] (5 ms) before its next read if events keep
-//! coming: the host kernel merges repeated events in its queue meanwhile (a `dd` of 4 KiB
-//! writes costs the watcher ~40 ms of CPU per GiB instead of ~2 s), and each change is
-//! reported once per batch.
+//! changes come in streams (every `write(2)` is an event), and so do the events the server
+//! causes itself while it works (read only to be skipped): after a batch of either, the
+//! thread waits [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host
+//! kernel merges repeated events in its queue meanwhile (a `dd` of 4 KiB writes costs the
+//! watcher ~40 ms of CPU per GiB instead of ~2 s), the server's own bursts cost one wakeup
+//! per window instead of one per operation, and each change is reported once per batch.
 //!
 //! Only directories in the inode table are watched: the kernel can cache names (positive or
 //! negative) only in directories it holds, and every inode it holds sits in such a
@@ -92,8 +93,9 @@ pub(crate) enum Change {
 pub(crate) trait Source: Send {
     /// The descriptor that becomes readable when events are pending.
     fn fd(&self) -> BorrowedFd<'_>;
-    /// Reads every pending event, appending what it reports to `out`.
-    fn read(&mut self, out: &mut Vec<Change>) -> Result<()>;
+    /// Reads every pending event, appending what it reports to `out`; returns the bytes
+    /// of events read (events the server caused itself are read but report nothing).
+    fn read(&mut self, out: &mut Vec<Change>) -> Result<usize>;
 }
 
 /// What a mechanism provides: its source (for the thread) and its hook (for the table).
@@ -225,13 +227,18 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
             }
         }
         changes.clear();
-        if let Err(e) = source.read(&mut changes) {
-            log::error!("passthrough: watcher stopped: read: {e}");
-            return;
-        }
+        let read = match source.read(&mut changes) {
+            Ok(n) => n,
+            Err(e) => {
+                log::error!("passthrough: watcher stopped: read: {e}");
+                return;
+            }
+        };
         let invalidator = slot.read().clone();
         deliver(table, &changes, &*invalidator);
-        if has_data_change(&changes) {
+        // Streams wait: data and attribute changes, and the echo of the server's own work
+        // (events it caused, read only to be skipped).
+        if has_data_change(&changes) || (read > 0 && changes.is_empty()) {
             last_stream = Some(std::time::Instant::now());
         }
     }
