@@ -95,7 +95,10 @@ impl MemFs {
                 if inode_limit == 0 { 0 } else { inode_limit + 2 },
                 config.atime,
             )?),
-            false => None,
+            false => {
+                crate::reclaim::tune_allocator();
+                None
+            }
         };
         let fs = MemFs {
             table: InodeTable::new(),

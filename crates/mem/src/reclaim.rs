@@ -78,6 +78,26 @@ fn trim() {
     }
 }
 
+/// Heap growth step for the page store. glibc gives each request thread an arena of its
+/// own, and a thread arena grows its heap by exactly what an allocation needs, with an
+/// `mprotect` each time: one system call per new 4 KiB page (measured: 48 959 for 65 536
+/// page writes). The main arena grows with `brk` by the allocation plus this pad instead.
+/// Address space only: untouched pages cost no memory, and a trim gives everything back
+/// (`malloc_trim(0)` keeps no pad).
+pub const HEAP_GROWTH: i32 = 16 << 20;
+
+/// Sets the allocator up for the page store (called before any request thread starts):
+/// one arena, the main one, growing [`HEAP_GROWTH`] at a time. Request threads then share
+/// the arena lock for page allocations, a short critical section next to a FUSE round trip.
+pub fn tune_allocator() {
+    // SAFETY: mallopt only changes the allocator's parameters.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_TOP_PAD, HEAP_GROWTH);
+    }
+}
+
 /// Records `bytes` of freed pages (call with no file lock held).
 pub fn pages_freed(bytes: u64) {
     if bytes == 0 {
