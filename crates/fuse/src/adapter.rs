@@ -89,27 +89,6 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-/// Open flags every regular file gets: `FOPEN_NOFLUSH` unless the backend acts on `close`
-/// (the kernel ignores it under the writeback cache, which must write back on close).
-fn base_fopen_flags(flush_on_close: bool) -> FopenFlags {
-    if flush_on_close {
-        FopenFlags::empty()
-    } else {
-        FopenFlags::FOPEN_NOFLUSH
-    }
-}
-
-fn fopen_flags(o: &Opened, config: &TransportConfig, flush_on_close: bool) -> FopenFlags {
-    let mut f = base_fopen_flags(flush_on_close);
-    if o.keep_cache {
-        f |= FopenFlags::FOPEN_KEEP_CACHE;
-    }
-    if o.direct_io || config.direct_io {
-        f |= FopenFlags::FOPEN_DIRECT_IO;
-    }
-    f
-}
-
 impl<B: Backend> Adapter<B> {
     /// Wraps `backend` with the mount's cache policy.
     pub fn new(
@@ -190,6 +169,23 @@ impl<B: Backend> Adapter<B> {
     }
 
     /// Runs one request's handling and counts it, with its latency, under `op`.
+    /// Open flags for a regular file: `FOPEN_NOFLUSH` unless the backend acts on `close`
+    /// (the kernel ignores it under the writeback cache, which must write back on close);
+    /// opens served by the server (not `passthrough`) also get the cache flags.
+    fn fopen_flags(&self, o: &Opened, passthrough: bool) -> FopenFlags {
+        let mut f = FopenFlags::empty();
+        if !self.backend.flush_on_close() {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        if !passthrough && o.keep_cache {
+            f |= FopenFlags::FOPEN_KEEP_CACHE;
+        }
+        if !passthrough && (o.direct_io || self.config.direct_io) {
+            f |= FopenFlags::FOPEN_DIRECT_IO;
+        }
+        f
+    }
+
     fn timed<R>(&self, op: Op, handle: impl FnOnce() -> R) -> R {
         let t = Instant::now();
         let r = handle();
@@ -510,17 +506,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                     {
                         self.kill_privs(req, ino.0);
                     }
-                    let flush_on_close = self.backend.flush_on_close();
                     match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
                         Some(id) => reply.opened_passthrough(
                             FileHandle(o.fh),
-                            base_fopen_flags(flush_on_close),
+                            self.fopen_flags(&o, true),
                             &id,
                         ),
-                        None => reply.opened(
-                            FileHandle(o.fh),
-                            fopen_flags(&o, &self.config, flush_on_close),
-                        ),
+                        None => reply.opened(FileHandle(o.fh), self.fopen_flags(&o, false)),
                     }
                 }
                 Err(e) => reply.error(errno(e)),
@@ -788,23 +780,18 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                         Generation(attr.generation),
                         FileHandle(o.fh),
                     );
-                    let flush_on_close = self.backend.flush_on_close();
                     match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
                         Some(id) => reply.created_passthrough(
                             &ttl,
                             &fa,
                             generation,
                             fh,
-                            base_fopen_flags(flush_on_close),
+                            self.fopen_flags(&o, true),
                             &id,
                         ),
-                        None => reply.created(
-                            &ttl,
-                            &fa,
-                            generation,
-                            fh,
-                            fopen_flags(&o, &self.config, flush_on_close),
-                        ),
+                        None => {
+                            reply.created(&ttl, &fa, generation, fh, self.fopen_flags(&o, false))
+                        }
                     }
                 }
                 Err(e) => reply.error(errno(e)),
