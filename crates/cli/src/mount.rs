@@ -182,7 +182,7 @@ fn serve<B: Backend>(
         ));
         settings.push(("threads".into(), opts.threads.to_string()));
         let source = StatsSource {
-            invalidator: Some(mounted.invalidator.clone()),
+            invalidator: mounted.invalidator.clone(),
             stats: mounted.stats.clone(),
             policy: opts.cache,
             usage: Box::new(move || usage_backend.usage()),

@@ -26,7 +26,7 @@ pub fn socket_name(dev: u64) -> String {
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
 pub struct StatsSource {
     /// Where `invalidate` goes (the mount's notification sender).
-    pub invalidator: Option<Arc<dyn Invalidator>>,
+    pub invalidator: Arc<dyn Invalidator>,
     /// Request counters.
     pub stats: Arc<Stats>,
     /// Effective cache policy.
@@ -119,15 +119,11 @@ impl StatsSource {
             "invalidate" => {
                 // SAFETY: geteuid has no preconditions.
                 let own = unsafe { libc::geteuid() };
-                match (&self.invalidator, peer) {
-                    (Some(inv), Some(uid)) if uid == 0 || uid == own => {
-                        inv.everything();
-                        "{\"ok\":true}".into()
-                    }
-                    (Some(_), _) => {
-                        "{\"error\":\"only root or the mount's owner may invalidate\"}".into()
-                    }
-                    (None, _) => "{\"error\":\"this mount cannot invalidate\"}".into(),
+                if peer.is_some_and(|uid| uid == 0 || uid == own) {
+                    self.invalidator.everything();
+                    "{\"ok\":true}".into()
+                } else {
+                    "{\"error\":\"only root or the mount's owner may invalidate\"}".into()
                 }
             }
             other => format!(
@@ -168,11 +164,6 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
     Ok(())
 }
 
-/// Fetches the stats JSON document of the mount with device `dev`.
-pub fn fetch(dev: u64) -> io::Result<String> {
-    request(dev, "stats")
-}
-
 /// Sends `command` to the mount with device `dev` and returns its JSON answer.
 pub fn request(dev: u64, command: &str) -> io::Result<String> {
     let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
@@ -192,7 +183,7 @@ mod tests {
     #[test]
     fn json_has_every_section_and_escapes() {
         let src = StatsSource {
-            invalidator: None,
+            invalidator: Arc::new(memofs_core::invalidate::NoInvalidator),
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(BackendUsage::default),
@@ -210,7 +201,7 @@ mod tests {
     fn serve_and_fetch_round_trip() {
         let dev = 0xdead_0000_0000 + std::process::id() as u64;
         let src = StatsSource {
-            invalidator: Some(Arc::new(memofs_core::invalidate::NoInvalidator)),
+            invalidator: Arc::new(memofs_core::invalidate::NoInvalidator),
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(|| BackendUsage {
@@ -220,7 +211,7 @@ mod tests {
             settings: vec![],
         };
         serve(dev, src).unwrap();
-        assert!(fetch(dev).unwrap().contains("\"bytes_used\":42"));
+        assert!(request(dev, "stats").unwrap().contains("\"bytes_used\":42"));
         assert_eq!(request(dev, "invalidate").unwrap(), "{\"ok\":true}");
         assert!(request(dev, "bogus")
             .unwrap()
