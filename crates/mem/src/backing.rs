@@ -13,7 +13,7 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
@@ -167,20 +167,10 @@ impl BackingStore {
 struct DataName([u8; 21]);
 
 impl DataName {
-    fn new(mut id: u64) -> DataName {
-        // u64::MAX has 20 digits; the last byte stays the NUL terminator.
+    fn new(id: u64) -> DataName {
+        // u64::MAX has 20 digits; the 21st byte stays the NUL terminator.
         let mut buf = [0u8; 21];
-        let mut i = 20;
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (id % 10) as u8;
-            id /= 10;
-            if id == 0 {
-                break;
-            }
-        }
-        buf.copy_within(i..20, 0);
-        buf[20 - i..].fill(0);
+        write!(&mut buf[..20], "{id}").expect("a u64 has at most 20 digits");
         DataName(buf)
     }
 

@@ -7,7 +7,7 @@
 //! returns every free page of every arena. A file deleted and rewritten at once reuses its
 //! memory; memory nobody reuses leaves the server within about a second.
 
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 /// Freed bytes that make a trim worthwhile.
@@ -17,55 +17,50 @@ pub const QUIET: Duration = Duration::from_millis(500);
 
 struct Pending {
     bytes: u64,
-    last_free: Instant,
+    last_free: Option<Instant>,
 }
 
-struct Reclaimer {
-    pending: Mutex<Pending>,
-    wake: Condvar,
+static PENDING: Mutex<Pending> = Mutex::new(Pending {
+    bytes: 0,
+    last_free: None,
+});
+static WAKE: Condvar = Condvar::new();
+
+fn lock() -> MutexGuard<'static, Pending> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn reclaimer() -> &'static Reclaimer {
-    static R: OnceLock<&'static Reclaimer> = OnceLock::new();
-    R.get_or_init(|| {
-        let r: &'static Reclaimer = Box::leak(Box::new(Reclaimer {
-            pending: Mutex::new(Pending {
-                bytes: 0,
-                last_free: Instant::now(),
-            }),
-            wake: Condvar::new(),
-        }));
+/// Starts the reclaim thread, once.
+fn start() {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
         let spawned = std::thread::Builder::new()
             .name("memofs-reclaim".into())
-            .spawn(move || r.run());
+            .spawn(run);
         if let Err(e) = spawned {
             log::warn!("no reclaim thread ({e}): freed memory stays with the allocator");
         }
-        r
-    })
+    });
 }
 
-impl Reclaimer {
-    fn run(&self) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            while p.bytes < TRIM_AFTER {
-                p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
-            }
-            let quiet_for = p.last_free.elapsed();
-            if quiet_for < QUIET {
-                p = self
-                    .wake
-                    .wait_timeout(p, QUIET - quiet_for)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-                continue;
-            }
-            p.bytes = 0;
-            drop(p);
-            trim();
-            p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+fn run() {
+    let mut p = lock();
+    loop {
+        while p.bytes < TRIM_AFTER {
+            p = WAKE.wait(p).unwrap_or_else(|e| e.into_inner());
         }
+        let quiet_for = p.last_free.map_or(QUIET, |t| t.elapsed());
+        if quiet_for < QUIET {
+            p = WAKE
+                .wait_timeout(p, QUIET - quiet_for)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            continue;
+        }
+        p.bytes = 0;
+        drop(p);
+        trim();
+        p = lock();
     }
 }
 
@@ -103,11 +98,11 @@ pub fn pages_freed(bytes: u64) {
     if bytes == 0 {
         return;
     }
-    let r = reclaimer();
-    let mut p = r.pending.lock().unwrap_or_else(|e| e.into_inner());
+    start();
+    let mut p = lock();
     p.bytes += bytes;
-    p.last_free = Instant::now();
+    p.last_free = Some(Instant::now());
     if p.bytes >= TRIM_AFTER {
-        r.wake.notify_one();
+        WAKE.notify_one();
     }
 }
