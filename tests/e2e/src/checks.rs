@@ -1,6 +1,7 @@
 //! Helpers shared by the reliability tests (`stress`, `exerciser`, `faults`, `hostile`):
-//! polling for asynchronous effects, `memofs stats` usage, server memory, a passthrough export
-//! of a fresh tmpfs, whole-tree consistency checks, and `*at()` calls for deep trees.
+//! polling for asynchronous effects, `memofs stats` usage and counters, server memory and
+//! RAM, a passthrough export of a fresh tmpfs, whole-tree consistency checks, and `*at()`
+//! calls for deep trees.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -61,13 +62,41 @@ pub struct Usage {
     pub inodes_limit: u64,
 }
 
+/// The number at the start of `s`.
+fn leading_u64(s: &str) -> Option<u64> {
+    let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
 fn json_u64(doc: &str, key: &str) -> Option<u64> {
     let at = doc.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let digits: String = doc[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
+    leading_u64(&doc[at..])
+}
+
+/// The counter `name` of `memofs stats` (an opcode like `LOOKUP`, whose value is an object
+/// with a `count`, or an event like `negative_entries`); 0 when absent.
+pub fn counter(m: &Mount, name: &str) -> u64 {
+    let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    let Some(at) = doc.find(&format!("\"{name}\":")) else {
+        return 0;
+    };
+    let rest = &doc[at + name.len() + 3..];
+    leading_u64(rest.strip_prefix("{\"count\":").unwrap_or(rest)).unwrap_or(0)
+}
+
+/// `counter` once it stops moving: the server counts a request just after replying to it,
+/// so the count of the last request may land a moment after the syscall returned.
+pub fn settled(m: &Mount, name: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut last = counter(m, name);
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = counter(m, name);
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// `memofs stats --json MOUNTPOINT`, raw.
@@ -92,14 +121,24 @@ pub fn stats_usage(mnt: &Path) -> Result<Usage, String> {
     })
 }
 
+/// The `key:  N kB` field of a `/proc` file, in bytes.
+fn proc_kb_field(path: &str, key: &str) -> u64 {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{key} in {path}"))
+        * 1024
+}
+
 /// Resident set size of a process, in bytes (`VmRSS` of `/proc/PID/status`).
 pub fn rss_bytes(pid: u32) -> u64 {
-    let text = fs::read_to_string(format!("/proc/{pid}/status")).expect("server status");
-    text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/PID/status")
-        * 1024
+    proc_kb_field(&format!("/proc/{pid}/status"), "VmRSS")
+}
+
+/// The machine's RAM, in bytes (`MemTotal` of `/proc/meminfo`).
+pub fn mem_total_bytes() -> u64 {
+    proc_kb_field("/proc/meminfo", "MemTotal")
 }
 
 /// Whether a process still exists (and is not a zombie).

@@ -156,34 +156,3 @@ pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
         );
     }
 }
-
-/// The counter `name` (an opcode like `LOOKUP` or an event like `negative_entries`).
-pub fn counter(m: &Mount, name: &str) -> u64 {
-    let out = cli::memofs(&["stats", "--json", m.path().to_str().unwrap()]);
-    out.assert_success();
-    let doc = out.stdout;
-    let key = format!("\"{name}\":");
-    let Some(at) = doc.find(&key) else { return 0 };
-    let rest = &doc[at + key.len()..];
-    let rest = rest.strip_prefix("{\"count\":").unwrap_or(rest);
-    rest.chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap_or(0)
-}
-
-/// `counter` once it stops moving: the server counts a request just after replying to it,
-/// so the count of the last request may land a moment after the syscall returned.
-pub fn settled(m: &Mount, name: &str) -> u64 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut last = counter(m, name);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let now = counter(m, name);
-        if now == last || std::time::Instant::now() > deadline {
-            return now;
-        }
-        last = now;
-    }
-}

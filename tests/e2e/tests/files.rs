@@ -5,7 +5,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 
-use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, settled, skip, sys, Mount};
+use memofs_e2e::checks::settled;
+use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount};
 
 fn mount() -> Option<Mount> {
     if !is_root() {

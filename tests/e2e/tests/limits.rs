@@ -2,21 +2,13 @@
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{symlink, FileExt};
+use std::time::Duration;
 
+use memofs_e2e::checks::{eventually, mem_total_bytes, rss_bytes};
 use memofs_e2e::{
     assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount, FUSE_SUPER_MAGIC,
     TMPFS_MAGIC,
 };
-
-fn mem_total() -> u64 {
-    let text = ok!(fs::read_to_string("/proc/meminfo"));
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("MemTotal in /proc/meminfo");
-    kb * 1024
-}
 
 fn used_bytes(m: &Mount, before: &libc::statfs) -> u64 {
     let now = ok!(sys::statfs(m.path()));
@@ -94,7 +86,7 @@ fn size_suffixes_and_percent() {
     for (opt, bytes) in [
         ("size=1g", 1u64 << 30),
         ("size=524288k", 512 << 20),
-        ("size=10%", mem_total() / 10),
+        ("size=10%", mem_total_bytes() / 10),
     ] {
         let m = Mount::mem(&[opt]);
         let s = ok!(sys::statfs(m.path()));
@@ -288,17 +280,6 @@ fn enospc_when_nr_inodes_is_reached() {
     assert_errno!(fs::write(m.join("one-more"), b""), libc::ENOSPC);
 }
 
-/// Resident memory of process `pid`, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = ok!(fs::read_to_string(format!("/proc/{pid}/status")));
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kb * 1024
-}
-
 #[test]
 fn deleted_and_truncated_data_gives_server_memory_back() {
     if !is_root() {
@@ -308,28 +289,27 @@ fn deleted_and_truncated_data_gives_server_memory_back() {
     let m = Mount::memofs(&["passthrough=off"]);
     let pid = m.server_pid().expect("memofs server pid");
     const MIB: u64 = 1 << 20;
-    let base = rss(pid);
+    let base = rss_bytes(pid);
     let data = pattern(11, (64 * MIB) as usize);
     ok!(fs::write(m.join("big"), &data));
     ok!(fs::write(m.join("cut"), &data));
     assert!(
-        rss(pid) >= base + 120 * MIB,
+        rss_bytes(pid) >= base + 120 * MIB,
         "128 MiB written should be resident in the server (base {base}, now {})",
-        rss(pid)
+        rss_bytes(pid)
     );
     ok!(fs::remove_file(m.join("big")));
     ok!(ok!(OpenOptions::new().write(true).open(m.join("cut"))).set_len(4096));
     // Freeing follows the kernel's asynchronous RELEASE/FORGET: poll. Up to TRIM_AFTER
     // (16 MiB) of freed pages may wait for the next trim, which waits for 0.5 s without frees.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while rss(pid) > base + 48 * MIB {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "server RSS stayed at {} after freeing 124 MiB (base {base})",
-            rss(pid)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    eventually(
+        "server RSS back within 48 MiB of its start after freeing 124 MiB",
+        Duration::from_secs(10),
+        || {
+            let now = rss_bytes(pid);
+            (now <= base + 48 * MIB, (base, now))
+        },
+    );
     assert_bytes_eq(
         &ok!(fs::read(m.join("cut"))),
         &data[..4096],

@@ -7,7 +7,8 @@ use std::os::unix::fs::{symlink, OpenOptionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use memofs_e2e::{assert_errno, counter, memofs, ok, settled, Mount};
+use memofs_e2e::checks::{counter, settled};
+use memofs_e2e::{assert_errno, memofs, ok, Mount};
 
 const LONG: &[&str] = &[
     "negative_timeout=3600",

@@ -43,19 +43,7 @@ fn defaults_root_directory() {
     );
     let s = ok!(sys::statfs(m.path()));
     let total = s.f_blocks * sys::block_size(&s);
-    let ram = {
-        let t = ok!(fs::read_to_string("/proc/meminfo"));
-        let kb: u64 = t
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .unwrap()
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap();
-        kb * 1024
-    };
+    let ram = memofs_e2e::checks::mem_total_bytes();
     assert!(
         total.abs_diff(ram / 2) <= ram / 100,
         "default size is 50% of RAM: {total} vs RAM {ram}"

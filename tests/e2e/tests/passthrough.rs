@@ -4,10 +4,10 @@
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memofs_e2e::user::{as_user, USER1};
-use memofs_e2e::{assert_errno, cli, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_errno, checks, cli, is_root, ok, pattern, skip, sys, Mount};
 
 fn export() -> Option<(Mount, Mount)> {
     export_with(&[])
@@ -26,14 +26,7 @@ fn export_with(opts: &[&str]) -> Option<(Mount, Mount)> {
 
 /// Poll (the watcher is asynchronous) until `cond` holds, for up to 10 s.
 fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not seen through the mount within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    checks::eventually(what, Duration::from_secs(10), || (cond(), ()));
 }
 
 #[test]
