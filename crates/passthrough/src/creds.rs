@@ -51,6 +51,7 @@ impl AsCaller {
     /// Switches this thread to `caller`'s ids (group first, while the thread still has the
     /// capability to change it). When the server lacks the privilege, the ids silently stay
     /// the server's, as for an unprivileged `passthrough_ll`.
+    ///
     /// A caller with the server's own ids (root for a root server) needs no switch: four
     /// system calls saved per request.
     pub(crate) fn switch(caller: &Caller) -> AsCaller {

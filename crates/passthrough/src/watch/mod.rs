@@ -208,7 +208,8 @@ impl Drop for Watcher {
 fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &InvalidatorSlot) {
     let mut changes = Vec::new();
     let window = std::time::Duration::from_millis(COALESCE_MS as u64);
-    // When the last batch with data or attribute changes was read.
+    // When the last stream-like batch was read (data or attribute changes, or only the
+    // server's own events).
     let mut last_stream: Option<std::time::Instant> = None;
     loop {
         match sys::notify::poll([source.fd(), stop.as_fd()], -1) {
