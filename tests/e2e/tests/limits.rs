@@ -276,6 +276,16 @@ fn enospc_when_nr_inodes_is_reached() {
     ok!(fs::write(m.join("f0"), b"rewritten"));
     assert_eq!(ok!(fs::read(m.join("f0"))), b"rewritten");
     ok!(fs::remove_file(m.join("f3")));
+    // The inode is freed when the kernel forgets it (FORGET is asynchronous, and another
+    // request thread may serve the next CREATE first): wait for statfs to show the room.
+    eventually(
+        "an inode given back after unlink",
+        Duration::from_secs(10),
+        || {
+            let free = ok!(sys::statfs(m.path())).f_ffree;
+            (free == 1, free)
+        },
+    );
     ok!(fs::create_dir(m.join("d")));
     assert_errno!(fs::write(m.join("one-more"), b""), libc::ENOSPC);
 }
