@@ -12,7 +12,7 @@ use memofs_passthrough::{PassthroughConfig, PassthroughFs};
 pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
 
 /// Options that only the mem backend understands.
-const MEM_ONLY: [&str; 5] = ["size", "nr_inodes", "mode", "uid", "gid"];
+const MEM_ONLY: [&str; 6] = ["size", "nr_inodes", "mode", "uid", "gid", "huge"];
 
 /// Options that only the passthrough backend understands.
 const PASSTHROUGH_ONLY: [&str; 1] = ["watch"];
@@ -101,6 +101,7 @@ pub fn mem(opts: &MountOptions) -> Built<MemFs> {
         root_gid: opts.gid.unwrap_or(gid),
         atime: opts.atime,
         kernel_data: wants_kernel_data(opts),
+        huge: opts.huge,
     };
     let fs = match MemFs::new(config) {
         Ok(fs) => fs,
@@ -123,7 +124,7 @@ pub fn mem(opts: &MountOptions) -> Built<MemFs> {
     } else {
         "server pages"
     };
-    let settings = vec![
+    let mut settings = vec![
         ("backend".into(), "mem".into()),
         ("file_data".into(), data.into()),
         (
@@ -131,5 +132,8 @@ pub fn mem(opts: &MountOptions) -> Built<MemFs> {
             writeback_with(opts, fs.kernel_data()).to_string(),
         ),
     ];
+    if fs.kernel_data() {
+        settings.push(("huge".into(), opts.huge.as_str().into()));
+    }
     Ok((Arc::new(fs), settings))
 }

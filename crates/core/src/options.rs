@@ -36,6 +36,44 @@ pub enum WatchMode {
     Off,
 }
 
+/// `-o huge=`: large folios for kernel-backed file data, as tmpfs's `huge=` (the private
+/// tmpfs holding the mem backend's file data is mounted with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HugeMode {
+    /// Base pages only.
+    Never,
+    /// Large folios where a write or fault lies inside the file's size (sized by the write,
+    /// up to 2 MiB): sequentially written files get them, sparse writes do not.
+    WithinSize,
+    /// Large folios wherever possible, also beyond the file's size.
+    Always,
+    /// Only in mappings given `madvise(MADV_HUGEPAGE)`.
+    Advise,
+}
+
+impl HugeMode {
+    /// The spelling tmpfs's `huge=` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HugeMode::Never => "never",
+            HugeMode::WithinSize => "within_size",
+            HugeMode::Always => "always",
+            HugeMode::Advise => "advise",
+        }
+    }
+
+    fn parse(s: &str) -> Option<HugeMode> {
+        [
+            HugeMode::Never,
+            HugeMode::WithinSize,
+            HugeMode::Always,
+            HugeMode::Advise,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+    }
+}
+
 /// Mount flags handed to the kernel as they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelFlag {
@@ -84,6 +122,8 @@ pub struct MountOptions {
     pub passthrough: PassthroughMode,
     /// Host-change watcher (passthrough backend).
     pub watch: WatchMode,
+    /// Large folios for kernel-backed file data (mem backend).
+    pub huge: HugeMode,
     /// Flags for the kernel mount.
     pub kernel_flags: Vec<KernelFlag>,
     /// Log every request to stderr.
@@ -115,6 +155,8 @@ pub const DEFAULT_ROOT_MODE: u32 = 0o1777;
 pub const DEFAULT_ATIME: AtimeMode = AtimeMode::Relatime;
 /// Default for `writeback=`.
 pub const DEFAULT_WRITEBACK: bool = false;
+/// Default for `huge=`.
+pub const DEFAULT_HUGE: HugeMode = HugeMode::WithinSize;
 /// Kernel flags every mount starts with, as FUSE mounts conventionally do (`dev` and `suid`
 /// lift them).
 pub const DEFAULT_KERNEL_FLAGS: [KernelFlag; 2] = [KernelFlag::NoSuid, KernelFlag::NoDev];
@@ -253,6 +295,11 @@ pub fn option_docs() -> Vec<OptionDoc> {
             "kernel FUSE passthrough for file data",
         ),
         d(
+            "huge=never|within_size|always|advise",
+            DEFAULT_HUGE.as_str().into(),
+            "large folios for kernel-backed file data, as tmpfs's huge= (mem backend)",
+        ),
+        d(
             "watch=auto|fanotify|inotify|off",
             "auto".into(),
             "passthrough backend: how host-side changes are seen (auto: fanotify, else inotify)",
@@ -352,6 +399,7 @@ pub fn parse_options<S: AsRef<str>>(
         threads: default_threads(),
         passthrough: PassthroughMode::Auto,
         watch: WatchMode::Auto,
+        huge: DEFAULT_HUGE,
         kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
         debug: false,
     };
@@ -485,6 +533,10 @@ pub fn parse_options<S: AsRef<str>>(
                         _ => return Err(err(opt, "expected auto, fanotify, inotify or off")),
                     }
                 }
+                "huge" => {
+                    o.huge = HugeMode::parse(need()?)
+                        .ok_or_else(|| err(opt, "expected never, within_size, always or advise"))?
+                }
                 "ro" | "rw" | "nosuid" | "suid" | "nodev" | "dev" | "noexec" | "exec" | "sync"
                 | "async" | "dirsync" => {
                     flag(value)?;
@@ -546,6 +598,7 @@ mod tests {
             format!("{}", o.cache.negative_timeout.as_secs())
         );
         assert_eq!(get("cache="), o.cache.mode.name());
+        assert_eq!(get("huge="), o.huge.as_str());
     }
 
     #[test]
@@ -572,6 +625,20 @@ mod tests {
         ] {
             let o = parse_options(&[format!("watch={v}")], RAM).unwrap();
             assert_eq!(o.watch, m);
+        }
+    }
+
+    #[test]
+    fn huge_modes() {
+        assert_eq!(parse_options(&[""; 0], RAM).unwrap().huge, DEFAULT_HUGE);
+        for m in [
+            HugeMode::Never,
+            HugeMode::WithinSize,
+            HugeMode::Always,
+            HugeMode::Advise,
+        ] {
+            let o = parse_options(&[format!("huge={}", m.as_str())], RAM).unwrap();
+            assert_eq!(o.huge, m);
         }
     }
 
@@ -605,6 +672,8 @@ mod tests {
             "writeback=maybe",
             "passthrough=yes",
             "watch=dnotify",
+            "huge=yes",
+            "huge",
             "noatime=1",
             "allow_other=1",
             "fsname=a b",

@@ -9,7 +9,9 @@
 //! while its memofs file is open (descriptors stay bounded by open files, not by files), and
 //! is unlinked when its inode goes. The tmpfs is mounted with the mount's atime rule, so reads
 //! the kernel serves from it keep atime as the rule says; the file's atime, mtime and size
-//! are reported from it. Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
+//! are reported from it. It is also mounted with the mount's `huge=` (default `within_size`:
+//! large folios sized by the write wherever the file's size covers them, so a sequentially
+//! written file costs the kernel one folio per write instead of one page per 4 KiB). Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
+use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, Errno, Result, Timestamp};
 use parking_lot::Mutex;
 
@@ -40,14 +43,19 @@ fn cstr(s: &[u8]) -> CString {
 impl BackingStore {
     /// Mounts and detaches a private tmpfs of `size` bytes (0 = unlimited) for at most
     /// `nr_inodes` files (0 = unlimited).
-    pub fn new(size: u64, nr_inodes: u64, atime: AtimePolicy) -> io::Result<BackingStore> {
+    pub fn new(
+        size: u64,
+        nr_inodes: u64,
+        atime: AtimePolicy,
+        huge: HugeMode,
+    ) -> io::Result<BackingStore> {
         let dir = std::env::temp_dir().join(format!(
             "memofs-data-{}-{}",
             std::process::id(),
             rand_suffix()
         ));
         std::fs::create_dir(&dir)?;
-        let result = Self::mount_and_detach(&dir, size, nr_inodes, atime);
+        let result = Self::mount_and_detach(&dir, size, nr_inodes, atime, huge);
         let _ = std::fs::remove_dir(&dir);
         result
     }
@@ -57,9 +65,16 @@ impl BackingStore {
         size: u64,
         nr_inodes: u64,
         atime: AtimePolicy,
+        huge: HugeMode,
     ) -> io::Result<BackingStore> {
         let target = cstr(dir.as_os_str().as_bytes());
-        let data = cstr(format!("size={size},nr_inodes={nr_inodes},mode=0700").as_bytes());
+        let data = cstr(
+            format!(
+                "size={size},nr_inodes={nr_inodes},mode=0700,huge={}",
+                huge.as_str()
+            )
+            .as_bytes(),
+        );
         let (src, fstype) = (cstr(b"memofs-data"), cstr(b"tmpfs"));
         let atime_flag = match atime.mode {
             AtimeMode::Strict => libc::MS_STRICTATIME,
@@ -415,7 +430,8 @@ mod tests {
             eprintln!("SKIP: needs root to mount a private tmpfs");
             return;
         }
-        let store = BackingStore::new(1 << 20, 16, AtimePolicy::default()).unwrap();
+        let store =
+            BackingStore::new(1 << 20, 16, AtimePolicy::default(), HugeMode::Never).unwrap();
         let f = store.new_file().unwrap();
         let big = vec![7u8; 2 << 20];
         let written = f.write(0, &big, false).unwrap();

@@ -30,6 +30,7 @@ pub mod regular;
 pub mod symlink;
 pub mod xattr;
 
+use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, Timestamp};
 use parking_lot::Mutex;
 
@@ -55,6 +56,8 @@ pub struct MemConfig {
     pub atime: AtimePolicy,
     /// Keep regular files' data in a private kernel tmpfs, for FUSE passthrough.
     pub kernel_data: bool,
+    /// The private tmpfs's `huge=` (kernel data only).
+    pub huge: HugeMode,
 }
 
 impl Default for MemConfig {
@@ -67,6 +70,7 @@ impl Default for MemConfig {
             root_gid: 0,
             atime: AtimePolicy::default(),
             kernel_data: false,
+            huge: HugeMode::Never,
         }
     }
 }
@@ -94,6 +98,7 @@ impl MemFs {
                 config.size_limit,
                 if inode_limit == 0 { 0 } else { inode_limit + 2 },
                 config.atime,
+                config.huge,
             )?),
             false => {
                 crate::reclaim::tune_allocator();

@@ -77,6 +77,7 @@ const BAD_OPTIONS: &[(&str, &str)] = &[
     ("gid=-1", "gid=-1"),
     ("writeback=maybe", "writeback=maybe"),
     ("passthrough=sometimes", "passthrough=sometimes"),
+    ("huge=sometimes", "huge=sometimes"),
     ("direct_io=yes", "direct_io"),
     ("size=1m,bogus2", "bogus2"),
     ("mode=0755,cache=sometimes,size=1m", "cache=sometimes"),
@@ -164,7 +165,14 @@ fn backends_reject_each_others_options_and_missing_sources() {
         skip!("needs root");
     }
     let src = TempDir::new("memofs-e2e-src-");
-    for opt in ["size=1m", "nr_inodes=100", "mode=0755", "uid=1", "gid=1"] {
+    for opt in [
+        "size=1m",
+        "nr_inodes=100",
+        "mode=0755",
+        "uid=1",
+        "gid=1",
+        "huge=never",
+    ] {
         let t = target();
         let out = memofs(&["mount", "-o", opt, s(src.path()), s(&t.mnt)]);
         let name = opt.split('=').next().unwrap();
@@ -511,6 +519,8 @@ fn valid_options_are_accepted() {
     let sets: &[&[&str]] = &[
         &["size=64k"],
         &["size=1g", "nr_inodes=1k", "mode=0755", "uid=0", "gid=0"],
+        &["huge=never"],
+        &["huge=always"],
         &["size=10%"],
         &["fsname=x", "cache=never"],
         &[

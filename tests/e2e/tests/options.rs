@@ -259,3 +259,45 @@ fn size_limit_applies_with_writeback() {
         "writing 2 MiB into size=1m with the writeback cache"
     );
 }
+
+/// Large folios the kernel handed to shmem (tmpfs) files so far, attempts that fell back
+/// included, from the per-size counters (Linux 6.11+); `None` without them.
+fn shmem_large_folio_attempts() -> Option<u64> {
+    let dir = fs::read_dir("/sys/kernel/mm/transparent_hugepage").ok()?;
+    let mut total = None;
+    for e in dir.flatten() {
+        for counter in ["shmem_alloc", "shmem_fallback"] {
+            let p = e.path().join("stats").join(counter);
+            if let Ok(v) = fs::read_to_string(&p) {
+                *total.get_or_insert(0) += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn huge_reaches_the_kernel_data_store() {
+    need_root!();
+    if shmem_large_folio_attempts().is_none() {
+        skip!("this kernel has no per-size shmem folio counters");
+    }
+    let m = Mount::memofs(&["huge=within_size"]);
+    let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    if !doc.contains(r#""huge":"within_size""#) {
+        skip!("file data is not kernel-backed on this mount (passthrough=off or unavailable)");
+    }
+    let before = shmem_large_folio_attempts().unwrap_or(0);
+    let data = pattern(7, 8 << 20);
+    let f = ok!(fs::File::create(m.join("big")));
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        ok!(f.write_all_at(chunk, (i as u64) << 20));
+    }
+    ok!(f.sync_all());
+    let after = shmem_large_folio_attempts().unwrap_or(0);
+    assert!(
+        after > before,
+        "1 MiB writes to a huge=within_size mount asked for no large folio ({before} → {after})"
+    );
+    assert_bytes_eq(&ok!(fs::read(m.join("big"))), &data, "data in large folios");
+}
