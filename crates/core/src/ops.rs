@@ -9,7 +9,7 @@
 //! the kernel one reference, which it returns with `forget`.
 
 use std::ffi::OsStr;
-use std::os::fd::OwnedFd;
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use crate::errno::{Errno, Result};
@@ -140,13 +140,20 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<u64>;
     /// Memory and inode usage, for `memofs stats`.
     fn usage(&self) -> BackendUsage;
-    /// A file descriptor (a duplicate the caller owns) the kernel may use directly for the
-    /// data of open file `fh` (FUSE passthrough), or `None` to serve reads and writes through
-    /// this trait.
-    fn backing_fd(&self, _ino: Ino, _fh: u64) -> Option<OwnedFd> {
-        None
+    /// Lends `use_fd` a file descriptor the kernel may use directly for the data of open
+    /// file `fh` (FUSE passthrough; the kernel takes its own reference when it registers
+    /// it), and returns true; returns false, without calling `use_fd`, to serve reads and
+    /// writes through this trait. Lending instead of handing out a duplicate saves a
+    /// `dup` and a `close` per open.
+    fn with_backing_fd(
+        &self,
+        _ino: Ino,
+        _fh: u64,
+        _use_fd: &mut dyn FnMut(BorrowedFd<'_>),
+    ) -> bool {
+        false
     }
-    /// True if [`Backend::backing_fd`] can return file descriptors; the transport asks the
+    /// True if [`Backend::with_backing_fd`] can return file descriptors; the transport asks the
     /// kernel for passthrough (which excludes the writeback cache) only then.
     fn has_backing_fds(&self) -> bool {
         false

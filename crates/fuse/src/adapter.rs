@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -145,8 +145,12 @@ impl<B: Backend> Adapter<B> {
             *opens += 1;
             return Some(id.clone());
         }
-        let fd = self.backend.backing_fd(ino, fh)?;
-        match register(fd.as_fd()) {
+        let mut register = Some(register);
+        let mut registered = None;
+        self.backend.with_backing_fd(ino, fh, &mut |fd| {
+            registered = register.take().map(|r| r(fd));
+        });
+        match registered? {
             Ok(id) => {
                 let id = Arc::new(id);
                 map.insert(ino, (id.clone(), 1));

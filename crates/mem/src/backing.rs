@@ -262,9 +262,10 @@ impl KernelFile {
         Ok(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?))
     }
 
-    /// A descriptor of the data file for FUSE passthrough (a duplicate the caller owns).
-    pub fn backing_fd(&self) -> Option<OwnedFd> {
-        self.file().ok()?.try_clone().ok().map(OwnedFd::from)
+    /// The data file's descriptor, for FUSE passthrough: the one held while the memofs file
+    /// is open (no duplicate).
+    pub fn data_file(&self) -> Option<Arc<File>> {
+        self.file().ok()
     }
 
     fn stat(&self) -> Result<libc::stat> {

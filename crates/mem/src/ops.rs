@@ -1,7 +1,7 @@
 //! `Backend` for the mem filesystem: decoding arguments into the kind modules' operations.
 
 use std::ffi::OsStr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -446,10 +446,18 @@ impl Backend for MemFs {
         }
     }
 
-    fn backing_fd(&self, ino: Ino, _fh: u64) -> Option<OwnedFd> {
-        let inode = self.table.get(ino).ok()?;
-        let fd = inode.file().ok()?.kernel()?.backing_fd();
-        fd
+    fn with_backing_fd(&self, ino: Ino, _fh: u64, use_fd: &mut dyn FnMut(BorrowedFd<'_>)) -> bool {
+        let Ok(inode) = self.table.get(ino) else {
+            return false;
+        };
+        let file = inode.file().ok().and_then(|f| f.kernel()?.data_file());
+        match file {
+            Some(file) => {
+                use_fd(file.as_fd());
+                true
+            }
+            None => false,
+        }
     }
 
     fn has_backing_fds(&self) -> bool {

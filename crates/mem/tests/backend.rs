@@ -549,7 +549,10 @@ fn kernel_backed_files_read_write_truncate_punch_and_seek() {
     let (f, o) = fs
         .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
         .unwrap();
-    assert!(fs.backing_fd(f.ino, o.fh).is_some());
+    let mut lent = None;
+    assert!(fs.with_backing_fd(f.ino, o.fh, &mut |fd| lent =
+        Some(std::os::fd::AsRawFd::as_raw_fd(&fd))));
+    assert!(lent.is_some_and(|fd| fd >= 0));
     fs.write(f.ino, o.fh, 10_000, b"abc").unwrap();
     let data = read_all(&fs, f.ino);
     assert_eq!(data.len(), 10_003);

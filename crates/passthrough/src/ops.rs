@@ -1,7 +1,7 @@
 //! `Backend` for the passthrough filesystem: argument decoding onto the concern modules.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use memofs_core::{
@@ -229,14 +229,14 @@ impl Backend for PassthroughFs {
     }
 
     /// A duplicate of the handle's descriptor, for FUSE passthrough.
-    fn backing_fd(&self, _ino: Ino, fh: u64) -> Option<OwnedFd> {
-        self.files
-            .get(fh)
-            .ok()?
-            .fd
-            .as_fd()
-            .try_clone_to_owned()
-            .ok()
+    fn with_backing_fd(&self, _ino: Ino, fh: u64, use_fd: &mut dyn FnMut(BorrowedFd<'_>)) -> bool {
+        match self.files.get(fh) {
+            Ok(file) => {
+                use_fd(file.fd.as_fd());
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     fn has_backing_fds(&self) -> bool {

@@ -649,9 +649,15 @@ fn backing_fd_is_the_handles_descriptor() {
     std::fs::write(export.join("f"), b"abc").unwrap();
     let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
     let o = fs.open(&ROOT, f.ino, libc::O_RDWR).unwrap();
-    let fd = fs.backing_fd(f.ino, o.fh).unwrap();
-    let file = std::fs::File::from(fd);
-    assert_eq!(file.metadata().unwrap().ino(), f.ino);
-    assert!(file.metadata().unwrap().permissions().mode() & 0o777 != 0);
-    assert!(fs.backing_fd(f.ino, 12345).is_none());
+    let mut seen = None;
+    assert!(fs.with_backing_fd(f.ino, o.fh, &mut |fd| {
+        let file = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+        seen = Some(file.metadata().unwrap());
+    }));
+    let meta = seen.expect("the descriptor was lent");
+    assert_eq!(meta.ino(), f.ino);
+    assert!(meta.permissions().mode() & 0o777 != 0);
+    let mut called = false;
+    assert!(!fs.with_backing_fd(f.ino, 12345, &mut |_| called = true));
+    assert!(!called, "no descriptor for an unknown handle");
 }
