@@ -72,6 +72,7 @@ pub fn passthrough(source: &Path, opts: &MountOptions) -> Built<PassthroughFs> {
     let settings = vec![
         ("backend".into(), "passthrough".into()),
         ("source".into(), source.display().to_string()),
+        ("private_mount".into(), fs.private_mount().to_string()),
     ];
     Ok((Arc::new(fs), settings))
 }

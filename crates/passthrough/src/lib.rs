@@ -66,6 +66,12 @@
 //! renamed, `inode(ino)` for attribute or data changes. Changes made on another machine to a
 //! network filesystem underneath are not seen; see the `watch` module for details.
 //!
+//! # Private mount
+//! As root, [`PassthroughFs::new`] clones the source's mount tree (`open_tree(OPEN_TREE_CLONE
+//! | AT_RECURSIVE)`) and works only through the detached copy, so that writes made through
+//! it can be told from host processes' by mount (the watcher ignores the former at the
+//! source). Mounts made on the host below the source later are not seen in the copy.
+//!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
 //! 1. [`PassthroughFs`]'s watcher slot (starting and stopping the watcher installs the
@@ -129,6 +135,8 @@ pub struct PassthroughFs {
     pub(crate) resolve: u64,
     /// Whether this process may switch filesystem ids.
     switch_creds: bool,
+    /// Whether the server works on its own detached copy of the source's mount.
+    own_mount: bool,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
 }
@@ -151,6 +159,17 @@ impl PassthroughFs {
             Err(Errno::ENOTDIR) => return Err(SetupError::NotADirectory(source.to_path_buf())),
             Err(e) => return Err(cannot_open(e)),
         };
+        // Work on a private copy of the source's mount: host processes keep changing the
+        // tree through their own mount, the server (and the kernel's passthrough I/O on the
+        // files it opens) through this one, which lets the watcher drop the server's data
+        // writes at the source (see `watch`). Needs CAP_SYS_ADMIN; otherwise the host mount.
+        let (fd, own_mount) = match sys::at::clone_mount(fd.as_fd()) {
+            Ok(clone) => (clone, true),
+            Err(e) => {
+                log::info!("passthrough: no private mount of the source ({e}); using the host's");
+                (fd, false)
+            }
+        };
         let st = sys::at::statx_fd(fd.as_fd()).map_err(cannot_open)?;
         let mut resolve =
             libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
@@ -170,6 +189,7 @@ impl PassthroughFs {
             config,
             resolve,
             switch_creds: creds::can_switch(),
+            own_mount,
             watcher: Mutex::new(None),
         })
     }
@@ -210,8 +230,22 @@ impl PassthroughFs {
         let mut slot = self.watcher.lock();
         match &*slot {
             Some(w) => w.set_invalidator(invalidator),
-            None => *slot = Watcher::start(&self.table, &self.proc, self.config.watch, invalidator),
+            None => {
+                *slot = Watcher::start(
+                    &self.table,
+                    &self.proc,
+                    self.config.watch,
+                    self.own_mount,
+                    invalidator,
+                )
+            }
         }
+    }
+
+    /// Whether the server works on a private, detached copy of the source's mount (as
+    /// root) rather than on the host's mount.
+    pub fn private_mount(&self) -> bool {
+        self.own_mount
     }
 
     /// The mechanism of the running watcher, if any.

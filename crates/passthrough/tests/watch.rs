@@ -175,3 +175,48 @@ fn forgotten_directories_are_no_longer_watched_and_new_invalidator_replaces_old(
     assert!(!second.has(|r| matches!(r, Report::Entry(_, s) if s == "inner")));
     assert!(!rec.has(|r| matches!(r, Report::Entry(_, s) if s == "marker")));
 }
+
+#[test]
+fn fanotify_ignores_writes_through_the_servers_mount_but_not_the_hosts() {
+    let Some((_t, export, fs, rec)) = started(WatchMode::Fanotify) else {
+        return;
+    };
+    if !fs.private_mount() {
+        eprintln!("skipped: no private mount here (needs CAP_SYS_ADMIN)");
+        return;
+    }
+    let (a, o) = fs
+        .create(&Caller::ROOT, ROOT_INO, n("shared"), 0o644, libc::O_RDWR)
+        .unwrap();
+    // Another process writes through a file the server opened (as the kernel's FUSE
+    // passthrough does for a process using the mount): its pid is not the server's, but
+    // the write goes through the server's private mount.
+    let mut fd = None;
+    assert!(fs.with_backing_fd(a.ino, o.fh, &mut |f| fd =
+        Some(std::os::fd::AsRawFd::as_raw_fd(&f))));
+    let via_server = format!("/proc/{}/fd/{}", std::process::id(), fd.unwrap());
+    host(&format!("echo through-the-mount >> {via_server}"));
+    assert_eq!(
+        std::fs::read(export.join("shared")).unwrap(),
+        b"through-the-mount\n"
+    );
+    host(&format!("touch {}/marker", export.display()));
+    assert!(eventually(LIMIT, || rec
+        .has(|r| matches!(r, Report::Entry(_, s) if s == "marker"))));
+    assert!(
+        !rec.has(|r| *r == Report::Inode(a.ino)),
+        "a write through the server's mount was reported: {:?}",
+        rec.0.lock()
+    );
+    // The same file written through the host's own mount is a host change.
+    host(&format!(
+        "echo from-the-host >> {}/shared",
+        export.display()
+    ));
+    assert!(
+        eventually(LIMIT, || rec.has(|r| *r == Report::Inode(a.ino))),
+        "{:?}",
+        rec.0.lock()
+    );
+    fs.release(a.ino, o.fh).unwrap();
+}

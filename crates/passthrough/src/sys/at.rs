@@ -57,6 +57,22 @@ pub(crate) fn openat2(
     }
 }
 
+/// `OPEN_TREE_CLONE` (missing from libc for glibc targets).
+const OPEN_TREE_CLONE: u32 = 1;
+
+/// `open_tree(dir, "", OPEN_TREE_CLONE | AT_RECURSIVE)`: a detached copy of the mount tree
+/// at `dir` (its submounts included), as an `O_PATH` descriptor of its root. Needs
+/// `CAP_SYS_ADMIN` (Linux 5.2).
+pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as u32
+        | libc::AT_RECURSIVE as u32
+        | libc::AT_EMPTY_PATH as u32;
+    // SAFETY: `EMPTY` is NUL-terminated and `dir` is open; integer flags otherwise.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), EMPTY.as_ptr(), flags) };
+    owned_fd(ret)
+}
+
 /// Plain `openat` (no `RESOLVE_*` restrictions): only for `/proc/self/fd/N` re-opens and
 /// for walking `..` while checking confinement.
 pub(crate) fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> Result<OwnedFd> {

@@ -131,8 +131,10 @@ impl TableHook for Hook {
     }
 }
 
-/// Opens a fanotify group and checks that the export root can be marked.
-pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode) -> Result<Parts> {
+/// Opens a fanotify group and checks that the export root can be marked. With `own_mount`
+/// (the server works on a private copy of the source's mount), data writes made through
+/// that mount are ignored at the source: see [`ignore_own_writes`].
+pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, own_mount: bool) -> Result<Parts> {
     let mut fan = Err(Errno::EINVAL);
     for extra in EXTRA_FLAGS {
         fan = sys::notify::fanotify_init(INIT_FLAGS | extra);
@@ -148,12 +150,41 @@ pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode) -> Result<Parts> {
     });
     shared.mark(root, libc::FAN_MARK_ADD)?;
     Shared::key_locked(&mut shared.maps.lock(), root)?;
+    if own_mount {
+        if let Err(e) = ignore_own_writes(&shared, root) {
+            log::info!("passthrough: the server's own writes still generate events ({e})");
+        }
+    }
     let source = FanSource {
         shared: shared.clone(),
         buf: vec![0; EVENT_BUF],
         own_pid: std::process::id() as i32,
     };
     Ok((Box::new(source), Arc::new(Hook(shared))))
+}
+
+/// Adds an ignore mark for `FAN_MODIFY` on the mount `root` lives on, the server's private
+/// copy: every write made through it (the server's own, and the reads and writes the kernel
+/// passes through to host files the server opened, which carry the writer's pid, not the
+/// server's) is dropped before the host kernel builds an event, while writes by host
+/// processes, through their own mount, are still reported. Attribute and name events carry
+/// no mount (the kernel raises them on the dentry) and cannot be filtered this way; the
+/// server's own are skipped by pid when read.
+fn ignore_own_writes(shared: &Shared, root: &Inode) -> Result<()> {
+    let name = ProcSelf::name(root.fd.as_fd());
+    let mark = |how: u32| {
+        let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT | how;
+        sys::notify::fanotify_mark(
+            shared.fan.as_fd(),
+            flags,
+            libc::FAN_MODIFY,
+            shared.proc.dir(),
+            &name,
+        )
+    };
+    // FAN_MARK_IGNORE (Linux 6.0), else the older ignored-mask form.
+    mark(libc::FAN_MARK_IGNORE_SURV)
+        .or_else(|_| mark(libc::FAN_MARK_IGNORED_MASK | libc::FAN_MARK_IGNORED_SURV_MODIFY))
 }
 
 struct FanSource {

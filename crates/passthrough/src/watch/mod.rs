@@ -27,7 +27,12 @@
 //!   FAN_ONDIR`) per known directory. Events carry file handles, matched against handles the
 //!   hook records for every table inode, and the pid of the process that made the change:
 //!   events caused by the server itself are skipped (the kernel already knows those), so
-//!   writes through the mount do not drop the kernel's page cache. A filesystem-wide mark
+//!   writes through the mount do not drop the kernel's page cache. As root the server works
+//!   on a private, detached copy of the source's mount, and an ignore mark for `FAN_MODIFY`
+//!   on that mount drops the events of every data write made through it before they are
+//!   built: the server's own, and those the kernel passes through to host files on behalf
+//!   of processes using the memofs mount (they carry the writer's pid, so the pid check
+//!   alone would report each one). A filesystem-wide mark
 //!   (`FAN_MARK_FILESYSTEM`) would need one mark but deliver every change on the whole
 //!   host filesystem and need `CAP_SYS_ADMIN`; per-directory marks deliver only what the
 //!   kernel can have cached. Needs Linux 5.9 and a filesystem with file handles and an
@@ -126,10 +131,11 @@ impl Watcher {
         table: &Arc<InodeTable>,
         proc: &Arc<ProcSelf>,
         mode: WatchMode,
+        own_mount: bool,
         invalidator: Arc<dyn Invalidator>,
     ) -> Option<Watcher> {
         let root = table.root();
-        let fan = || fanotify::open(proc, &root).map(|p| (WatchMechanism::Fanotify, p));
+        let fan = || fanotify::open(proc, &root, own_mount).map(|p| (WatchMechanism::Fanotify, p));
         let ino = || inotify::open(&root).map(|p| (WatchMechanism::Inotify, p));
         let found = match mode {
             WatchMode::Off => return None,
