@@ -121,7 +121,7 @@ use crate::creds::AsCaller;
 use crate::fd::{FdBudget, ProcSelf};
 use crate::handles::{HandleTable, OpenDir, OpenFile};
 use crate::inode::InodeTable;
-use crate::watch::Watcher;
+use crate::watch::{ExportMount, Watcher};
 
 /// The passthrough filesystem: a host directory exported through a `Backend`.
 pub struct PassthroughFs {
@@ -135,8 +135,8 @@ pub struct PassthroughFs {
     pub(crate) resolve: u64,
     /// Whether this process may switch filesystem ids.
     switch_creds: bool,
-    /// Whether the server works on its own detached copy of the source's mount.
-    own_mount: bool,
+    /// Where the export lives (for the watcher).
+    export: ExportMount,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
 }
@@ -163,7 +163,8 @@ impl PassthroughFs {
         // tree through their own mount, the server (and the kernel's passthrough I/O on the
         // files it opens) through this one, which lets the watcher drop the server's data
         // writes at the source (see `watch`). Needs CAP_SYS_ADMIN; otherwise the host mount.
-        let (fd, own_mount) = match sys::at::clone_mount(fd.as_fd()) {
+        let whole_filesystem = ExportMount::is_filesystem_root(fd.as_fd());
+        let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
                 log::info!("passthrough: no private mount of the source ({e}); using the host's");
@@ -189,7 +190,10 @@ impl PassthroughFs {
             config,
             resolve,
             switch_creds: creds::can_switch(),
-            own_mount,
+            export: ExportMount {
+                private,
+                whole_filesystem,
+            },
             watcher: Mutex::new(None),
         })
     }
@@ -235,7 +239,7 @@ impl PassthroughFs {
                     &self.table,
                     &self.proc,
                     self.config.watch,
-                    self.own_mount,
+                    self.export,
                     invalidator,
                 )
             }
@@ -245,7 +249,16 @@ impl PassthroughFs {
     /// Whether the server works on a private, detached copy of the source's mount (as
     /// root) rather than on the host's mount.
     pub fn private_mount(&self) -> bool {
-        self.own_mount
+        self.export.private
+    }
+
+    /// Whether the running watcher marks the source's whole filesystem at once (the source
+    /// is its filesystem's root and fanotify is in use) rather than each known directory.
+    pub fn watches_whole_filesystem(&self) -> bool {
+        self.watcher
+            .lock()
+            .as_ref()
+            .is_some_and(Watcher::whole_filesystem)
     }
 
     /// The mechanism of the running watcher, if any.

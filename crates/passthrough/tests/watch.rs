@@ -56,6 +56,19 @@ fn reports_host_changes(mode: WatchMode) {
     let Some((_t, export, fs, rec)) = started(mode) else {
         return;
     };
+    assert!(
+        !fs.watches_whole_filesystem(),
+        "a subdirectory export is watched directory by directory"
+    );
+    check_host_changes(mode, &export, &fs, &rec);
+}
+
+fn check_host_changes(
+    mode: WatchMode,
+    export: &std::path::Path,
+    fs: &memofs_passthrough::PassthroughFs,
+    rec: &Recorder,
+) {
     let root_entry =
         |name: &'static str| move |r: &Report| matches!(r, Report::Entry(ROOT_INO, s) if s == name);
 
@@ -106,7 +119,7 @@ fn reports_host_changes(mode: WatchMode) {
     }
 
     std::fs::create_dir(export.join("sub")).unwrap();
-    let sub = walk(&fs, "sub").unwrap();
+    let sub = walk(fs, "sub").unwrap();
     host(&format!(
         "mkdir {}/sub/inner && mv {}/sub/inner {}/moved",
         export.display(),
@@ -124,6 +137,29 @@ fn reports_host_changes(mode: WatchMode) {
 #[test]
 fn fanotify_reports_host_changes() {
     reports_host_changes(WatchMode::Fanotify);
+}
+
+#[test]
+fn fanotify_filesystem_mark_reports_host_changes() {
+    let config = PassthroughConfig {
+        watch: WatchMode::Fanotify,
+        ..PassthroughConfig::default()
+    };
+    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs", config) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let rec = Arc::new(Recorder::default());
+    fs.attach_invalidator(rec.clone());
+    if fs.watch_mechanism() != Some(WatchMechanism::Fanotify) {
+        eprintln!("skipped: fanotify unavailable here");
+        return;
+    }
+    assert!(
+        fs.watches_whole_filesystem(),
+        "an export that is its filesystem's root is watched with one filesystem mark"
+    );
+    check_host_changes(WatchMode::Fanotify, &export, &fs, &rec);
 }
 
 #[test]

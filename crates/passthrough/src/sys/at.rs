@@ -73,6 +73,29 @@ pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
     owned_fd(ret)
 }
 
+/// The mount `dir` is on (its id, as in `/proc/self/mountinfo`) and whether `dir` is that
+/// mount's root; `None` if the kernel does not say (before Linux 5.8).
+pub(crate) fn mount_of(dir: BorrowedFd<'_>) -> Option<(u64, bool)> {
+    let mut st = MaybeUninit::<libc::statx>::uninit();
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
+    // SAFETY: `EMPTY` is NUL-terminated, `dir` is open, and `st` has room for a `statx`.
+    let ret = unsafe {
+        libc::statx(
+            dir.as_raw_fd(),
+            EMPTY.as_ptr(),
+            flags,
+            libc::STATX_MNT_ID,
+            st.as_mut_ptr(),
+        )
+    };
+    check(ret).ok()?;
+    // SAFETY: `statx` succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    let root_known = st.stx_attributes_mask & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
+    let is_root = st.stx_attributes & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
+    (st.stx_mask & libc::STATX_MNT_ID != 0 && root_known).then_some((st.stx_mnt_id, is_root))
+}
+
 /// Plain `openat` (no `RESOLVE_*` restrictions): only for `/proc/self/fd/N` re-opens and
 /// for walking `..` while checking confinement.
 pub(crate) fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> Result<OwnedFd> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memofs_core::{Errno, FileKind, Ino, Result};
 use parking_lot::Mutex;
 
-use super::{Change, Parts, Source};
+use super::{Change, ExportMount, Parts, Source};
 use crate::fd::ProcSelf;
 use crate::inode::{Inode, TableHook};
 use crate::sys;
@@ -66,11 +66,18 @@ struct Maps {
 struct Shared {
     fan: OwnedFd,
     proc: Arc<ProcSelf>,
+    /// The device whose whole filesystem one mark watches (its directories need none).
+    fs_marked: Option<u64>,
     /// Lock order 4.
     maps: Mutex<Maps>,
 }
 
 impl Shared {
+    /// Whether `inode` is a directory that needs its own mark.
+    fn needs_mark(&self, inode: &Inode) -> bool {
+        inode.kind == FileKind::Directory && self.fs_marked != Some(inode.host.dev)
+    }
+
     fn mark(&self, dir: &Inode, flags: u32) -> Result<()> {
         let name = ProcSelf::name(dir.fd.as_fd());
         let flags = flags | libc::FAN_MARK_ONLYDIR;
@@ -107,7 +114,7 @@ impl TableHook for Hook {
             }
             Err(e) => log::debug!("passthrough: no file handle for inode {}: {e}", inode.ino),
         }
-        if inode.kind == FileKind::Directory {
+        if self.0.needs_mark(inode) {
             if let Err(e) = self.0.mark(inode, libc::FAN_MARK_ADD) {
                 if maps.unmarkable.insert(inode.host.dev) {
                     log::warn!(
@@ -125,16 +132,17 @@ impl TableHook for Hook {
         if let Some(key) = maps.by_ino.remove(&inode.ino) {
             maps.by_handle.remove(&key);
         }
-        if inode.kind == FileKind::Directory {
+        if self.0.needs_mark(inode) {
             let _ = self.0.mark(inode, libc::FAN_MARK_REMOVE);
         }
     }
 }
 
-/// Opens a fanotify group and checks that the export root can be marked. With `own_mount`
-/// (the server works on a private copy of the source's mount), data writes made through
-/// that mount are ignored at the source: see [`ignore_own_writes`].
-pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, own_mount: bool) -> Result<Parts> {
+/// Opens a fanotify group and checks that the export root can be marked. When the export is
+/// its filesystem's root, one filesystem mark replaces the per-directory marks (see
+/// [`mark_filesystem`]); with a private mount, data writes made through it are ignored at
+/// the source (see [`ignore_own_writes`]).
+pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, export: ExportMount) -> Result<Parts> {
     let mut fan = Err(Errno::EINVAL);
     for extra in EXTRA_FLAGS {
         fan = sys::notify::fanotify_init(INIT_FLAGS | extra);
@@ -143,14 +151,27 @@ pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, own_mount: bool) -> Resul
         }
     }
     let fan = fan?;
+    let fs_marked = match export.whole_filesystem {
+        true => match mark_filesystem(&fan, proc, root) {
+            Ok(()) => Some(root.host.dev),
+            Err(e) => {
+                log::info!("passthrough: marking directories one by one (filesystem mark: {e})");
+                None
+            }
+        },
+        false => None,
+    };
     let shared = Arc::new(Shared {
         fan,
         proc: proc.clone(),
+        fs_marked,
         maps: Mutex::new(Maps::default()),
     });
-    shared.mark(root, libc::FAN_MARK_ADD)?;
+    if shared.needs_mark(root) {
+        shared.mark(root, libc::FAN_MARK_ADD)?;
+    }
     Shared::key_locked(&mut shared.maps.lock(), root)?;
-    if own_mount {
+    if export.private {
         if let Err(e) = ignore_own_writes(&shared, root) {
             log::info!("passthrough: the server's own writes still generate events ({e})");
         }
@@ -160,7 +181,24 @@ pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, own_mount: bool) -> Resul
         buf: vec![0; EVENT_BUF],
         own_pid: std::process::id() as i32,
     };
-    Ok((Box::new(source), Arc::new(Hook(shared))))
+    Ok(Parts {
+        source: Box::new(source),
+        hook: Arc::new(Hook(shared)),
+        whole_filesystem: fs_marked.is_some(),
+    })
+}
+
+/// Marks the whole filesystem the export root is the root of (`FAN_MARK_FILESYSTEM`, needs
+/// `CAP_SYS_ADMIN`). Every change on it is a change in the export, so one mark reports the
+/// same events as a mark per known directory (events in directories the kernel does not
+/// hold are dropped by handle, as before), without the marks' cost: no mark to add or
+/// remove as directories enter and leave the table, and no watched parent on every file,
+/// which made the host kernel take a reference to the parent directory on every
+/// `read(2)` and `write(2)` of a file in it (Linux's `__fsnotify_parent`).
+fn mark_filesystem(fan: &OwnedFd, proc: &ProcSelf, root: &Inode) -> Result<()> {
+    let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+    let name = ProcSelf::name(root.fd.as_fd());
+    sys::notify::fanotify_mark(fan.as_fd(), flags, MASK, proc.dir(), &name)
 }
 
 /// Adds an ignore mark for `FAN_MODIFY` on the mount `root` lives on, the server's private

@@ -90,7 +90,11 @@ pub(super) fn open(root: &Inode) -> Result<Parts> {
         shared: shared.clone(),
         buf: vec![0; EVENT_BUF],
     };
-    Ok((Box::new(source), Arc::new(Hook(shared))))
+    Ok(Parts {
+        source: Box::new(source),
+        hook: Arc::new(Hook(shared)),
+        whole_filesystem: false,
+    })
 }
 
 struct InoSource {

@@ -17,9 +17,9 @@
 //! watcher ~40 ms of CPU per GiB instead of ~2 s), the server's own bursts cost one wakeup
 //! per window instead of one per operation, and each change is reported once per batch.
 //!
-//! Only directories in the inode table are watched: the kernel can cache names (positive or
-//! negative) only in directories it holds, and every inode it holds sits in such a
-//! directory. Watches follow the table through [`TableHook`].
+//! Only changes in directories of the inode table are reported: the kernel can cache names
+//! (positive or negative) only in directories it holds, and every inode it holds sits in
+//! such a directory. Per-directory watches follow the table through [`TableHook`].
 //!
 //! # Mechanisms
 //! - [`WatchMechanism::Fanotify`] (preferred): one fanotify group with
@@ -32,10 +32,14 @@
 //!   on that mount drops the events of every data write made through it before they are
 //!   built: the server's own, and those the kernel passes through to host files on behalf
 //!   of processes using the memofs mount (they carry the writer's pid, so the pid check
-//!   alone would report each one). A filesystem-wide mark
-//!   (`FAN_MARK_FILESYSTEM`) would need one mark but deliver every change on the whole
-//!   host filesystem and need `CAP_SYS_ADMIN`; per-directory marks deliver only what the
-//!   kernel can have cached. Needs Linux 5.9 and a filesystem with file handles and an
+//!   alone would report each one). When the source is the root of its filesystem (a
+//!   dedicated disk or tmpfs; [`ExportMount::whole_filesystem`]) and the server has
+//!   `CAP_SYS_ADMIN`, one filesystem mark (`FAN_MARK_FILESYSTEM`) replaces the
+//!   per-directory marks: every change on that filesystem is in the export, no mark is
+//!   added or removed as directories come and go, and no directory is "watched", which
+//!   spares every `read(2)` and `write(2)` of a file in it the host kernel's parent lookup.
+//!   Otherwise a filesystem mark would deliver changes from outside the export, so
+//!   per-directory marks deliver only what the kernel can have cached. Needs Linux 5.9 and a filesystem with file handles and an
 //!   fsid (not every FUSE or network filesystem has them). Without `CAP_SYS_ADMIN` the
 //!   queue and mark counts are limited (`/proc/sys/fs/fanotify/max_queued_events`,
 //!   `max_user_marks`).
@@ -79,6 +83,40 @@ pub enum WatchMechanism {
     Inotify,
 }
 
+/// Where the export lives, which decides how it can be watched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExportMount {
+    /// The server works on its own detached copy of the source's mount.
+    pub private: bool,
+    /// The source is the root of its filesystem (a mount whose root is the filesystem's
+    /// root): every change on that filesystem is a change in the export.
+    pub whole_filesystem: bool,
+}
+
+impl ExportMount {
+    /// Whether `source` (the host's descriptor, before any private copy) is the root of a
+    /// mount showing its whole filesystem, per `/proc/self/mountinfo`.
+    pub(crate) fn is_filesystem_root(source: BorrowedFd<'_>) -> bool {
+        let Some((mnt_id, true)) = sys::at::mount_of(source) else {
+            return false;
+        };
+        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return false;
+        };
+        mount_root(&info, mnt_id) == Some("/")
+    }
+}
+
+/// The root field (the directory of the filesystem the mount shows) of mount `mnt_id` in a
+/// `/proc/self/mountinfo` text.
+fn mount_root(mountinfo: &str, mnt_id: u64) -> Option<&str> {
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let id: u64 = fields.next()?.parse().ok()?;
+        (id == mnt_id).then(|| fields.nth(2)).flatten()
+    })
+}
+
 /// One thing to report, as decoded from the host's events.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Change {
@@ -104,7 +142,12 @@ pub(crate) trait Source: Send {
 }
 
 /// What a mechanism provides: its source (for the thread) and its hook (for the table).
-pub(crate) type Parts = (Box<dyn Source>, Arc<dyn TableHook>);
+pub(crate) struct Parts {
+    source: Box<dyn Source>,
+    hook: Arc<dyn TableHook>,
+    /// The source's whole filesystem is watched with one mark.
+    whole_filesystem: bool,
+}
 
 type InvalidatorSlot = Arc<RwLock<Arc<dyn Invalidator>>>;
 
@@ -118,6 +161,7 @@ pub(crate) const COALESCE_MS: i32 = 5;
 /// A running watcher; dropping it stops the thread.
 pub(crate) struct Watcher {
     mechanism: WatchMechanism,
+    whole_filesystem: bool,
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
     invalidator: InvalidatorSlot,
@@ -131,11 +175,11 @@ impl Watcher {
         table: &Arc<InodeTable>,
         proc: &Arc<ProcSelf>,
         mode: WatchMode,
-        own_mount: bool,
+        export: ExportMount,
         invalidator: Arc<dyn Invalidator>,
     ) -> Option<Watcher> {
         let root = table.root();
-        let fan = || fanotify::open(proc, &root, own_mount).map(|p| (WatchMechanism::Fanotify, p));
+        let fan = || fanotify::open(proc, &root, export).map(|p| (WatchMechanism::Fanotify, p));
         let ino = || inotify::open(&root).map(|p| (WatchMechanism::Inotify, p));
         let found = match mode {
             WatchMode::Off => return None,
@@ -146,7 +190,7 @@ impl Watcher {
                 ino()
             }),
         };
-        let (mechanism, (source, hook)) = match found {
+        let (mechanism, parts) = match found {
             Ok(found) => found,
             Err(e) => {
                 log::warn!("passthrough: no host-change watcher ({e}); host changes show up when cache timeouts expire");
@@ -160,6 +204,11 @@ impl Watcher {
                 return None;
             }
         };
+        let Parts {
+            source,
+            hook,
+            whole_filesystem,
+        } = parts;
         table.set_hook(Some(hook));
         let slot: InvalidatorSlot = Arc::new(RwLock::new(invalidator));
         let thread = {
@@ -179,6 +228,7 @@ impl Watcher {
         log::info!("passthrough: watching host changes with {mechanism:?}");
         Some(Watcher {
             mechanism,
+            whole_filesystem,
             stop: stop.1,
             thread: Some(thread),
             invalidator: slot,
@@ -189,6 +239,11 @@ impl Watcher {
     /// The mechanism in use.
     pub(crate) fn mechanism(&self) -> WatchMechanism {
         self.mechanism
+    }
+
+    /// Whether one mark covers the source's whole filesystem.
+    pub(crate) fn whole_filesystem(&self) -> bool {
+        self.whole_filesystem
     }
 
     /// Reports to `invalidator` from now on.
@@ -310,7 +365,17 @@ fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
 
 #[cfg(test)]
 mod tests {
-    use super::{has_data_change, Change};
+    use super::{has_data_change, mount_root, Change};
+
+    #[test]
+    fn mount_roots_from_mountinfo() {
+        let info = "22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
+                    61 22 8:1 /srv/share /mnt/share rw - ext4 /dev/sda1 rw\n\
+                    70 61 0:40 / /tmp/x rw,relatime shared:5 - tmpfs tmpfs rw\n";
+        assert_eq!(mount_root(info, 70), Some("/"));
+        assert_eq!(mount_root(info, 61), Some("/srv/share"));
+        assert_eq!(mount_root(info, 99), None);
+    }
 
     #[test]
     fn name_changes_are_not_streams() {

@@ -62,6 +62,44 @@ pub fn setup_with(tag: &str, config: PassthroughConfig) -> (TempDir, PathBuf, Pa
     (tmp, export, fs)
 }
 
+/// A tmpfs mounted for a test (root only), detached when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a fresh tmpfs on the existing directory `at`; `None` if that is not allowed.
+    pub fn mount(at: &Path) -> Option<Tmpfs> {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0777", "memofs-test"])
+            .arg(at)
+            .status()
+            .ok()?;
+        status.success().then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Like [`setup_with`], with the export a tmpfs of its own (so the export is its
+/// filesystem's root); `None` where a tmpfs cannot be mounted.
+pub fn setup_tmpfs(
+    tag: &str,
+    config: PassthroughConfig,
+) -> Option<(TempDir, PathBuf, Tmpfs, PassthroughFs)> {
+    let tmp = TempDir::new(tag);
+    let export = tmp.join("export");
+    std::fs::create_dir(&export).unwrap();
+    let mounted = Tmpfs::mount(&export)?;
+    let fs = PassthroughFs::new(&export, config).unwrap();
+    Some((tmp, export, mounted, fs))
+}
+
 pub fn n(s: &str) -> &OsStr {
     OsStr::new(s)
 }
