@@ -9,10 +9,11 @@
 //!   directory's own times and link count;
 //! - attributes or data of a known inode changed → `inode(ino)`.
 //!
-//! Names (creates, deletes, renames) are read and reported at once. Data and attribute
-//! changes come in streams (every `write(2)` is an event), and so do the events the server
-//! causes itself while it works (read only to be skipped): after a batch of either, the
-//! thread waits [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host
+//! Names (creates, deletes, renames) and one-off attribute or data changes are read and
+//! reported at once. Streams are not: data changes of an inode that also changed in the
+//! previous batch (every `write(2)` is an event), and batches of events the server caused
+//! itself while it works (read only to be skipped). After a stream batch the thread waits
+//! [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host
 //! kernel merges repeated events in its queue meanwhile (a `dd` of 4 KiB writes costs the
 //! watcher ~40 ms of CPU per GiB instead of ~2 s), the server's own bursts cost one wakeup
 //! per window instead of one per operation, and each change is reported once per batch.
@@ -272,6 +273,8 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
     // When the last stream-like batch was read (data or attribute changes, or only the
     // server's own events).
     let mut last_stream: Option<std::time::Instant> = None;
+    // The data and attribute changes of the last batch.
+    let mut previous: HashSet<Change> = HashSet::new();
     loop {
         match sys::notify::poll([source.fd(), stop.as_fd()], -1) {
             Ok([_, true]) => return,
@@ -298,29 +301,38 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
         };
         let invalidator = slot.read().clone();
         deliver(table, &changes, &*invalidator);
-        // Streams wait: data and attribute changes, and the echo of the server's own work
-        // (events it caused, read only to be skipped).
-        if has_data_change(&changes) || (read > 0 && changes.is_empty()) {
+        // Streams wait: an inode's data or attributes changing batch after batch, and the
+        // echo of the server's own work (events it caused, read only to be skipped).
+        let data = data_changes(&changes);
+        if data.iter().any(|c| previous.contains(c)) || (read > 0 && changes.is_empty()) {
             last_stream = Some(std::time::Instant::now());
         }
+        previous = data;
     }
 }
 
-/// True if `changes` has more than name changes (and the times of the directories they were
-/// made in): data or attributes of some inode changed.
-fn has_data_change(changes: &[Change]) -> bool {
-    let dirs: HashSet<Ino> = changes
+/// The data and attribute changes in `changes`, without those that come with a name change:
+/// the times and link count of the directory it was made in, and the link count of an
+/// inode deleted.
+fn data_changes(changes: &[Change]) -> HashSet<Change> {
+    let named: HashSet<Ino> = changes
         .iter()
-        .filter_map(|c| match c {
-            Change::Entry(p, _) | Change::Deleted(p, _, _) => Some(*p),
-            _ => None,
+        .flat_map(|c| match c {
+            Change::Entry(p, _) => [Some(*p), None],
+            Change::Deleted(p, child, _) => [Some(*p), Some(*child)],
+            _ => [None, None],
         })
+        .flatten()
         .collect();
-    changes.iter().any(|c| match c {
-        Change::Inode(ino) => !dirs.contains(ino),
-        Change::Child(..) => true,
-        _ => false,
-    })
+    changes
+        .iter()
+        .filter(|c| match c {
+            Change::Inode(ino) => !named.contains(ino),
+            Change::Child(..) => true,
+            _ => false,
+        })
+        .cloned()
+        .collect()
 }
 
 /// Reports `changes` once each, in order, holding no lock.
@@ -365,7 +377,8 @@ fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
 
 #[cfg(test)]
 mod tests {
-    use super::{has_data_change, mount_root, Change};
+    use super::{data_changes, mount_root, Change};
+    use std::collections::HashSet;
 
     #[test]
     fn mount_roots_from_mountinfo() {
@@ -378,14 +391,24 @@ mod tests {
     }
 
     #[test]
-    fn name_changes_are_not_streams() {
+    fn name_changes_are_not_data_changes() {
         let entry = Change::Entry(5, "a".into());
-        assert!(!has_data_change(&[entry.clone(), Change::Inode(5)]));
-        assert!(has_data_change(&[entry, Change::Inode(6)]));
-        assert!(has_data_change(&[Change::Child(5, "a".into())]));
-        assert!(!has_data_change(&[
+        assert!(data_changes(&[entry.clone(), Change::Inode(5)]).is_empty());
+        assert_eq!(
+            data_changes(&[entry, Change::Inode(6)]),
+            HashSet::from([Change::Inode(6)])
+        );
+        let child = Change::Child(5, "a".into());
+        assert_eq!(
+            data_changes(std::slice::from_ref(&child)),
+            HashSet::from([child])
+        );
+        // A delete changes the directory's times and the deleted inode's link count.
+        assert!(data_changes(&[
+            Change::Inode(9),
             Change::Deleted(5, 9, "b".into()),
             Change::Inode(5)
-        ]));
+        ])
+        .is_empty());
     }
 }
