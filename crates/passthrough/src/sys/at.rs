@@ -76,21 +76,7 @@ pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
 /// The mount `dir` is on (its id, as in `/proc/self/mountinfo`) and whether `dir` is that
 /// mount's root; `None` if the kernel does not say (before Linux 5.8).
 pub(crate) fn mount_of(dir: BorrowedFd<'_>) -> Option<(u64, bool)> {
-    let mut st = MaybeUninit::<libc::statx>::uninit();
-    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
-    // SAFETY: `EMPTY` is NUL-terminated, `dir` is open, and `st` has room for a `statx`.
-    let ret = unsafe {
-        libc::statx(
-            dir.as_raw_fd(),
-            EMPTY.as_ptr(),
-            flags,
-            libc::STATX_MNT_ID,
-            st.as_mut_ptr(),
-        )
-    };
-    check(ret).ok()?;
-    // SAFETY: `statx` succeeded, so it filled `st`.
-    let st = unsafe { st.assume_init() };
+    let st = statx_mask(dir, EMPTY, libc::STATX_MNT_ID).ok()?;
     let root_known = st.stx_attributes_mask & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
     let is_root = st.stx_attributes & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
     (st.stx_mask & libc::STATX_MNT_ID != 0 && root_known).then_some((st.stx_mnt_id, is_root))
@@ -110,9 +96,13 @@ pub(crate) fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> Result<Own
 /// `statx` of `name` in `dir` (or of `dir` itself when `name` is empty), never following a
 /// symlink.
 pub(crate) fn statx(dir: BorrowedFd<'_>, name: &CStr) -> Result<libc::statx> {
+    statx_mask(dir, name, libc::STATX_BASIC_STATS | libc::STATX_BTIME)
+}
+
+/// [`statx`] asking for the fields in `mask`.
+fn statx_mask(dir: BorrowedFd<'_>, name: &CStr, mask: u32) -> Result<libc::statx> {
     let mut st = MaybeUninit::<libc::statx>::uninit();
     let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_STATX_SYNC_AS_STAT;
-    let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
     // SAFETY: `name` is NUL-terminated, `dir` is open, and `st` has room for a `statx`.
     check(unsafe { libc::statx(dir.as_raw_fd(), name.as_ptr(), flags, mask, st.as_mut_ptr()) })?;
     // SAFETY: `statx` succeeded, so it filled `st`.
