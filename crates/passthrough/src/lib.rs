@@ -163,7 +163,10 @@ impl PassthroughFs {
         // tree through their own mount, the server (and the kernel's passthrough I/O on the
         // files it opens) through this one, which lets the watcher drop the server's data
         // writes at the source (see `watch`). Needs CAP_SYS_ADMIN; otherwise the host mount.
-        let whole_filesystem = ExportMount::is_filesystem_root(fd.as_fd());
+        // Only a fanotify watcher can use a filesystem mark; the others need not read
+        // mountinfo.
+        let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
+        let whole_filesystem = fanotify && ExportMount::is_filesystem_root(fd.as_fd());
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
