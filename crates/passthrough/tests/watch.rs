@@ -22,19 +22,16 @@ fn host(cmd: &str) -> Instant {
     start
 }
 
-fn started(
-    mode: WatchMode,
-) -> Option<(
-    common::TempDir,
-    std::path::PathBuf,
-    memofs_passthrough::PassthroughFs,
-    Arc<Recorder>,
-)> {
-    let config = PassthroughConfig {
+fn config(mode: WatchMode) -> PassthroughConfig {
+    PassthroughConfig {
         watch: mode,
         ..PassthroughConfig::default()
-    };
-    let (t, export, fs) = setup_with("watch", config);
+    }
+}
+
+/// Attaches a recorder to `fs`; `None` (and a skip message) if `mode`'s mechanism is not
+/// available here.
+fn watching(mode: WatchMode, fs: &memofs_passthrough::PassthroughFs) -> Option<Arc<Recorder>> {
     let rec = Arc::new(Recorder::default());
     fs.attach_invalidator(rec.clone());
     let want = match mode {
@@ -43,12 +40,25 @@ fn started(
         _ => None,
     };
     match fs.watch_mechanism() {
-        Some(m) if want.is_none_or(|w| w == m) => Some((t, export, fs, rec)),
+        Some(m) if want.is_none_or(|w| w == m) => Some(rec),
         other => {
             eprintln!("skipped: {mode:?} unavailable here ({other:?})");
             None
         }
     }
+}
+
+fn started(
+    mode: WatchMode,
+) -> Option<(
+    common::TempDir,
+    std::path::PathBuf,
+    memofs_passthrough::PassthroughFs,
+    Arc<Recorder>,
+)> {
+    let (t, export, fs) = setup_with("watch", config(mode));
+    let rec = watching(mode, &fs)?;
+    Some((t, export, fs, rec))
 }
 
 /// Host-side create, modify and delete, in the root and in a known subdirectory.
@@ -141,25 +151,19 @@ fn fanotify_reports_host_changes() {
 
 #[test]
 fn fanotify_filesystem_mark_reports_host_changes() {
-    let config = PassthroughConfig {
-        watch: WatchMode::Fanotify,
-        ..PassthroughConfig::default()
-    };
-    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs", config) else {
+    let mode = WatchMode::Fanotify;
+    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs", config(mode)) else {
         eprintln!("skipped: cannot mount a tmpfs here");
         return;
     };
-    let rec = Arc::new(Recorder::default());
-    fs.attach_invalidator(rec.clone());
-    if fs.watch_mechanism() != Some(WatchMechanism::Fanotify) {
-        eprintln!("skipped: fanotify unavailable here");
+    let Some(rec) = watching(mode, &fs) else {
         return;
-    }
+    };
     assert!(
         fs.watches_whole_filesystem(),
         "an export that is its filesystem's root is watched with one filesystem mark"
     );
-    check_host_changes(WatchMode::Fanotify, &export, &fs, &rec);
+    check_host_changes(mode, &export, &fs, &rec);
 }
 
 #[test]
