@@ -11,7 +11,8 @@
 //! the kernel serves from it keep atime as the rule says; the file's atime, mtime and size
 //! are reported from it. It is also mounted with the mount's `huge=` (default `within_size`:
 //! large folios sized by the write wherever the file's size covers them, so a sequentially
-//! written file costs the kernel one folio per write instead of one page per 4 KiB). Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
+//! written file costs the kernel one folio per write instead of one page per 4 KiB). Needs
+//! `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;

@@ -228,7 +228,7 @@ impl Backend for PassthroughFs {
         }
     }
 
-    /// A duplicate of the handle's descriptor, for FUSE passthrough.
+    /// Lends the handle's own descriptor, for FUSE passthrough.
     fn with_backing_fd(&self, _ino: Ino, fh: u64, use_fd: &mut dyn FnMut(BorrowedFd<'_>)) -> bool {
         match self.files.get(fh) {
             Ok(file) => {

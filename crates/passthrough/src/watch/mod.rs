@@ -13,8 +13,8 @@
 //! reported at once. Streams are not: data changes of an inode that also changed in the
 //! previous batch (every `write(2)` is an event), and batches of events the server caused
 //! itself while it works (read only to be skipped). After a stream batch the thread waits
-//! [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host
-//! kernel merges repeated events in its queue meanwhile (a `dd` of 4 KiB writes costs the
+//! [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host kernel
+//! merges repeated events in its queue meanwhile (a `dd` of 4 KiB writes costs the
 //! watcher ~40 ms of CPU per GiB instead of ~2 s), the server's own bursts cost one wakeup
 //! per window instead of one per operation, and each change is reported once per batch.
 //!
@@ -40,10 +40,10 @@
 //!   added or removed as directories come and go, and no directory is "watched", which
 //!   spares every `read(2)` and `write(2)` of a file in it the host kernel's parent lookup.
 //!   Otherwise a filesystem mark would deliver changes from outside the export, so
-//!   per-directory marks deliver only what the kernel can have cached. Needs Linux 5.9 and a filesystem with file handles and an
-//!   fsid (not every FUSE or network filesystem has them). Without `CAP_SYS_ADMIN` the
-//!   queue and mark counts are limited (`/proc/sys/fs/fanotify/max_queued_events`,
-//!   `max_user_marks`).
+//!   per-directory marks deliver only what the kernel can have cached. Needs Linux 5.9 and
+//!   a filesystem with file handles and an fsid (not every FUSE or network filesystem has
+//!   them). Without `CAP_SYS_ADMIN` the queue and mark counts are limited
+//!   (`/proc/sys/fs/fanotify/max_queued_events`, `max_user_marks`).
 //! - [`WatchMechanism::Inotify`] (fallback): a watch per known directory, bounded by
 //!   `/proc/sys/fs/inotify/max_user_watches` (a directory past the limit is not watched).
 //!   inotify does not say who made a change, so the server's own writes are reported too
