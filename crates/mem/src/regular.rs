@@ -20,7 +20,7 @@ use parking_lot::RwLock;
 
 use crate::backing::KernelFile;
 use crate::limits::Limits;
-use crate::reclaim::pages_freed;
+use crate::reclaim::{pages_allocated, pages_freed};
 
 /// Page size of the store.
 pub const PAGE_SIZE: u64 = 4096;
@@ -343,9 +343,12 @@ impl PageFile {
             .filter(|e| *e <= MAX_FILE_SIZE)
             .ok_or(Errno::EFBIG)?;
         let (first, last) = (offset / PAGE_SIZE, last_page(offset, data.len() as u64));
-        limits.charge_bytes(d.missing(first, last) * PAGE_SIZE)?;
+        let added = d.missing(first, last) * PAGE_SIZE;
+        limits.charge_bytes(added)?;
         d.store(offset, data);
         d.size = d.size.max(end);
+        drop(d);
+        pages_allocated(added);
         Ok(data.len() as u32)
     }
 
@@ -383,11 +386,14 @@ impl PageFile {
         match mode {
             0 | KEEP => {
                 let (first, last) = (offset / PAGE_SIZE, last_page(offset, len));
-                limits.charge_bytes(d.missing(first, last) * PAGE_SIZE)?;
+                let added = d.missing(first, last) * PAGE_SIZE;
+                limits.charge_bytes(added)?;
                 d.allocate(first, last);
                 if mode == 0 {
                     d.size = d.size.max(end);
                 }
+                drop(d);
+                pages_allocated(added);
                 Ok(())
             }
             m if m == PUNCH | KEEP => {
