@@ -40,6 +40,27 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+VIRTIO_ID_BALLOON = 0x0005
+VIRTIO_BALLOON_F_REPORTING = 5
+
+
+def free_page_reporting() -> bool:
+    """Whether a virtio balloon reports free memory to the hypervisor (free page reporting).
+
+    Then free blocks of 2 MiB and more that stay free for a few seconds are handed back to
+    the host, and the next large allocation faults them in again on the host side: the first
+    large-folio write after an idle spell runs several times slower than the next one (seen
+    with kernel tmpfs `huge=within_size` as with memofs). Recorded so reports say so.
+    """
+    for dev in Path("/sys/bus/virtio/devices").glob("*"):
+        device = _read(str(dev / "device"))
+        features = _read(str(dev / "features")) or ""
+        if device and int(device, 16) == VIRTIO_ID_BALLOON \
+                and features[VIRTIO_BALLOON_F_REPORTING:VIRTIO_BALLOON_F_REPORTING + 1] == "1":
+            return True
+    return False
+
+
 def now() -> str:
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -62,6 +83,8 @@ def capture() -> dict:
         "memory_kib": int(mem) if mem else None,
         "runner_affinity": sorted(os.sched_getaffinity(0)),
         "cpufreq_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "thp": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "free_page_reporting": free_page_reporting(),
         "fuse_max_pages_limit": _read("/proc/sys/fs/fuse/max_pages_limit"),
         "python": platform.python_version(),
         "memofs_bench": __version__,
@@ -77,5 +100,6 @@ def capture() -> dict:
 
 def summary_lines(env: dict) -> list[str]:
     keys = ["time", "kernel", "cpu_model", "online_cpus", "memory_kib", "runner_affinity",
-            "repo_commit", "memofs_binary", "memofs_version", "perf", "cc"]
+            "thp", "free_page_reporting", "repo_commit", "memofs_binary", "memofs_version",
+            "perf", "cc"]
     return [f"{k}: {env.get(k)}" for k in keys if k in env]
