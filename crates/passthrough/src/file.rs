@@ -139,6 +139,9 @@ impl PassthroughFs {
     fn register_created(&self, fd: OwnedFd, flags: i32) -> Result<(Attr, Opened)> {
         let path_fd = self.proc.reopen(fd.as_fd(), crate::namespace::PATH_FLAGS)?;
         let (inode, attr) = self.reference_fd(path_fd)?;
+        if self.caps_cached() {
+            inode.no_caps.created();
+        }
         match self.new_handle(inode.ino, fd, flags) {
             Ok(opened) => Ok((attr, opened)),
             Err(e) => {

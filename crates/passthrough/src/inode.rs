@@ -28,6 +28,7 @@ use memofs_core::{Errno, FileKind, Ino, Result, ROOT_INO};
 use parking_lot::RwLock;
 
 use crate::fd::CountedFd;
+use crate::xattr::NoCaps;
 
 /// Spare inode numbers are counted down from here.
 pub const SPARE_TOP: Ino = u64::MAX - 1;
@@ -59,6 +60,8 @@ pub(crate) struct Inode {
     pub kind: FileKind,
     /// `O_PATH | O_NOFOLLOW` descriptor pinning the host inode.
     pub fd: CountedFd,
+    /// Known to have no `security.capability` (see [`crate::xattr`]).
+    pub no_caps: NoCaps,
     /// The kernel's references.
     nlookup: AtomicU64,
 }
@@ -94,6 +97,7 @@ impl InodeTable {
             host,
             kind: FileKind::Directory,
             fd,
+            no_caps: NoCaps::default(),
             nlookup: AtomicU64::new(1),
         });
         InodeTable {
@@ -174,6 +178,7 @@ impl InodeTable {
             host,
             kind,
             fd: keep(fd)?,
+            no_caps: NoCaps::default(),
             nlookup: AtomicU64::new(1),
         });
         maps.by_ino.insert(ino, inode.clone());

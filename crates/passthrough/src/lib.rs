@@ -106,6 +106,7 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use memofs_core::{Caller, Errno, Ino, Invalidator};
@@ -139,6 +140,8 @@ pub struct PassthroughFs {
     export: ExportMount,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
+    /// A watcher runs, so per-inode knowledge of host attributes stays fresh.
+    watching: AtomicBool,
 }
 
 impl PassthroughFs {
@@ -198,6 +201,7 @@ impl PassthroughFs {
                 whole_filesystem,
             },
             watcher: Mutex::new(None),
+            watching: AtomicBool::new(false),
         })
     }
 
@@ -244,9 +248,21 @@ impl PassthroughFs {
                     self.config.watch,
                     self.export,
                     invalidator,
-                )
+                );
+                if slot.is_some() {
+                    // Nothing learnt while unwatched may be trusted.
+                    for inode in self.table.all() {
+                        inode.no_caps.forget();
+                    }
+                    self.watching.store(true, Ordering::Release);
+                }
             }
         }
+    }
+
+    /// Whether answers about `security.capability` may come from memory ([`crate::xattr`]).
+    pub(crate) fn caps_cached(&self) -> bool {
+        self.watching.load(Ordering::Acquire)
     }
 
     /// Whether the server works on a private, detached copy of the source's mount (as
@@ -271,6 +287,7 @@ impl PassthroughFs {
 
     /// Stops the watcher (waits for its thread); `attach_invalidator` starts a new one.
     pub fn stop_watcher(&self) {
+        self.watching.store(false, Ordering::Release);
         let w = self.watcher.lock().take();
         drop(w);
     }

@@ -1,16 +1,73 @@
 //! Extended attributes, on the host inode itself through its `/proc/self/fd/N` path (see
 //! [`crate::sys::xattr`]): works for every kind without opening the inode. Host errors
 //! (`ENODATA`, `ENOTSUP`, `EPERM` for `user.*` on symlinks, ...) come back unchanged.
+//!
+//! # `security.capability`
+//! The kernel asks for `security.capability` before the first write to each file and
+//! before every `chown` (to know whether file capabilities must be dropped): two round trips
+//! per file of an untar, each a path walk through `/proc` on the server. While the watcher
+//! runs, the server remembers per inode that the host file has none ([`NoCaps`]: files it
+//! created itself, and files the host said `ENODATA` for) and answers `ENODATA` without a
+//! system call. What may add the attribute clears the memory: a
+//! `setxattr`/`removexattr` through the mount, and any attribute change the watcher sees on
+//! the host (a host `setxattr` is one), so the answer is as fresh as the kernel's cached
+//! attributes. Without a watcher every request asks the host.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use memofs_core::{Caller, Ino, Result};
+use memofs_core::{Caller, Errno, Ino, Result};
 
 use crate::fd::ProcSelf;
 use crate::name;
 use crate::sys;
 use crate::PassthroughFs;
+
+/// The attribute the kernel checks before writes and `chown`.
+const CAPABILITY: &[u8] = b"security.capability";
+
+/// Whether an inode is known to have no `security.capability` on the host: bit 0 is the
+/// knowledge, the other bits a generation bumped by every [`NoCaps::forget`], so that an
+/// answer read from the host before a change cannot be recorded after it.
+#[derive(Debug, Default)]
+pub(crate) struct NoCaps(AtomicU64);
+
+impl NoCaps {
+    /// Known to have none.
+    pub(crate) fn known(&self) -> bool {
+        self.0.load(Ordering::Acquire) & 1 == 1
+    }
+
+    /// The state before asking the host (for [`NoCaps::record`]).
+    fn snapshot(&self) -> u64 {
+        self.0.load(Ordering::Acquire) & !1
+    }
+
+    /// The host said `ENODATA` to a question asked after `snapshot`: remember it, unless
+    /// something was forgotten since.
+    fn record(&self, snapshot: u64) {
+        let _ =
+            self.0
+                .compare_exchange(snapshot, snapshot | 1, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// A file the server has just created (nobody can have given it capabilities yet):
+    /// remember it has none, unless something was forgotten since its inode was made.
+    pub(crate) fn created(&self) {
+        self.record(0);
+    }
+
+    /// The attribute may have changed.
+    pub(crate) fn forget(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some((v & !1).wrapping_add(2))
+            });
+    }
+}
 
 impl PassthroughFs {
     fn xattr_path(
@@ -24,8 +81,18 @@ impl PassthroughFs {
 
     /// GETXATTR.
     pub(crate) fn get_xattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        let (_inode, path) = self.xattr_path(ino)?;
-        sys::xattr::get(&path, &name::c_string(name)?)
+        let caps = self.caps_cached() && name.as_bytes() == CAPABILITY;
+        let inode = self.table.get(ino)?;
+        if caps && inode.no_caps.known() {
+            return Err(Errno::ENODATA);
+        }
+        let snapshot = inode.no_caps.snapshot();
+        let path = ProcSelf::path(inode.fd.as_fd());
+        let got = sys::xattr::get(&path, &name::c_string(name)?);
+        if caps && got == Err(Errno::ENODATA) {
+            inode.no_caps.record(snapshot);
+        }
+        got
     }
 
     /// LISTXATTR.
@@ -44,17 +111,51 @@ impl PassthroughFs {
         value: &[u8],
         flags: i32,
     ) -> Result<()> {
-        let (_inode, path) = self.xattr_path(ino)?;
+        let (inode, path) = self.xattr_path(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        sys::xattr::set(&path, &name, value, flags)
+        let done = sys::xattr::set(&path, &name, value, flags);
+        inode.no_caps.forget();
+        done
     }
 
     /// REMOVEXATTR, with the caller's credentials (as [`PassthroughFs::set_xattr`]).
     pub(crate) fn remove_xattr(&self, caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
-        let (_inode, path) = self.xattr_path(ino)?;
+        let (inode, path) = self.xattr_path(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        sys::xattr::remove(&path, &name)
+        let done = sys::xattr::remove(&path, &name);
+        inode.no_caps.forget();
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoCaps;
+
+    #[test]
+    fn an_answer_from_before_a_change_is_not_remembered() {
+        let c = NoCaps::default();
+        let before = c.snapshot();
+        c.forget(); // the host changed attributes while the question was out
+        c.record(before);
+        assert!(!c.known());
+        let s = c.snapshot();
+        c.record(s);
+        assert!(c.known());
+        c.forget();
+        assert!(!c.known());
+    }
+
+    #[test]
+    fn created_counts_only_if_nothing_changed_since_the_inode_was_made() {
+        let c = NoCaps::default();
+        c.created();
+        assert!(c.known());
+        let d = NoCaps::default();
+        d.forget();
+        d.created();
+        assert!(!d.known());
     }
 }

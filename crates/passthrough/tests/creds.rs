@@ -5,13 +5,8 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use common::{n, setup, walk, USER};
+use common::{is_root, n, setup, walk, USER};
 use memofs_core::{Backend, Caller, Errno, ROOT_INO};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid only reads the process's effective user id.
-    unsafe { libc::geteuid() == 0 }
-}
 
 #[test]
 fn created_inodes_belong_to_the_caller() {

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, n, setup_with, walk, Recorder, Report};
+use common::{eventually, is_root, n, setup_with, walk, Recorder, Report};
 use memofs_core::{Backend, Caller, ROOT_INO};
 use memofs_passthrough::{PassthroughConfig, WatchMechanism, WatchMode};
 
@@ -259,4 +259,82 @@ fn fanotify_ignores_writes_through_the_servers_mount_but_not_the_hosts() {
         rec.0.lock()
     );
     fs.release(a.ino, o.fh).unwrap();
+}
+
+/// `security.capability` granting `cap_net_raw+ep` (revision 2, little endian).
+const CAPS: [u8; 20] = [
+    0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+fn set_caps_on_host(path: &std::path::Path) -> Instant {
+    let hex: String = CAPS.iter().map(|b| format!("{b:02x}")).collect();
+    host(&format!(
+        "setfattr -n security.capability -v 0x{hex} {}",
+        path.display()
+    ))
+}
+
+fn caps(
+    fs: &memofs_passthrough::PassthroughFs,
+    ino: memofs_core::Ino,
+) -> memofs_core::Result<Vec<u8>> {
+    fs.getxattr(ino, n("security.capability"))
+}
+
+/// The server answers "no capability" from memory while a watcher runs: for files it
+/// created and files the host said had none. A capability set on the host or through the
+/// server must show anyway.
+#[test]
+fn capability_answers_follow_host_and_server_changes() {
+    use memofs_core::Errno;
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+        return;
+    }
+    let Some((_t, export, fs, _rec)) = started(WatchMode::Auto) else {
+        return;
+    };
+    // Created by the server: known to have none.
+    let (a, o) = fs
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .unwrap();
+    fs.release(a.ino, o.fh).unwrap();
+    assert_eq!(caps(&fs, a.ino), Err(Errno::ENODATA));
+    set_caps_on_host(&export.join("made"));
+    assert!(
+        eventually(LIMIT, || caps(&fs, a.ino).as_deref() == Ok(&CAPS[..])),
+        "a capability set on the host never showed: {:?}",
+        caps(&fs, a.ino)
+    );
+    // Made on the host, asked once (the host says none), then given one on the host.
+    host(&format!("touch {}/host-made", export.display()));
+    let h = walk(&fs, "host-made").unwrap();
+    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
+    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
+    set_caps_on_host(&export.join("host-made"));
+    assert!(eventually(LIMIT, || caps(&fs, h.ino).as_deref() == Ok(&CAPS[..])));
+    // Through the server: seen at once.
+    let name = n("security.capability");
+    fs.removexattr(&Caller::ROOT, h.ino, name).unwrap();
+    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
+    fs.setxattr(&Caller::ROOT, h.ino, name, &CAPS, 0).unwrap();
+    assert_eq!(caps(&fs, h.ino).as_deref(), Ok(&CAPS[..]));
+}
+
+/// Without a watcher nothing is answered from memory.
+#[test]
+fn capability_is_asked_of_the_host_when_unwatched() {
+    use memofs_core::Errno;
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+        return;
+    }
+    let (_t, export, fs) = setup_with("watch-off", config(WatchMode::Off));
+    let (a, o) = fs
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .unwrap();
+    fs.release(a.ino, o.fh).unwrap();
+    assert_eq!(caps(&fs, a.ino), Err(Errno::ENODATA));
+    set_caps_on_host(&export.join("made"));
+    assert_eq!(caps(&fs, a.ino).as_deref(), Ok(&CAPS[..]));
 }

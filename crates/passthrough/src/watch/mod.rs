@@ -352,13 +352,19 @@ fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator
         match change {
             Change::Entry(parent, name) => invalidator.entry(parent, &name),
             Change::Deleted(parent, child, name) => invalidator.deleted(parent, child, &name),
-            Change::Inode(ino) => invalidator.inode(ino),
+            Change::Inode(ino) => {
+                if let Ok(inode) = table.get(ino) {
+                    inode.no_caps.forget();
+                }
+                invalidator.inode(ino)
+            }
             Change::Everything => {
                 log::warn!(
                     "passthrough: host events lost; invalidating every cached name and inode"
                 );
                 invalidator.everything();
                 for inode in table.all() {
+                    inode.no_caps.forget();
                     invalidator.inode(inode.ino);
                 }
             }

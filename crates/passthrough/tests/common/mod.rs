@@ -62,6 +62,12 @@ pub fn setup_with(tag: &str, config: PassthroughConfig) -> (TempDir, PathBuf, Pa
     (tmp, export, fs)
 }
 
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid only reads the process's effective user id.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// A tmpfs mounted for a test (root only), detached when dropped.
 pub struct Tmpfs(PathBuf);
 
