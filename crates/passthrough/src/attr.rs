@@ -1,9 +1,11 @@
 //! Attributes: host `statx` → [`Attr`], and SETATTR on the host.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use memofs_core::{Attr, Errno, FileKind, Ino, Result, SetAttr, TimeSet, Timestamp};
 
+use crate::fd::ProcSelf;
 use crate::inode::Inode;
 use crate::sys;
 use crate::PassthroughFs;
@@ -62,6 +64,22 @@ fn timespec(t: Option<TimeSet>) -> libc::timespec {
     libc::timespec { tv_sec, tv_nsec }
 }
 
+/// Set once `fchmodat2(AT_EMPTY_PATH)` turned out to be missing (before Linux 6.6).
+static NO_FCHMODAT2: AtomicBool = AtomicBool::new(false);
+
+/// Sets the mode of what `fd` pins: with `fchmodat2(AT_EMPTY_PATH)` where the kernel has it,
+/// else through the descriptor's `/proc/self/fd` name (a path walk through `/proc`, which
+/// cost untar's chmods more than the chmods themselves).
+fn chmod(proc: &ProcSelf, fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
+    if !NO_FCHMODAT2.load(Ordering::Relaxed) {
+        match sys::at::chmod_fd(fd, mode) {
+            Err(Errno::ENOSYS) | Err(Errno::EINVAL) => NO_FCHMODAT2.store(true, Ordering::Relaxed),
+            done => return done,
+        }
+    }
+    sys::at::chmod_at(proc.dir(), &ProcSelf::name(fd), mode)
+}
+
 impl PassthroughFs {
     /// Current attributes of `inode`.
     pub(crate) fn attr(&self, inode: &Inode) -> Result<Attr> {
@@ -89,11 +107,7 @@ impl PassthroughFs {
             sys::at::chown_fd(fd, set.uid, set.gid)?;
         }
         if let Some(mode) = set.mode {
-            sys::at::chmod_at(
-                self.proc.dir(),
-                &crate::fd::ProcSelf::name(fd),
-                mode & 0o7777,
-            )?;
+            chmod(&self.proc, fd, mode & 0o7777)?;
         }
         if let Some(size) = set.size {
             self.truncate(inode, set.fh, size)?;

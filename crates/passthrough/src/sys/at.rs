@@ -219,6 +219,24 @@ pub(crate) fn chmod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()
     check(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode, 0) }).map(drop)
 }
 
+/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)` (Linux 6.6+): the mode of the object an
+/// `O_PATH` descriptor pins, without a path walk. `ENOSYS` or `EINVAL` where the kernel has
+/// no `fchmodat2` or no `AT_EMPTY_PATH` for it.
+pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
+    // SAFETY: the name is the empty C string and `fd` is open; fchmodat2 takes
+    // (int dirfd, const char *path, mode_t mode, unsigned int flags).
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            mode,
+            libc::AT_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
 /// `utimensat(fd, "", times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: sets the times of the
 /// object itself. `UTIME_OMIT` / `UTIME_NOW` go in `tv_nsec`.
 pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> Result<()> {
