@@ -284,14 +284,13 @@ fn caps(
 /// The server answers "no capability" from memory while a watcher runs: for files it
 /// created and files the host said had none. A capability set on the host or through the
 /// server must show anyway.
-#[test]
-fn capability_answers_follow_host_and_server_changes() {
+fn capability_answers_follow_host_and_server_changes(mode: WatchMode) {
     use memofs_core::Errno;
     if !is_root() {
         eprintln!("skipped: setting security.capability needs root");
         return;
     }
-    let Some((_t, export, fs, _rec)) = started(WatchMode::Auto) else {
+    let Some((_t, export, fs, _rec)) = started(mode) else {
         return;
     };
     // Created by the server: known to have none.
@@ -319,6 +318,16 @@ fn capability_answers_follow_host_and_server_changes() {
     assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
     fs.setxattr(&Caller::ROOT, h.ino, name, &CAPS, 0).unwrap();
     assert_eq!(caps(&fs, h.ino).as_deref(), Ok(&CAPS[..]));
+}
+
+#[test]
+fn fanotify_capability_answers_follow_host_and_server_changes() {
+    capability_answers_follow_host_and_server_changes(WatchMode::Fanotify);
+}
+
+#[test]
+fn inotify_capability_answers_follow_host_and_server_changes() {
+    capability_answers_follow_host_and_server_changes(WatchMode::Inotify);
 }
 
 /// Without a watcher nothing is answered from memory.

@@ -157,6 +157,47 @@ fn chown_through_the_export_clears_setuid_and_setgid() {
     }
 }
 
+/// `security.capability` granting `cap_net_raw+ep` (revision 2, little endian).
+const CAPS: [u8; 20] = [
+    0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+#[test]
+fn file_capabilities_set_on_the_host_show_and_writes_drop_them() {
+    // The server answers "no capability" from memory for files it created (the kernel asks
+    // before the first write and every chown); a capability set on the host must show
+    // anyway, and a write through the mount must drop it as on any filesystem.
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    let caps = |p: &Path| sys::getxattr(p, "security.capability");
+    ok!(fs::write(m.join("prog"), b"first"));
+    assert_errno!(caps(&m.join("prog")), libc::ENODATA);
+    ok!(sys::setxattr(
+        host.join("prog"),
+        "security.capability",
+        &CAPS,
+        0
+    ));
+    eventually("a capability set on the host", || {
+        caps(&m.join("prog")).is_ok_and(|v| v == CAPS)
+    });
+    ok!(fs::OpenOptions::new()
+        .append(true)
+        .open(m.join("prog"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b" second")));
+    assert_errno!(
+        caps(&host.join("prog")),
+        libc::ENODATA,
+        "caps on the host after a write"
+    );
+    assert_errno!(
+        caps(&m.join("prog")),
+        libc::ENODATA,
+        "caps through the mount after a write"
+    );
+}
+
 #[test]
 fn created_files_belong_to_the_caller_on_the_host() {
     let Some((host, m)) = export() else {
