@@ -166,6 +166,36 @@ fn fanotify_filesystem_mark_reports_host_changes() {
     check_host_changes(mode, &export, &fs, &rec);
 }
 
+/// With the filesystem mark, an event names the file it is about by handle, so a change
+/// made through a hard link in a directory the kernel does not hold is still reported.
+#[test]
+fn fanotify_filesystem_mark_finds_files_by_identity() {
+    let mode = WatchMode::Fanotify;
+    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs-id", config(mode)) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let Some(rec) = watching(mode, &fs) else {
+        return;
+    };
+    if !fs.watches_whole_filesystem() {
+        eprintln!("skipped: no filesystem mark here");
+        return;
+    }
+    host(&format!(
+        "mkdir {0}/known {0}/unknown && echo a > {0}/known/f && ln {0}/known/f {0}/unknown/g",
+        export.display()
+    ));
+    let f = walk(&fs, "known/f").unwrap();
+    rec.clear();
+    host(&format!("echo more >> {}/unknown/g", export.display()));
+    assert!(
+        eventually(LIMIT, || rec.has(|r| *r == Report::Inode(f.ino))),
+        "{:?}",
+        rec.0.lock()
+    );
+}
+
 #[test]
 fn inotify_reports_host_changes() {
     reports_host_changes(WatchMode::Inotify);

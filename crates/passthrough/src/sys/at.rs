@@ -252,6 +252,36 @@ const MAX_HANDLE_SZ: usize = 128;
 /// A host file handle: `(handle_type, bytes)`.
 pub(crate) type FileHandle = (i32, Vec<u8>);
 
+/// `open_by_handle_at(mount, handle, O_PATH)`: an `O_PATH` descriptor of the object `handle`
+/// names on `mount`'s filesystem (needs `CAP_DAC_READ_SEARCH`). `ESTALE` when the object is
+/// gone.
+pub(crate) fn open_by_handle(
+    mount: BorrowedFd<'_>,
+    handle_type: i32,
+    bytes: &[u8],
+) -> Result<OwnedFd> {
+    if bytes.len() > MAX_HANDLE_SZ {
+        return Err(Errno::EINVAL);
+    }
+    let header = std::mem::size_of::<libc::file_handle>();
+    let mut buf = vec![0u32; (header + MAX_HANDLE_SZ).div_ceil(4)];
+    let fh = buf.as_mut_ptr().cast::<libc::file_handle>();
+    // SAFETY: `buf` is large enough and aligned for a `file_handle` header followed by
+    // `MAX_HANDLE_SZ` bytes; the header and the handle bytes are written before the call
+    // reads them.
+    let ret = unsafe {
+        (*fh).handle_bytes = bytes.len() as u32;
+        (*fh).handle_type = handle_type;
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            buf.as_mut_ptr().cast::<u8>().add(header),
+            bytes.len(),
+        );
+        libc::open_by_handle_at(mount.as_raw_fd(), fh, libc::O_PATH | libc::O_CLOEXEC)
+    };
+    owned_fd(i64::from(ret))
+}
+
 /// `name_to_handle_at(fd, "", .., AT_EMPTY_PATH)`: the file handle of the object itself.
 pub(crate) fn file_handle(fd: BorrowedFd<'_>) -> Result<FileHandle> {
     let header = std::mem::size_of::<libc::file_handle>();

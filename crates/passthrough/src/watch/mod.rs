@@ -39,7 +39,11 @@
 //!   per-directory marks: every change on that filesystem is in the export, no mark is
 //!   added or removed as directories come and go, and no directory is "watched", which
 //!   spares every `read(2)` and `write(2)` of a file in it the host kernel's parent lookup.
-//!   Otherwise a filesystem mark would deliver changes from outside the export, so
+//!   With that mark, and when the server may open handles, only directories' handles are
+//!   recorded; a file an event names by handle is opened by it and found by identity
+//!   ([`Change::Host`]), which spares every lookup and forget of a file a
+//!   `name_to_handle_at` and finds files changed through a hard link in a directory the
+//!   kernel does not hold. Otherwise a filesystem mark would deliver changes from outside the export, so
 //!   per-directory marks deliver only what the kernel can have cached. Needs Linux 5.9 and
 //!   a filesystem with file handles and an fsid (not every FUSE or network filesystem has
 //!   them). Without `CAP_SYS_ADMIN` the queue and mark counts are limited
@@ -129,6 +133,10 @@ pub(crate) enum Change {
     Inode(Ino),
     /// Attributes or data of whatever `name` in the directory is changed: found by name.
     Child(Ino, OsString),
+    /// Attributes or data of this host inode changed: found by identity.
+    Host(HostId),
+    /// As `Deleted`, with the child found by identity.
+    DeletedHost(Ino, HostId, OsString),
     /// Events were lost.
     Everything,
 }
@@ -315,19 +323,24 @@ fn run(table: &InodeTable, mut source: Box<dyn Source>, stop: &OwnedFd, slot: &I
 /// the times and link count of the directory it was made in, and the link count of an
 /// inode deleted.
 fn data_changes(changes: &[Change]) -> HashSet<Change> {
-    let named: HashSet<Ino> = changes
-        .iter()
-        .flat_map(|c| match c {
-            Change::Entry(p, _) => [Some(*p), None],
-            Change::Deleted(p, child, _) => [Some(*p), Some(*child)],
-            _ => [None, None],
-        })
-        .flatten()
-        .collect();
+    let mut named: HashSet<Ino> = HashSet::new();
+    let mut deleted_hosts: HashSet<HostId> = HashSet::new();
+    for c in changes {
+        match c {
+            Change::Entry(p, _) => drop(named.insert(*p)),
+            Change::Deleted(p, child, _) => named.extend([*p, *child]),
+            Change::DeletedHost(p, child, _) => {
+                named.insert(*p);
+                deleted_hosts.insert(*child);
+            }
+            _ => {}
+        }
+    }
     changes
         .iter()
         .filter(|c| match c {
             Change::Inode(ino) => !named.contains(ino),
+            Change::Host(host) => !deleted_hosts.contains(host),
             Change::Child(..) => true,
             _ => false,
         })
@@ -343,6 +356,14 @@ fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator
             Change::Child(parent, name) => match child_ino(table, *parent, name) {
                 Some(ino) => Change::Inode(ino),
                 None => continue,
+            },
+            Change::Host(host) => match table.find(*host) {
+                Some(inode) => Change::Inode(inode.ino),
+                None => continue,
+            },
+            Change::DeletedHost(parent, host, name) => match table.find(*host) {
+                Some(child) => Change::Deleted(*parent, child.ino, name.clone()),
+                None => Change::Entry(*parent, name.clone()),
             },
             c => c.clone(),
         };
@@ -368,7 +389,9 @@ fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator
                     invalidator.inode(inode.ino);
                 }
             }
-            Change::Child(..) => unreachable!("resolved above"),
+            Change::Child(..) | Change::Host(_) | Change::DeletedHost(..) => {
+                unreachable!("resolved above")
+            }
         }
     }
 }
@@ -383,7 +406,7 @@ fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
 
 #[cfg(test)]
 mod tests {
-    use super::{data_changes, mount_root, Change};
+    use super::{data_changes, mount_root, Change, HostId};
     use std::collections::HashSet;
 
     #[test]
@@ -416,5 +439,18 @@ mod tests {
             Change::Inode(5)
         ])
         .is_empty());
+        // The same with the deleted file known by identity only.
+        let host = HostId { dev: 1, ino: 9 };
+        assert!(data_changes(&[
+            Change::Host(host),
+            Change::DeletedHost(5, host, "b".into()),
+            Change::Inode(5)
+        ])
+        .is_empty());
+        let other = Change::Host(HostId { dev: 1, ino: 10 });
+        assert_eq!(
+            data_changes(std::slice::from_ref(&other)),
+            HashSet::from([other])
+        );
     }
 }
