@@ -188,6 +188,9 @@ impl TableHook for Hook {
     }
 
     fn removed(&self, inode: &Inode) {
+        if self.0.lazy.as_ref().is_some_and(|l| l.covers(inode)) {
+            return;
+        }
         let mut maps = self.0.maps.lock();
         if let Some(key) = maps.by_ino.remove(&inode.ino) {
             maps.by_handle.remove(&key);
