@@ -2,65 +2,31 @@
 //! counts, and encodes replies. No filesystem logic lives here.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::os::fd::BorrowedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, FileHandle, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use memofs_core::options::{MountOptions, PassthroughMode};
 use memofs_core::{
     Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Opened, Result, SetAttr, Timestamp,
 };
-use parking_lot::Mutex;
 
+use crate::backing::Backings;
+use crate::blocking::Blocking;
+use crate::config::TransportConfig;
 use crate::convert::{errno, file_attr, file_type, negative_attr, time_set};
+use crate::gate::Gate;
 use crate::stats::{Event, Op, Stats};
 
 /// Largest WRITE the kernel may send (it caps requests at `fs.fuse.max_pages_limit` pages).
 pub const MAX_WRITE: u32 = 1 << 20;
-
-/// Transport settings that are not cache timeouts.
-#[derive(Clone, Copy, Debug)]
-pub struct TransportConfig {
-    /// Ask for the kernel writeback cache.
-    pub writeback: bool,
-    /// Open every file with `FOPEN_DIRECT_IO`.
-    pub direct_io: bool,
-    /// Hand regular files' backing fds to the kernel (FUSE passthrough) where the backend has
-    /// them and the kernel allows it.
-    pub passthrough: bool,
-    /// Fail the mount if passthrough was asked for and the kernel does not offer it.
-    pub passthrough_required: bool,
-}
-
-impl TransportConfig {
-    /// The settings a mount with `opts` uses, for a backend that can (`backing_fds`) or
-    /// cannot hand the kernel file descriptors.
-    pub fn for_mount(opts: &MountOptions, backing_fds: bool) -> TransportConfig {
-        TransportConfig {
-            writeback: opts.writeback,
-            direct_io: opts.direct_io,
-            passthrough: opts.passthrough != PassthroughMode::Off && backing_fds,
-            passthrough_required: opts.passthrough == PassthroughMode::On && backing_fds,
-        }
-    }
-
-    /// Whether INIT asks for the writeback cache: never together with passthrough, which
-    /// excludes it. Backends that serve file data must know this before they are mounted.
-    pub fn writeback_cache(&self) -> bool {
-        self.writeback && !self.passthrough
-    }
-}
 
 /// The `fuser::Filesystem` implementation.
 pub struct Adapter<B: Backend> {
@@ -68,17 +34,26 @@ pub struct Adapter<B: Backend> {
     policy: CachePolicy,
     config: TransportConfig,
     stats: Arc<Stats>,
-    /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
-    passthrough: AtomicBool,
-    /// One backing id per inode with passthrough opens, with its open count.
-    backing: Mutex<HashMap<Ino, (Arc<BackingId>, usize)>>,
+    /// FUSE passthrough backing ids of open files.
+    backings: Backings,
     /// Set once mounted: where attribute changes the kernel cannot know of are reported.
     invalidator: Arc<OnceLock<Arc<dyn Invalidator>>>,
+    /// Where FSYNC and FSYNCDIR wait for the disk.
+    blocking: Blocking,
+    /// Which request threads read the device.
+    gate: Gate,
 }
 
 thread_local! {
     /// Each request thread reuses one read buffer: no allocation per READ.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn reply_unit(reply: ReplyEmpty, r: Result<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
 }
 
 fn caller(req: &Request) -> Caller {
@@ -102,9 +77,10 @@ impl<B: Backend> Adapter<B> {
             policy,
             config,
             stats,
-            passthrough: AtomicBool::new(false),
-            backing: Mutex::new(HashMap::new()),
+            backings: Backings::default(),
             invalidator: Arc::new(OnceLock::new()),
+            blocking: Blocking::default(),
+            gate: Gate::new(config.threads),
         }
     }
 
@@ -129,41 +105,6 @@ impl<B: Backend> Adapter<B> {
         req.uid() != 0
     }
 
-    /// The backing id to open `ino`/`fh` with, registering the backend's fd with the kernel
-    /// on the inode's first passthrough open. `None`: serve this open through the server.
-    fn backing_for(
-        &self,
-        ino: Ino,
-        fh: u64,
-        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
-        if !self.passthrough.load(Ordering::Relaxed) {
-            return None;
-        }
-        let mut map = self.backing.lock();
-        if let Some((id, opens)) = map.get_mut(&ino) {
-            *opens += 1;
-            return Some(id.clone());
-        }
-        let mut register = Some(register);
-        let mut registered = None;
-        self.backend.with_backing_fd(ino, fh, &mut |fd| {
-            registered = register.take().map(|r| r(fd));
-        });
-        match registered? {
-            Ok(id) => {
-                let id = Arc::new(id);
-                map.insert(ino, (id.clone(), 1));
-                Some(id)
-            }
-            Err(e) => {
-                log::warn!("kernel refused a passthrough backing fd ({e}); serving file data through the server");
-                self.passthrough.store(false, Ordering::Relaxed);
-                None
-            }
-        }
-    }
-
     /// Open flags as the backend should honour them: the kernel places every append itself
     /// (from its i_size, under the inode lock) and sends explicit offsets, and it also writes
     /// back mmap-dirtied pages through whatever handle maps them, so a backend that applied
@@ -172,7 +113,6 @@ impl<B: Backend> Adapter<B> {
         flags & !libc::O_APPEND
     }
 
-    /// Runs one request's handling and counts it, with its latency, under `op`.
     /// Open flags for a regular file: `FOPEN_NOFLUSH` unless the backend acts on `close`
     /// (the kernel ignores it under the writeback cache, which must write back on close);
     /// opens served by the server (not `passthrough`) also get the cache flags.
@@ -190,22 +130,21 @@ impl<B: Backend> Adapter<B> {
         f
     }
 
-    fn timed<R>(&self, op: Op, handle: impl FnOnce() -> R) -> R {
+    /// Runs one request's handling and counts it, with its latency, under `op`; then the
+    /// thread may park (see [`crate::gate`]).
+    fn timed<R>(&self, req: &Request, op: Op, handle: impl FnOnce() -> R) -> R {
+        self.gate.enter(req.pid());
+        let r = self.counted(op, handle);
+        self.gate.leave();
+        r
+    }
+
+    /// Runs one request's handling and counts it, with its latency, under `op`.
+    fn counted<R>(&self, op: Op, handle: impl FnOnce() -> R) -> R {
         let t = Instant::now();
         let r = handle();
         self.stats.record(op, t);
         r
-    }
-
-    /// A passthrough open of `ino` was released.
-    fn release_backing(&self, ino: Ino) {
-        let mut map = self.backing.lock();
-        if let Some((_, opens)) = map.get_mut(&ino) {
-            *opens -= 1;
-            if *opens == 0 {
-                map.remove(&ino);
-            }
-        }
     }
 
     fn reply_entry(&self, reply: ReplyEntry, r: Result<Attr>) {
@@ -231,10 +170,23 @@ impl<B: Backend> Adapter<B> {
     }
 
     fn reply_empty(&self, reply: ReplyEmpty, r: Result<()>) {
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_unit(reply, r)
+    }
+
+    /// Runs `sync` (an `fsync` of the backend) on a blocking-request thread and replies
+    /// from there (see [`crate::blocking`]).
+    fn sync_off_thread(
+        &self,
+        op: Op,
+        reply: ReplyEmpty,
+        sync: impl FnOnce(&B) -> Result<()> + Send + 'static,
+    ) {
+        let start = Instant::now();
+        let (backend, stats) = (self.backend.clone(), self.stats.clone());
+        self.blocking.run(move || {
+            reply_unit(reply, sync(&backend));
+            stats.record(op, start);
+        });
     }
 
     fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>>) {
@@ -280,7 +232,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 && config.set_max_stack_depth(1).is_ok()
             {
                 wanted |= InitFlags::FUSE_PASSTHROUGH;
-                self.passthrough.store(true, Ordering::Relaxed);
+                self.backings.enable();
             } else if self.config.passthrough_required {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::Unsupported,
@@ -326,13 +278,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.timed(Op::Forget, || {
+        // Not through the gate: fuser calls this once per node of a BATCH_FORGET, and a
+        // thread must not park between two of them.
+        self.counted(Op::Forget, || {
             self.backend.forget(ino.0, nlookup);
         });
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.timed(Op::Getattr, || {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.timed(req, Op::Getattr, || {
             self.reply_attr(reply, self.backend.getattr(ino.0));
         });
     }
@@ -355,7 +309,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.timed(Op::Setattr, || {
+        self.timed(req, Op::Setattr, || {
             let set = SetAttr {
                 mode,
                 uid,
@@ -381,8 +335,8 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.timed(Op::Readlink, || match self.backend.readlink(ino.0) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.timed(req, Op::Readlink, || match self.backend.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(e)),
         });
@@ -398,7 +352,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.timed(Op::Mknod, || {
+        self.timed(req, Op::Mknod, || {
             self.reply_entry(
                 reply,
                 self.backend.mknod(&caller(req), parent.0, name, mode, rdev),
@@ -415,7 +369,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.timed(Op::Mkdir, || {
+        self.timed(req, Op::Mkdir, || {
             self.reply_entry(
                 reply,
                 self.backend.mkdir(&caller(req), parent.0, name, mode),
@@ -424,13 +378,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.timed(Op::Unlink, || {
+        self.timed(req, Op::Unlink, || {
             self.reply_empty(reply, self.backend.unlink(&caller(req), parent.0, name));
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.timed(Op::Rmdir, || {
+        self.timed(req, Op::Rmdir, || {
             self.reply_empty(reply, self.backend.rmdir(&caller(req), parent.0, name));
         });
     }
@@ -443,7 +397,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.timed(Op::Symlink, || {
+        self.timed(req, Op::Symlink, || {
             self.reply_entry(
                 reply,
                 self.backend
@@ -462,7 +416,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Rename, || {
+        self.timed(req, Op::Rename, || {
             self.reply_empty(
                 reply,
                 self.backend.rename(
@@ -485,7 +439,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.timed(Op::Link, || {
+        self.timed(req, Op::Link, || {
             self.reply_entry(
                 reply,
                 self.backend.link(&caller(req), ino.0, newparent.0, newname),
@@ -494,7 +448,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.timed(Op::Open, || {
+        self.timed(req, Op::Open, || {
             match self
                 .backend
                 .open(&caller(req), ino.0, self.open_flags(flags.0))
@@ -504,13 +458,16 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                     // never sees the writes, so an unprivileged open for writing drops the
                     // bits now rather than at the first write (documented in the README).
                     let writing = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
-                    let passthrough = self.passthrough.load(Ordering::Relaxed);
+                    let passthrough = self.backings.enabled();
                     if Self::unprivileged(req)
                         && (flags.0 & libc::O_TRUNC != 0 || (writing && passthrough))
                     {
                         self.kill_privs(req, ino.0);
                     }
-                    match self.backing_for(ino.0, o.fh, |fd| reply.open_backing(fd)) {
+                    match self
+                        .backings
+                        .backing_for(&*self.backend, ino.0, o.fh, |fd| reply.open_backing(fd))
+                    {
                         Some(id) => reply.opened_passthrough(
                             FileHandle(o.fh),
                             self.fopen_flags(&o, true),
@@ -526,7 +483,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -535,7 +492,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.timed(Op::Read, || {
+        self.timed(req, Op::Read, || {
             READ_BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
                 match self.backend.read(ino.0, fh.0, offset, size, &mut buf) {
@@ -558,7 +515,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.timed(Op::Write, || {
+        self.timed(req, Op::Write, || {
             if wflags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                 self.kill_privs(req, ino.0);
             }
@@ -571,20 +528,20 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Flush, || {
+        self.timed(req, Op::Flush, || {
             self.reply_empty(reply, self.backend.flush(ino.0, fh.0));
         });
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -592,8 +549,8 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Release, || {
-            self.release_backing(ino.0);
+        self.timed(req, Op::Release, || {
+            self.backings.release(ino.0);
             self.reply_empty(reply, self.backend.release(ino.0, fh.0));
         });
     }
@@ -606,13 +563,11 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Fsync, || {
-            self.reply_empty(reply, self.backend.fsync(ino.0, fh.0, datasync));
-        });
+        self.sync_off_thread(Op::Fsync, reply, move |b| b.fsync(ino.0, fh.0, datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.timed(Op::Opendir, || {
+        self.timed(req, Op::Opendir, || {
             match self.backend.opendir(&caller(req), ino.0, flags.0) {
                 Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(e)),
@@ -622,13 +577,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.timed(Op::Readdir, || {
+        self.timed(req, Op::Readdir, || {
             let r = self.readdir_common(ino, fh, offset, false, &mut |e| {
                 !reply.add(INodeNo(e.ino), e.offset, file_type(e.kind), &e.name)
             });
@@ -641,13 +596,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.timed(Op::Readdirplus, || {
+        self.timed(req, Op::Readdirplus, || {
             let ttl = self.policy.entry_timeout.min(self.policy.attr_timeout);
             let r = self.readdir_common(ino, fh, offset, true, &mut |e| match &e.attr {
                 Some(a) => !reply.add(
@@ -683,13 +638,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Releasedir, || {
+        self.timed(req, Op::Releasedir, || {
             self.reply_empty(reply, self.backend.releasedir(ino.0, fh.0));
         });
     }
@@ -702,13 +657,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Fsyncdir, || {
-            self.reply_empty(reply, self.backend.fsyncdir(ino.0, fh.0, datasync));
+        self.sync_off_thread(Op::Fsyncdir, reply, move |b| {
+            b.fsyncdir(ino.0, fh.0, datasync)
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.timed(Op::Statfs, || match self.backend.statfs() {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.timed(req, Op::Statfs, || match self.backend.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
             ),
@@ -726,7 +681,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Setxattr, || {
+        self.timed(req, Op::Setxattr, || {
             self.reply_empty(
                 reply,
                 self.backend
@@ -735,27 +690,27 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         });
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.timed(Op::Getxattr, || {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.timed(req, Op::Getxattr, || {
             Self::reply_xattr(reply, size, self.backend.getxattr(ino.0, name));
         });
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.timed(Op::Listxattr, || {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.timed(req, Op::Listxattr, || {
             Self::reply_xattr(reply, size, self.backend.listxattr(ino.0));
         });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.timed(Op::Removexattr, || {
+        self.timed(req, Op::Removexattr, || {
             self.reply_empty(reply, self.backend.removexattr(&caller(req), ino.0, name));
         });
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); only existence is ours.
-        self.timed(Op::Access, || {
+        self.timed(req, Op::Access, || {
             self.reply_empty(reply, self.backend.getattr(ino.0).map(|_| ()));
         });
     }
@@ -770,7 +725,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.timed(Op::Create, || {
+        self.timed(req, Op::Create, || {
             match self
                 .backend
                 .create(&caller(req), parent.0, name, mode, self.open_flags(flags))
@@ -784,7 +739,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                         Generation(attr.generation),
                         FileHandle(o.fh),
                     );
-                    match self.backing_for(attr.ino, o.fh, |fd| reply.open_backing(fd)) {
+                    match self
+                        .backings
+                        .backing_for(&*self.backend, attr.ino, o.fh, |fd| reply.open_backing(fd))
+                    {
                         Some(id) => reply.created_passthrough(
                             &ttl,
                             &fa,
@@ -805,7 +763,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -813,7 +771,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.timed(Op::Fallocate, || {
+        self.timed(req, Op::Fallocate, || {
             self.reply_empty(
                 reply,
                 self.backend.fallocate(ino.0, fh.0, offset, length, mode),
@@ -823,14 +781,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.timed(Op::Lseek, || {
+        self.timed(req, Op::Lseek, || {
             let r = u64::try_from(offset)
                 .map_err(|_| Errno::ENXIO)
                 .and_then(|off| self.backend.lseek(ino.0, fh.0, off, whence));
@@ -843,7 +801,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -854,7 +812,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.timed(Op::CopyFileRange, || {
+        self.timed(req, Op::CopyFileRange, || {
             match self.backend.copy_file_range(
                 ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
             ) {

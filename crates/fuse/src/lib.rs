@@ -7,8 +7,12 @@
 #![deny(missing_docs)]
 
 pub mod adapter;
+mod backing;
+pub mod blocking;
+pub mod config;
 pub mod control;
 pub mod convert;
+pub mod gate;
 pub mod invalidator;
 pub mod mountinfo;
 pub mod stats;
@@ -23,7 +27,8 @@ use fuser::{Config, MountOption, SessionACL};
 use memofs_core::options::{KernelFlag, MountOptions};
 use memofs_core::Backend;
 
-pub use adapter::{Adapter, TransportConfig};
+pub use adapter::Adapter;
+pub use config::TransportConfig;
 use invalidator::NotifyInvalidator;
 pub use stats::Stats;
 
