@@ -133,7 +133,8 @@ impl<B: Backend> Adapter<B> {
     /// Runs one request's handling and counts it, with its latency, under `op`; then the
     /// thread may park (see [`crate::gate`]).
     fn timed<R>(&self, req: &Request, op: Op, handle: impl FnOnce() -> R) -> R {
-        self.gate.enter(req.pid());
+        self.gate
+            .enter(req.pid(), matches!(op, Op::Read | Op::Write));
         let r = self.counted(op, handle);
         self.gate.leave();
         r

@@ -10,10 +10,11 @@
 //! two readers of one file through `direct_io` read 37% less with one thread than with two.
 //!
 //! So a thread that finishes a request parks (in the callback, after its reply went out)
-//! when another thread is waiting in `read(2)`, unless the caller changed within the last
-//! [`HOLD`] (callers taking turns that fast are working at the same time, and want every
-//! thread); and one parked thread goes back to reading when a request from another caller
-//! starts while no thread is reading. Parked threads also go back
+//! when another thread is waiting in `read(2)`, unless the caller changed or a READ or WRITE
+//! started within the last [`HOLD`] (callers taking turns that fast are working at the same
+//! time, and the kernel sends a caller's reads and writes several at a time: readahead,
+//! writeback, the pages of a mapping); and one parked thread goes back to reading when such
+//! a request starts while no thread is reading. Parked threads also go back
 //! by themselves after [`REJOIN`], so none holds up an unmount for longer (a reader then
 //! sees `ENODEV` and ends its loop); a thread parks only while another reads, so requests
 //! are always read.
@@ -69,20 +70,25 @@ impl Gate {
         }
     }
 
-    /// A request from process or thread `pid` (0: the kernel's own) starts on this thread.
-    pub fn enter(&self, pid: u32) {
+    /// A request from process or thread `pid` (0: the kernel's own) starts on this thread;
+    /// `data`: a READ or WRITE, which the kernel sends several at a time for one caller
+    /// (readahead, writeback, the pages of a mapping), so they count as callers at once.
+    pub fn enter(&self, pid: u32, data: bool) {
         if self.threads < 2 {
             return;
         }
         let mut s = self.state.lock();
         s.busy += 1;
-        if pid == 0 || pid == s.last_pid {
+        let another = pid != 0 && pid != s.last_pid;
+        if !another && !data {
             return;
         }
-        if s.last_pid != 0 {
+        if data || s.last_pid != 0 {
             s.switched = Some(Instant::now());
         }
-        s.last_pid = pid;
+        if pid != 0 {
+            s.last_pid = pid;
+        }
         if self.readers(&s) == 0 && s.parked > s.unpark {
             s.unpark += 1;
             self.wake.notify_one();
@@ -134,7 +140,7 @@ mod tests {
     #[test]
     fn one_thread_never_parks() {
         let g = Gate::new(1);
-        g.enter(7);
+        g.enter(7, false);
         g.leave();
         assert_eq!(g.parked(), 0);
     }
@@ -146,7 +152,7 @@ mod tests {
         let a = {
             let g = g.clone();
             std::thread::spawn(move || {
-                g.enter(100);
+                g.enter(100, false);
                 g.leave();
             })
         };
@@ -156,11 +162,11 @@ mod tests {
             std::thread::yield_now();
         }
         // B takes a request from the same caller: A stays parked.
-        g.enter(100);
+        g.enter(100, false);
         assert_eq!(g.parked(), 1);
         g.leave(); // B is the only reader: it does not park.
                    // A request from another caller while B is busy and nobody reads: A goes back.
-        g.enter(200);
+        g.enter(200, false);
         a.join().unwrap();
         assert_eq!(g.parked(), 0);
     }
@@ -169,9 +175,20 @@ mod tests {
     fn threads_do_not_park_while_callers_take_turns() {
         let g = Gate::with_rejoin(3, Duration::from_secs(60));
         let start = Instant::now();
-        g.enter(1);
-        g.enter(2); // a second caller while the first is served
+        g.enter(1, false);
+        g.enter(2, false); // a second caller while the first is served
         g.leave(); // two threads would read: parking is held off
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert_eq!(g.parked(), 0);
+    }
+
+    #[test]
+    fn threads_do_not_park_after_reads_and_writes() {
+        let g = Gate::with_rejoin(3, Duration::from_secs(60));
+        let start = Instant::now();
+        g.enter(1, false);
+        g.enter(1, true); // the same caller's readahead
+        g.leave();
         assert!(start.elapsed() < Duration::from_secs(10));
         assert_eq!(g.parked(), 0);
     }
@@ -181,7 +198,7 @@ mod tests {
         let rejoin = Duration::from_millis(50);
         let g = Gate::with_rejoin(2, rejoin);
         let start = Instant::now();
-        g.enter(1);
+        g.enter(1, false);
         g.leave(); // the other thread counts as reading: this one parks until `rejoin`
         assert!(start.elapsed() >= rejoin);
         assert_eq!(g.parked(), 0);
