@@ -287,7 +287,7 @@ pub fn option_docs() -> Vec<OptionDoc> {
         d(
             "threads=N",
             "CPUs (at least 2)".into(),
-            "request threads, each with its own cloned /dev/fuse queue",
+            "request threads, each with its own cloned /dev/fuse queue (those one caller does not need wait aside)",
         ),
         d(
             "passthrough=auto|on|off",
