@@ -199,6 +199,33 @@ impl<B: Backend> Adapter<B> {
         }
     }
 
+    /// LOOKUP, counted (with its hit or miss) before the reply, so a client that saw the
+    /// answer also sees it counted.
+    fn lookup_counted(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t = Instant::now();
+        let r = self.backend.lookup(&caller(req), parent.0, name);
+        self.stats.event(match r {
+            Ok(_) => Event::LookupHit,
+            Err(_) => Event::LookupMiss,
+        });
+        self.stats.record(Op::Lookup, t);
+        match r {
+            Err(Errno::ENOENT) => match self.policy.negative() {
+                Some(neg) => {
+                    self.stats.event(Event::NegativeReply);
+                    reply.entry_with_ttls(
+                        &Duration::ZERO,
+                        &neg.entry_timeout,
+                        &negative_attr(),
+                        Generation(0),
+                    );
+                }
+                None => reply.error(errno(Errno::ENOENT)),
+            },
+            r => self.reply_entry(reply, r),
+        }
+    }
+
     fn readdir_common(
         &self,
         ino: INodeNo,
@@ -253,29 +280,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let t = Instant::now();
-        let r = self.backend.lookup(&caller(req), parent.0, name);
-        // Counted before the reply, so a client that saw the answer also sees it counted.
-        self.stats.event(match r {
-            Ok(_) => Event::LookupHit,
-            Err(_) => Event::LookupMiss,
-        });
-        self.stats.record(Op::Lookup, t);
-        match r {
-            Err(Errno::ENOENT) => match self.policy.negative() {
-                Some(neg) => {
-                    self.stats.event(Event::NegativeReply);
-                    reply.entry_with_ttls(
-                        &Duration::ZERO,
-                        &neg.entry_timeout,
-                        &negative_attr(),
-                        Generation(0),
-                    );
-                }
-                None => reply.error(errno(Errno::ENOENT)),
-            },
-            r => self.reply_entry(reply, r),
-        }
+        // Not through `timed`: the lookup counts its hits and misses before replying.
+        self.gate.enter(req.pid(), false);
+        self.lookup_counted(req, parent, name, reply);
+        self.gate.leave();
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

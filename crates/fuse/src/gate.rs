@@ -71,8 +71,9 @@ impl Gate {
     }
 
     /// A request from process or thread `pid` (0: the kernel's own) starts on this thread;
-    /// `data`: a READ or WRITE, which the kernel sends several at a time for one caller
-    /// (readahead, writeback, the pages of a mapping), so they count as callers at once.
+    /// `data`: a READ, WRITE or COPY_FILE_RANGE, which the kernel sends several at a time for
+    /// one caller (readahead, writeback, the pages of a mapping) or which may take long, so
+    /// they count as callers at once.
     pub fn enter(&self, pid: u32, data: bool) {
         if self.threads < 2 {
             return;
@@ -119,6 +120,9 @@ impl Gate {
             }
         }
         s.parked -= 1;
+        // A wakeup aimed at a thread whose wait had just timed out leaves a token nobody
+        // waits for; drop it rather than let the next thread skip its park.
+        s.unpark = s.unpark.min(s.parked);
     }
 
     /// Threads neither busy nor parked: reading, or on their way to.

@@ -71,13 +71,26 @@ static NO_FCHMODAT2: AtomicBool = AtomicBool::new(false);
 /// else through the descriptor's `/proc/self/fd` name (a path walk through `/proc`, which
 /// cost untar's chmods more than the chmods themselves).
 fn chmod(proc: &ProcSelf, fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
-    if !NO_FCHMODAT2.load(Ordering::Relaxed) {
-        match sys::at::chmod_fd(fd, mode) {
-            Err(Errno::ENOSYS) | Err(Errno::EINVAL) => NO_FCHMODAT2.store(true, Ordering::Relaxed),
-            done => return done,
-        }
+    let by_proc = || sys::at::chmod_at(proc.dir(), &ProcSelf::name(fd), mode);
+    if NO_FCHMODAT2.load(Ordering::Relaxed) {
+        return by_proc();
     }
-    sys::at::chmod_at(proc.dir(), &ProcSelf::name(fd), mode)
+    match sys::at::chmod_fd(fd, mode) {
+        Err(Errno::ENOSYS) | Err(Errno::EINVAL) => {
+            NO_FCHMODAT2.store(true, Ordering::Relaxed);
+            by_proc()
+        }
+        // A seccomp profile older than fchmodat2 may refuse it with EPERM; a real EPERM
+        // (an immutable file) fails the same way through /proc.
+        Err(Errno::EPERM) => {
+            let done = by_proc();
+            if done.is_ok() {
+                NO_FCHMODAT2.store(true, Ordering::Relaxed);
+            }
+            done
+        }
+        done => done,
+    }
 }
 
 impl PassthroughFs {

@@ -123,12 +123,13 @@ impl PassthroughFs {
             let f = (f & CREATE_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
             sys::at::openat2(dir.fd.as_fd(), &name, f, mode & 0o7777, self.resolve)
         };
+        let changes = self.table.host_changes();
         let created = {
             let _creds = self.as_caller(caller);
             self.open_noatime(false, flags, create)
         };
         match created {
-            Ok(fd) => self.register_created(fd, flags),
+            Ok(fd) => self.register_created(fd, flags, changes),
             Err(Errno::EEXIST) if !exclusive => self.open_existing(caller, &dir, &name, flags),
             Err(e) => Err(e),
         }
@@ -136,10 +137,12 @@ impl PassthroughFs {
 
     /// Enters a file just created through `fd` into the inode table (its `O_PATH`
     /// descriptor is re-opened from `fd`, not looked up by name again) and opens a handle.
-    fn register_created(&self, fd: OwnedFd, flags: i32) -> Result<(Attr, Opened)> {
+    /// `changes`: the watcher's count of delivered host changes before the file was created;
+    /// if any came since, one may have been about this file before it was in the table.
+    fn register_created(&self, fd: OwnedFd, flags: i32, changes: u64) -> Result<(Attr, Opened)> {
         let path_fd = self.proc.reopen(fd.as_fd(), crate::namespace::PATH_FLAGS)?;
         let (inode, attr) = self.reference_fd(path_fd)?;
-        if self.caps_cached() {
+        if self.caps_cached(&inode) && self.table.host_changes() == changes {
             inode.no_caps.created();
         }
         match self.new_handle(inode.ino, fd, flags) {

@@ -86,6 +86,8 @@ struct Maps {
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
     root_dev: u64,
+    /// Batches of host changes the watcher has delivered (see [`crate::xattr`]).
+    host_changes: AtomicU64,
 }
 
 impl InodeTable {
@@ -108,6 +110,7 @@ impl InodeTable {
                 hook: None,
             }),
             root_dev: host.dev,
+            host_changes: AtomicU64::new(0),
         }
     }
 
@@ -245,6 +248,21 @@ impl InodeTable {
         // never under the table lock: `close` is a system call.
         drop(maps);
         drop(inode);
+    }
+
+    /// Whether `inode` is on the export root's filesystem.
+    pub(crate) fn on_root_filesystem(&self, inode: &Inode) -> bool {
+        inode.host.dev == self.root_dev
+    }
+
+    /// Counts a batch of host changes about to be delivered.
+    pub(crate) fn note_host_changes(&self) {
+        self.host_changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Batches of host changes delivered so far.
+    pub(crate) fn host_changes(&self) -> u64 {
+        self.host_changes.load(Ordering::Acquire)
     }
 
     /// The kernel's references to `ino` (0 when unknown), for tests and diagnostics.

@@ -140,7 +140,8 @@ pub struct PassthroughFs {
     export: ExportMount,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
-    /// A watcher runs, so per-inode knowledge of host attributes stays fresh.
+    /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
+    /// attributes on it stays fresh.
     watching: AtomicBool,
 }
 
@@ -249,7 +250,7 @@ impl PassthroughFs {
                     self.export,
                     invalidator,
                 );
-                if slot.is_some() {
+                if slot.as_ref().is_some_and(Watcher::whole_filesystem) {
                     // Nothing learnt while unwatched may be trusted.
                     for inode in self.table.all() {
                         inode.no_caps.forget();
@@ -260,9 +261,10 @@ impl PassthroughFs {
         }
     }
 
-    /// Whether answers about `security.capability` may come from memory ([`crate::xattr`]).
-    pub(crate) fn caps_cached(&self) -> bool {
-        self.watching.load(Ordering::Acquire)
+    /// Whether answers about `inode`'s `security.capability` may come from memory
+    /// ([`crate::xattr`]): the watcher marks the whole filesystem `inode` is on.
+    pub(crate) fn caps_cached(&self, inode: &crate::inode::Inode) -> bool {
+        self.watching.load(Ordering::Acquire) && self.table.on_root_filesystem(inode)
     }
 
     /// Whether the server works on a private, detached copy of the source's mount (as
@@ -287,8 +289,10 @@ impl PassthroughFs {
 
     /// Stops the watcher (waits for its thread); `attach_invalidator` starts a new one.
     pub fn stop_watcher(&self) {
+        let mut slot = self.watcher.lock();
         self.watching.store(false, Ordering::Release);
-        let w = self.watcher.lock().take();
+        let w = slot.take();
+        drop(slot);
         drop(w);
     }
 }

@@ -6,12 +6,16 @@
 //! The kernel asks for `security.capability` before the first write to each file and
 //! before every `chown` (to know whether file capabilities must be dropped): two round trips
 //! per file of an untar, each a path walk through `/proc` on the server. While the watcher
-//! runs, the server remembers per inode that the host file has none ([`NoCaps`]: files it
-//! created itself, and files the host said `ENODATA` for) and answers `ENODATA` without a
-//! system call. What may add the attribute clears the memory: a
-//! `setxattr`/`removexattr` through the mount, and any attribute change the watcher sees on
-//! the host (a host `setxattr` is one), so the answer is as fresh as the kernel's cached
-//! attributes. Without a watcher every request asks the host.
+//! marks the export's whole filesystem (fanotify filesystem mark: every change on it is
+//! seen, whichever name or hard link it was made through), the server remembers per inode
+//! of that filesystem that the host file has none ([`NoCaps`]: files it created itself, and
+//! files the host said `ENODATA` for) and answers `ENODATA` without a system call. What may
+//! add the attribute clears the memory: a `setxattr`/`removexattr` through the mount, and
+//! any attribute change the watcher sees on the host (a host `setxattr` is one), so the
+//! answer is as fresh as the kernel's cached attributes. A file just created counts only if
+//! the watcher delivered nothing between its creation and its entry in the table (an event
+//! about it could not have found it). With per-directory marks, inotify or no watcher (some
+//! changes could go unseen), every request asks the host.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -81,8 +85,8 @@ impl PassthroughFs {
 
     /// GETXATTR.
     pub(crate) fn get_xattr(&self, ino: Ino, name: &OsStr) -> Result<Vec<u8>> {
-        let caps = self.caps_cached() && name.as_bytes() == CAPABILITY;
         let inode = self.table.get(ino)?;
+        let caps = name.as_bytes() == CAPABILITY && self.caps_cached(&inode);
         if caps && inode.no_caps.known() {
             return Err(Errno::ENODATA);
         }

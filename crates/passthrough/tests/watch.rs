@@ -311,53 +311,101 @@ fn caps(
     fs.getxattr(ino, n("security.capability"))
 }
 
-/// The server answers "no capability" from memory while a watcher runs: for files it
-/// created and files the host said had none. A capability set on the host or through the
-/// server must show anyway.
-fn capability_answers_follow_host_and_server_changes(mode: WatchMode) {
+/// A capability set on the host or through the server shows, whether or not the server
+/// answers "no capability" from memory.
+fn check_capability_answers(export: &std::path::Path, fs: &memofs_passthrough::PassthroughFs) {
+    use memofs_core::Errno;
+    // Created by the server (with a filesystem mark: known to have none).
+    let (a, o) = fs
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .unwrap();
+    fs.release(a.ino, o.fh).unwrap();
+    assert_eq!(caps(fs, a.ino), Err(Errno::ENODATA));
+    set_caps_on_host(&export.join("made"));
+    assert!(
+        eventually(LIMIT, || caps(fs, a.ino).as_deref() == Ok(&CAPS[..])),
+        "a capability set on the host never showed: {:?}",
+        caps(fs, a.ino)
+    );
+    // Made on the host, asked once (the host says none), then given one on the host.
+    host(&format!("touch {}/host-made", export.display()));
+    let h = walk(fs, "host-made").unwrap();
+    assert_eq!(caps(fs, h.ino), Err(Errno::ENODATA));
+    assert_eq!(caps(fs, h.ino), Err(Errno::ENODATA));
+    set_caps_on_host(&export.join("host-made"));
+    assert!(eventually(LIMIT, || caps(fs, h.ino).as_deref() == Ok(&CAPS[..])));
+    // Through the server: seen at once.
+    let name = n("security.capability");
+    fs.removexattr(&Caller::ROOT, h.ino, name).unwrap();
+    assert_eq!(caps(fs, h.ino), Err(Errno::ENODATA));
+    fs.setxattr(&Caller::ROOT, h.ino, name, &CAPS, 0).unwrap();
+    assert_eq!(caps(fs, h.ino).as_deref(), Ok(&CAPS[..]));
+}
+
+/// With one mark on the whole filesystem every host change is seen, and the server answers
+/// "no capability" from memory for files it created or the host said had none.
+#[test]
+fn fanotify_filesystem_mark_capability_answers_follow_host_and_server_changes() {
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+        return;
+    }
+    let mode = WatchMode::Fanotify;
+    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-caps", config(mode)) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    if watching(mode, &fs).is_none() {
+        return;
+    }
+    assert!(fs.watches_whole_filesystem());
+    check_capability_answers(&export, &fs);
+}
+
+#[test]
+fn fanotify_capability_answers_follow_host_and_server_changes() {
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+        return;
+    }
+    if let Some((_t, export, fs, _rec)) = started(WatchMode::Fanotify) {
+        check_capability_answers(&export, &fs);
+    }
+}
+
+#[test]
+fn inotify_capability_answers_follow_host_and_server_changes() {
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+        return;
+    }
+    if let Some((_t, export, fs, _rec)) = started(WatchMode::Inotify) {
+        check_capability_answers(&export, &fs);
+    }
+}
+
+/// With marks on the export's directories only, a change made through a hard link outside
+/// the export raises no event: the server must not answer from memory there.
+#[test]
+fn capability_is_asked_of_the_host_when_changes_can_go_unseen() {
     use memofs_core::Errno;
     if !is_root() {
         eprintln!("skipped: setting security.capability needs root");
         return;
     }
-    let Some((_t, export, fs, _rec)) = started(mode) else {
+    let Some((t, export, fs, _rec)) = started(WatchMode::Fanotify) else {
         return;
     };
-    // Created by the server: known to have none.
+    assert!(!fs.watches_whole_filesystem());
     let (a, o) = fs
         .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
         .unwrap();
     fs.release(a.ino, o.fh).unwrap();
     assert_eq!(caps(&fs, a.ino), Err(Errno::ENODATA));
-    set_caps_on_host(&export.join("made"));
-    assert!(
-        eventually(LIMIT, || caps(&fs, a.ino).as_deref() == Ok(&CAPS[..])),
-        "a capability set on the host never showed: {:?}",
-        caps(&fs, a.ino)
-    );
-    // Made on the host, asked once (the host says none), then given one on the host.
-    host(&format!("touch {}/host-made", export.display()));
-    let h = walk(&fs, "host-made").unwrap();
-    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
-    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
-    set_caps_on_host(&export.join("host-made"));
-    assert!(eventually(LIMIT, || caps(&fs, h.ino).as_deref() == Ok(&CAPS[..])));
-    // Through the server: seen at once.
-    let name = n("security.capability");
-    fs.removexattr(&Caller::ROOT, h.ino, name).unwrap();
-    assert_eq!(caps(&fs, h.ino), Err(Errno::ENODATA));
-    fs.setxattr(&Caller::ROOT, h.ino, name, &CAPS, 0).unwrap();
-    assert_eq!(caps(&fs, h.ino).as_deref(), Ok(&CAPS[..]));
-}
-
-#[test]
-fn fanotify_capability_answers_follow_host_and_server_changes() {
-    capability_answers_follow_host_and_server_changes(WatchMode::Fanotify);
-}
-
-#[test]
-fn inotify_capability_answers_follow_host_and_server_changes() {
-    capability_answers_follow_host_and_server_changes(WatchMode::Inotify);
+    let outside = t.join("outside-link");
+    std::fs::hard_link(export.join("made"), &outside).unwrap();
+    set_caps_on_host(&outside);
+    assert_eq!(caps(&fs, a.ino).as_deref(), Ok(&CAPS[..]));
 }
 
 /// Without a watcher nothing is answered from memory.

@@ -48,6 +48,9 @@ const EXTRA_FLAGS: [u32; 4] = [
     0,
 ];
 
+/// `statfs` type of tmpfs (`TMPFS_MAGIC`).
+const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+
 /// Bytes of events read at once.
 const EVENT_BUF: usize = 64 * 1024;
 
@@ -92,8 +95,15 @@ struct Lazy {
 }
 
 impl Lazy {
-    /// Set up for the root's filesystem when opening the root's own handle works.
+    /// Set up for the root's filesystem when it is a tmpfs and opening the root's own handle
+    /// works. Only tmpfs: it opens the handle of a file deleted while the server holds it
+    /// (tested), which a host delete needs to name the deleted inode; other filesystems may
+    /// answer `ESTALE` there (ext4 for unlinked inodes), and keep recording every handle.
     fn probe(proc: &ProcSelf, root: &Inode, key: &HandleKey) -> Option<Lazy> {
+        let tmpfs = sys::io::fstatfs(root.fd.as_fd()).is_ok_and(|st| st.f_type == TMPFS_MAGIC);
+        if !tmpfs {
+            return None;
+        }
         // open_by_handle_at refuses an O_PATH descriptor as its mount argument.
         let opened = proc
             .reopen(root.fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
@@ -246,6 +256,7 @@ pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, export: ExportMount) -> R
         shared: shared.clone(),
         buf: vec![0; EVENT_BUF],
         own_pid: std::process::id() as i32,
+        decoded: Vec::new(),
     };
     Ok(Parts {
         source: Box::new(source),
@@ -295,6 +306,38 @@ struct FanSource {
     shared: Arc<Shared>,
     buf: Vec<u8>,
     own_pid: i32,
+    /// The events of one read, decoded under the maps lock; handles are opened after.
+    decoded: Vec<Decoded>,
+}
+
+/// A change as decoded under the maps lock: ready, or naming an object by a handle that is
+/// opened afterwards (see [`Lazy`]), so that no `open_by_handle_at` runs while the table
+/// hook may wait for the lock.
+enum Decoded {
+    Ready(Change),
+    /// Attributes or data of the object `key` names changed; if it cannot be opened, of
+    /// whatever `name` in the directory is (found by name).
+    Object(HandleKey, Option<(Ino, OsString)>),
+    /// The object `key` names was deleted as `name` in the directory.
+    Deleted(Ino, HandleKey, OsString),
+}
+
+impl Decoded {
+    /// The change to report, opening the handle if there is one.
+    fn resolve(self, lazy: Option<&Lazy>) -> Option<Change> {
+        let host = |key: &HandleKey| lazy.and_then(|l| l.resolve(key));
+        match self {
+            Decoded::Ready(c) => Some(c),
+            Decoded::Object(key, by_name) => match host(&key) {
+                Some(h) => Some(Change::Host(h)),
+                None => by_name.map(|(dir, name)| Change::Child(dir, name)),
+            },
+            Decoded::Deleted(dir, key, name) => Some(match host(&key) {
+                Some(h) => Change::DeletedHost(dir, h, name),
+                None => Change::Entry(dir, name),
+            }),
+        }
+    }
 }
 
 impl Source for FanSource {
@@ -310,11 +353,20 @@ impl Source for FanSource {
                 return Ok(total);
             }
             total += n;
-            let maps = self.shared.maps.lock();
             let lazy = self.shared.lazy.as_ref();
-            for event in Events::new(&self.buf[..n]) {
-                decode(&event, self.own_pid, &maps, lazy, out);
+            {
+                let maps = self.shared.maps.lock();
+                for event in Events::new(&self.buf[..n]) {
+                    decode(
+                        &event,
+                        self.own_pid,
+                        &maps,
+                        lazy.is_some(),
+                        &mut self.decoded,
+                    );
+                }
             }
+            out.extend(self.decoded.drain(..).filter_map(|d| d.resolve(lazy)));
         }
     }
 }
@@ -416,21 +468,16 @@ fn records(mut buf: &[u8]) -> impl Iterator<Item = Record> + '_ {
     })
 }
 
-/// Turns one event into changes for the inodes the kernel knows.
-fn decode(
-    event: &Event<'_>,
-    own_pid: i32,
-    maps: &Maps,
-    lazy: Option<&Lazy>,
-    out: &mut Vec<Change>,
-) {
+/// Turns one event into changes for the inodes the kernel knows; with `lazy`, objects not
+/// recorded are left to be opened by handle.
+fn decode(event: &Event<'_>, own_pid: i32, maps: &Maps, lazy: bool, out: &mut Vec<Decoded>) {
     if event.fd >= 0 {
         // Not expected in FID mode; never leak it.
         // SAFETY: the kernel handed us this descriptor with the event; nothing else owns it.
         drop(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(event.fd) });
     }
     if event.mask & libc::FAN_Q_OVERFLOW != 0 {
-        out.push(Change::Everything);
+        out.push(Decoded::Ready(Change::Everything));
         return;
     }
     if event.pid == own_pid {
@@ -447,34 +494,26 @@ fn decode(
             _ => {}
         }
     }
-    // An object not recorded may be a file whose handle is decoded on demand.
-    let object_host = || {
-        lazy.zip(object_key.as_ref())
-            .and_then(|(l, k)| l.resolve(k))
-    };
+    let object_key = object_key.filter(|_| lazy && object.is_none());
     let dir_entry = dir_entry.filter(|(_, name)| name.as_encoded_bytes() != b".");
+    let ready = |c| Decoded::Ready(c);
     if event.mask & DIRENT_EVENTS != 0 {
         if let Some((dir, name)) = dir_entry.clone() {
             let deleted = event.mask & libc::FAN_DELETE != 0;
-            match object {
-                Some(child) if deleted => out.push(Change::Deleted(dir, child, name)),
-                None if deleted => match object_host() {
-                    Some(child) => out.push(Change::DeletedHost(dir, child, name)),
-                    None => out.push(Change::Entry(dir, name)),
-                },
-                _ => out.push(Change::Entry(dir, name)),
-            }
-            out.push(Change::Inode(dir));
+            out.push(match (object, object_key.clone()) {
+                (Some(child), _) if deleted => ready(Change::Deleted(dir, child, name)),
+                (None, Some(key)) if deleted => Decoded::Deleted(dir, key, name),
+                _ => ready(Change::Entry(dir, name)),
+            });
+            out.push(ready(Change::Inode(dir)));
         }
     }
     if event.mask & (libc::FAN_ATTRIB | libc::FAN_MODIFY) != 0 {
-        match object {
-            Some(ino) => out.push(Change::Inode(ino)),
-            None => match (object_host(), dir_entry) {
-                (Some(host), _) => out.push(Change::Host(host)),
-                (None, Some((dir, name))) => out.push(Change::Child(dir, name)),
-                (None, None) => {}
-            },
+        match (object, object_key, dir_entry) {
+            (Some(ino), _, _) => out.push(ready(Change::Inode(ino))),
+            (None, Some(key), by_name) => out.push(Decoded::Object(key, by_name)),
+            (None, None, Some((dir, name))) => out.push(ready(Change::Child(dir, name))),
+            (None, None, None) => {}
         }
     }
 }

@@ -39,8 +39,8 @@
 //!   per-directory marks: every change on that filesystem is in the export, no mark is
 //!   added or removed as directories come and go, and no directory is "watched", which
 //!   spares every `read(2)` and `write(2)` of a file in it the host kernel's parent lookup.
-//!   With that mark, and when the server may open handles, only directories' handles are
-//!   recorded; a file an event names by handle is opened by it and found by identity
+//!   With that mark on a tmpfs, when the server may open handles, only directories' handles
+//!   are recorded; a file an event names by handle is opened by it and found by identity
 //!   ([`Change::Host`]), which spares every lookup and forget of a file a
 //!   `name_to_handle_at` and finds files changed through a hard link in a directory the
 //!   kernel does not hold. Otherwise a filesystem mark would deliver changes from outside the export, so
@@ -350,6 +350,9 @@ fn data_changes(changes: &[Change]) -> HashSet<Change> {
 
 /// Reports `changes` once each, in order, holding no lock.
 fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator) {
+    if !changes.is_empty() {
+        table.note_host_changes();
+    }
     let mut seen = HashSet::new();
     for change in changes {
         let change = match change {
