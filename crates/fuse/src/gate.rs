@@ -10,12 +10,12 @@
 //! two readers of one file through `direct_io` read 37% less with one thread than with two.
 //!
 //! So a thread that finishes a request parks (in the callback, after its reply went out)
-//! when another thread is waiting in `read(2)`, unless the caller changed or a READ or WRITE
-//! started within the last [`HOLD`] (callers taking turns that fast are working at the same
-//! time, and the kernel sends a caller's reads and writes several at a time: readahead,
-//! writeback, the pages of a mapping); and one parked thread goes back to reading when such
-//! a request starts while no thread is reading. Parked threads also go back
-//! by themselves after [`REJOIN`], so none holds up an unmount for longer (a reader then
+//! when another thread is waiting in `read(2)`, unless the caller changed or a READ, WRITE
+//! or COPY_FILE_RANGE started within the last [`HOLD`] (callers taking turns that fast are
+//! working at the same time, and the kernel sends a caller's reads and writes several at a
+//! time: readahead, writeback, the pages of a mapping); and one parked thread goes back to
+//! reading when such a request starts while no thread is reading. Parked threads also go
+//! back by themselves after [`REJOIN`], so none holds up an unmount for longer (a reader then
 //! sees `ENODEV` and ends its loop); a thread parks only while another reads, so requests
 //! are always read.
 
@@ -42,7 +42,7 @@ struct State {
     unpark: usize,
     /// The caller of the last request that named one.
     last_pid: u32,
-    /// When the caller last changed.
+    /// When the caller last changed or a READ, WRITE or COPY_FILE_RANGE last started.
     switched: Option<Instant>,
 }
 
@@ -130,7 +130,7 @@ impl Gate {
         self.threads.saturating_sub(s.busy + s.parked)
     }
 
-    /// Threads parked now (for tests and `memofs stats`).
+    /// Threads parked now (for tests).
     pub fn parked(&self) -> usize {
         self.state.lock().parked
     }
