@@ -170,10 +170,6 @@ impl<B: Backend> Adapter<B> {
         }
     }
 
-    fn reply_empty(&self, reply: ReplyEmpty, r: Result<()>) {
-        reply_unit(reply, r)
-    }
-
     /// Runs `sync` (an `fsync` of the backend) on a blocking-request thread and replies
     /// from there (see [`crate::blocking`]).
     fn sync_off_thread(
@@ -388,13 +384,13 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.timed(req, Op::Unlink, || {
-            self.reply_empty(reply, self.backend.unlink(&caller(req), parent.0, name));
+            reply_unit(reply, self.backend.unlink(&caller(req), parent.0, name));
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.timed(req, Op::Rmdir, || {
-            self.reply_empty(reply, self.backend.rmdir(&caller(req), parent.0, name));
+            reply_unit(reply, self.backend.rmdir(&caller(req), parent.0, name));
         });
     }
 
@@ -426,7 +422,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         self.timed(req, Op::Rename, || {
-            self.reply_empty(
+            reply_unit(
                 reply,
                 self.backend.rename(
                     &caller(req),
@@ -544,7 +540,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         self.timed(req, Op::Flush, || {
-            self.reply_empty(reply, self.backend.flush(ino.0, fh.0));
+            reply_unit(reply, self.backend.flush(ino.0, fh.0));
         });
     }
 
@@ -560,7 +556,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     ) {
         self.timed(req, Op::Release, || {
             self.backings.release(ino.0);
-            self.reply_empty(reply, self.backend.release(ino.0, fh.0));
+            reply_unit(reply, self.backend.release(ino.0, fh.0));
         });
     }
 
@@ -654,7 +650,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         self.timed(req, Op::Releasedir, || {
-            self.reply_empty(reply, self.backend.releasedir(ino.0, fh.0));
+            reply_unit(reply, self.backend.releasedir(ino.0, fh.0));
         });
     }
 
@@ -691,7 +687,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         self.timed(req, Op::Setxattr, || {
-            self.reply_empty(
+            reply_unit(
                 reply,
                 self.backend
                     .setxattr(&caller(req), ino.0, name, value, flags),
@@ -713,14 +709,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.timed(req, Op::Removexattr, || {
-            self.reply_empty(reply, self.backend.removexattr(&caller(req), ino.0, name));
+            reply_unit(reply, self.backend.removexattr(&caller(req), ino.0, name));
         });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); only existence is ours.
         self.timed(req, Op::Access, || {
-            self.reply_empty(reply, self.backend.getattr(ino.0).map(|_| ()));
+            reply_unit(reply, self.backend.getattr(ino.0).map(|_| ()));
         });
     }
 
@@ -781,7 +777,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         reply: ReplyEmpty,
     ) {
         self.timed(req, Op::Fallocate, || {
-            self.reply_empty(
+            reply_unit(
                 reply,
                 self.backend.fallocate(ino.0, fh.0, offset, length, mode),
             );
