@@ -168,33 +168,34 @@ mod tests {
         // B takes a request from the same caller: A stays parked.
         g.enter(100, false);
         assert_eq!(g.parked(), 1);
-        g.leave(); // B is the only reader: it does not park.
-                   // A request from another caller while B is busy and nobody reads: A goes back.
+        // B is the only reader: it does not park.
+        g.leave();
+        // A request from another caller while B is busy and nobody reads: A goes back.
         g.enter(200, false);
         a.join().unwrap();
         assert_eq!(g.parked(), 0);
     }
 
-    #[test]
-    fn threads_do_not_park_while_callers_take_turns() {
+    /// With three threads, a request from caller 1 and then `(pid, data)` while it is
+    /// served: when one of them is answered two threads would read, yet none parks.
+    fn parking_held_off_by(pid: u32, data: bool) {
         let g = Gate::with_rejoin(3, Duration::from_secs(60));
         let start = Instant::now();
         g.enter(1, false);
-        g.enter(2, false); // a second caller while the first is served
-        g.leave(); // two threads would read: parking is held off
+        g.enter(pid, data);
+        g.leave();
         assert!(start.elapsed() < Duration::from_secs(10));
         assert_eq!(g.parked(), 0);
     }
 
     #[test]
+    fn threads_do_not_park_while_callers_take_turns() {
+        parking_held_off_by(2, false); // a second caller while the first is served
+    }
+
+    #[test]
     fn threads_do_not_park_after_reads_and_writes() {
-        let g = Gate::with_rejoin(3, Duration::from_secs(60));
-        let start = Instant::now();
-        g.enter(1, false);
-        g.enter(1, true); // the same caller's readahead
-        g.leave();
-        assert!(start.elapsed() < Duration::from_secs(10));
-        assert_eq!(g.parked(), 0);
+        parking_held_off_by(1, true); // the same caller's readahead
     }
 
     #[test]

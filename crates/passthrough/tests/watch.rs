@@ -304,6 +304,14 @@ fn set_caps_on_host(path: &std::path::Path) -> Instant {
     ))
 }
 
+/// Whether this process may set `security.capability` (root); says why not.
+fn can_set_caps() -> bool {
+    if !is_root() {
+        eprintln!("skipped: setting security.capability needs root");
+    }
+    is_root()
+}
+
 fn caps(
     fs: &memofs_passthrough::PassthroughFs,
     ino: memofs_core::Ino,
@@ -346,8 +354,7 @@ fn check_capability_answers(export: &std::path::Path, fs: &memofs_passthrough::P
 /// "no capability" from memory for files it created or the host said had none.
 #[test]
 fn fanotify_filesystem_mark_capability_answers_follow_host_and_server_changes() {
-    if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+    if !can_set_caps() {
         return;
     }
     let mode = WatchMode::Fanotify;
@@ -364,8 +371,7 @@ fn fanotify_filesystem_mark_capability_answers_follow_host_and_server_changes() 
 
 #[test]
 fn fanotify_capability_answers_follow_host_and_server_changes() {
-    if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+    if !can_set_caps() {
         return;
     }
     if let Some((_t, export, fs, _rec)) = started(WatchMode::Fanotify) {
@@ -375,8 +381,7 @@ fn fanotify_capability_answers_follow_host_and_server_changes() {
 
 #[test]
 fn inotify_capability_answers_follow_host_and_server_changes() {
-    if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+    if !can_set_caps() {
         return;
     }
     if let Some((_t, export, fs, _rec)) = started(WatchMode::Inotify) {
@@ -389,8 +394,7 @@ fn inotify_capability_answers_follow_host_and_server_changes() {
 #[test]
 fn capability_is_asked_of_the_host_when_changes_can_go_unseen() {
     use memofs_core::Errno;
-    if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+    if !can_set_caps() {
         return;
     }
     let Some((t, export, fs, _rec)) = started(WatchMode::Fanotify) else {
@@ -412,8 +416,7 @@ fn capability_is_asked_of_the_host_when_changes_can_go_unseen() {
 #[test]
 fn capability_is_asked_of_the_host_when_unwatched() {
     use memofs_core::Errno;
-    if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+    if !can_set_caps() {
         return;
     }
     let (_t, export, fs) = setup_with("watch-off", config(WatchMode::Off));

@@ -48,9 +48,6 @@ const EXTRA_FLAGS: [u32; 4] = [
     0,
 ];
 
-/// `statfs` type of tmpfs (`TMPFS_MAGIC`).
-const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
-
 /// Bytes of events read at once.
 const EVENT_BUF: usize = 64 * 1024;
 
@@ -82,8 +79,9 @@ struct Shared {
 /// Handles decoded on demand, for the filesystem the one filesystem mark watches, when the
 /// server may open handles (`CAP_DAC_READ_SEARCH`). Recording a handle costs every lookup,
 /// create and forget of a file a `name_to_handle_at` and two map updates under the lock the
-/// table hook takes (about 4% of the server's CPU time in an untar of 2000 files); an event about a file, rare next to them and never one the server caused
-/// (skipped by pid first), instead costs an `open_by_handle_at` and a `statx`. Directories
+/// table hook takes (about 4% of the server's CPU time in an untar of 2000 files); an event
+/// about a file, rare next to them and never one the server caused (skipped by pid first),
+/// instead costs an `open_by_handle_at` and a `statx`. Directories
 /// are still recorded: name events carry their handles, and `Everything` needs none.
 struct Lazy {
     /// The filesystem's `fsid` as events report it.
@@ -100,7 +98,8 @@ impl Lazy {
     /// (tested), which a host delete needs to name the deleted inode; other filesystems may
     /// answer `ESTALE` there (ext4 for unlinked inodes), and keep recording every handle.
     fn probe(proc: &ProcSelf, root: &Inode, key: &HandleKey) -> Option<Lazy> {
-        let tmpfs = sys::io::fstatfs(root.fd.as_fd()).is_ok_and(|st| st.f_type == TMPFS_MAGIC);
+        let tmpfs =
+            sys::io::fstatfs(root.fd.as_fd()).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC);
         if !tmpfs {
             return None;
         }
