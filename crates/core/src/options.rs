@@ -118,6 +118,8 @@ pub struct MountOptions {
     pub direct_io: bool,
     /// Request threads, each on its own cloned `/dev/fuse` queue.
     pub threads: usize,
+    /// How long the reading request thread polls for the next request before it sleeps.
+    pub busy_poll: Duration,
     /// Kernel passthrough for file data.
     pub passthrough: PassthroughMode,
     /// Host-change watcher (passthrough backend).
@@ -160,6 +162,11 @@ pub const DEFAULT_HUGE: HugeMode = HugeMode::WithinSize;
 /// Kernel flags every mount starts with, as FUSE mounts conventionally do (`dev` and `suid`
 /// lift them).
 pub const DEFAULT_KERNEL_FLAGS: [KernelFlag; 2] = [KernelFlag::NoSuid, KernelFlag::NoDev];
+/// Default `busy_poll=`, in microseconds (the value Linux suggests for its socket busy
+/// polling, `net.core.busy_poll`).
+pub const DEFAULT_BUSY_POLL_US: u64 = 50;
+/// Longest `busy_poll=` accepted, in microseconds.
+pub const MAX_BUSY_POLL_US: u64 = 10_000;
 /// Most request threads `threads=` accepts.
 pub const MAX_THREADS: usize = 64;
 
@@ -290,6 +297,11 @@ pub fn option_docs() -> Vec<OptionDoc> {
             "request threads, each with its own cloned /dev/fuse queue (those one caller does not need wait aside)",
         ),
         d(
+            "busy_poll=USEC",
+            DEFAULT_BUSY_POLL_US.to_string(),
+            "after an answer, the reading request thread polls this long for the next request before it sleeps (0: never), while requests keep coming that fast",
+        ),
+        d(
             "passthrough=auto|on|off",
             "auto".into(),
             "kernel FUSE passthrough for file data",
@@ -397,6 +409,7 @@ pub fn parse_options<S: AsRef<str>>(
         writeback: DEFAULT_WRITEBACK,
         direct_io: false,
         threads: default_threads(),
+        busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
         passthrough: PassthroughMode::Auto,
         watch: WatchMode::Auto,
         huge: DEFAULT_HUGE,
@@ -515,6 +528,18 @@ pub fn parse_options<S: AsRef<str>>(
                         ));
                     }
                     o.threads = n;
+                }
+                "busy_poll" => {
+                    let us: u64 = need()?
+                        .parse()
+                        .map_err(|_| err(opt, "expected microseconds (0: never poll)"))?;
+                    if us > MAX_BUSY_POLL_US {
+                        return Err(err(
+                            opt,
+                            format!("busy_poll is at most {MAX_BUSY_POLL_US} microseconds"),
+                        ));
+                    }
+                    o.busy_poll = Duration::from_micros(us);
                 }
                 "passthrough" => {
                     o.passthrough = match need()? {
@@ -669,6 +694,9 @@ mod tests {
             "negative_timeout=abc",
             "threads=0",
             "threads=1000",
+            "busy_poll=fast",
+            "busy_poll=20000",
+            "busy_poll",
             "writeback=maybe",
             "passthrough=yes",
             "watch=dnotify",
@@ -683,6 +711,16 @@ mod tests {
             assert_eq!(e.option, bad, "{bad}");
             assert!(e.to_string().contains(bad));
         }
+    }
+
+    #[test]
+    fn busy_poll_in_microseconds() {
+        let d = parse_options::<&str>(&[], RAM).unwrap();
+        assert_eq!(d.busy_poll, Duration::from_micros(DEFAULT_BUSY_POLL_US));
+        let o = parse_options(&["busy_poll=0"], RAM).unwrap();
+        assert_eq!(o.busy_poll, Duration::ZERO);
+        let o = parse_options(&["busy_poll=200"], RAM).unwrap();
+        assert_eq!(o.busy_poll, Duration::from_micros(200));
     }
 
     #[test]

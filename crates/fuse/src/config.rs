@@ -16,6 +16,8 @@ pub struct TransportConfig {
     pub passthrough_required: bool,
     /// Request threads.
     pub threads: usize,
+    /// How long the reading thread polls for the next request (see [`crate::busy_poll`]).
+    pub busy_poll: std::time::Duration,
 }
 
 impl TransportConfig {
@@ -28,6 +30,7 @@ impl TransportConfig {
             passthrough: opts.passthrough != PassthroughMode::Off && backing_fds,
             passthrough_required: opts.passthrough == PassthroughMode::On && backing_fds,
             threads: opts.threads,
+            busy_poll: opts.busy_poll,
         }
     }
 

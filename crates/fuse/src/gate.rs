@@ -96,17 +96,19 @@ impl Gate {
         }
     }
 
-    /// The request is answered: park this thread while another one reads.
-    pub fn leave(&self) {
+    /// The request is answered: park this thread while another one reads. Returns whether
+    /// this thread goes on to read as the only reader (what [`crate::busy_poll`] needs).
+    pub fn leave(&self) -> bool {
         if self.threads < 2 {
-            return;
+            return true;
         }
         let mut s = self.state.lock();
         s.busy -= 1;
         // This thread counts as a reader now; park only if it is not the only one, and not
         // while callers take turns.
-        if self.readers(&s) < 2 || s.switched.is_some_and(|t| t.elapsed() < HOLD) {
-            return;
+        let readers = self.readers(&s);
+        if readers < 2 || s.switched.is_some_and(|t| t.elapsed() < HOLD) {
+            return readers < 2;
         }
         s.parked += 1;
         let deadline = Instant::now() + self.rejoin;
@@ -123,6 +125,7 @@ impl Gate {
         // A wakeup aimed at a thread whose wait had just timed out leaves a token nobody
         // waits for; drop it rather than let the next thread skip its park.
         s.unpark = s.unpark.min(s.parked);
+        false
     }
 
     /// Threads neither busy nor parked: reading, or on their way to.
@@ -145,7 +148,7 @@ mod tests {
     fn one_thread_never_parks() {
         let g = Gate::new(1);
         g.enter(7, false);
-        g.leave();
+        assert!(g.leave(), "the one thread reads alone");
         assert_eq!(g.parked(), 0);
     }
 
@@ -168,8 +171,8 @@ mod tests {
         // B takes a request from the same caller: A stays parked.
         g.enter(100, false);
         assert_eq!(g.parked(), 1);
-        // B is the only reader: it does not park.
-        g.leave();
+        // B is the only reader: it does not park, and reads alone.
+        assert!(g.leave());
         // A request from another caller while B is busy and nobody reads: A goes back.
         g.enter(200, false);
         a.join().unwrap();
@@ -183,7 +186,7 @@ mod tests {
         let start = Instant::now();
         g.enter(1, false);
         g.enter(pid, data);
-        g.leave();
+        assert!(!g.leave(), "two threads read");
         assert!(start.elapsed() < Duration::from_secs(10));
         assert_eq!(g.parked(), 0);
     }

@@ -9,6 +9,7 @@
 pub mod adapter;
 mod backing;
 pub mod blocking;
+pub mod busy_poll;
 pub mod config;
 pub mod control;
 pub mod convert;
@@ -169,12 +170,17 @@ pub fn mount<B: Backend>(
     let transport = TransportConfig::for_mount(opts, backend.has_backing_fds());
     let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
     let slot = adapter.invalidator_slot();
+    let busy_poll = adapter.busy_poll();
     let session =
         fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
-    let dev = session
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(SetupError::Mount)?;
+    let device = || {
+        session
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(SetupError::Mount)
+    };
+    busy_poll.attach(device()?);
+    let dev = device()?;
     let invalidator = NotifyInvalidator::start(session.notifier(), dev, stats.clone())
         .map_err(SetupError::Mount)?;
     let invalidator: Arc<dyn memofs_core::Invalidator> = Arc::new(invalidator);

@@ -109,9 +109,13 @@ pub enum Event {
     IncEpoch,
     /// Invalidations the kernel refused.
     InvalFailed,
+    /// A busy-polling thread saw the next request arrive (see [`crate::busy_poll`]).
+    BusyPollHit,
+    /// A busy-polling thread's window ended with nothing to read.
+    BusyPollMiss,
 }
 
-const N_EVENTS: usize = Event::InvalFailed as usize + 1;
+const N_EVENTS: usize = Event::BusyPollMiss as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -122,6 +126,8 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "inval_inode",
     "inc_epoch",
     "inval_failed",
+    "busy_poll_hits",
+    "busy_poll_misses",
 ];
 
 #[repr(align(128))]

@@ -301,3 +301,29 @@ fn huge_reaches_the_kernel_data_store() {
     );
     assert_bytes_eq(&ok!(fs::read(m.join("big"))), &data, "data in large folios");
 }
+
+/// Busy polls (hits and misses) of a mount after 2000 back-to-back GETATTRs.
+fn busy_polls_after_getattrs(opts: &[&str]) -> (u64, u64) {
+    let m = Mount::memofs(opts);
+    ok!(fs::write(m.join("f"), b"x"));
+    for _ in 0..2000 {
+        // attr_timeout=0: every stat is a GETATTR round trip.
+        ok!(fs::metadata(m.join("f")));
+    }
+    let hits = memofs_e2e::checks::settled(&m, "busy_poll_hits");
+    (hits, memofs_e2e::checks::counter(&m, "busy_poll_misses"))
+}
+
+#[test]
+fn busy_poll_catches_back_to_back_requests_and_zero_turns_it_off() {
+    need_root!();
+    // One caller whose next request follows each answer within microseconds: the reading
+    // thread's poll sees most of them arrive (not all: a preempted caller misses a window).
+    let (hits, misses) = busy_polls_after_getattrs(&["attr_timeout=0"]);
+    assert!(
+        hits > 100,
+        "2000 back-to-back GETATTRs: busy polling saw {hits} arrive ({misses} windows missed)"
+    );
+    let (hits, misses) = busy_polls_after_getattrs(&["attr_timeout=0", "busy_poll=0"]);
+    assert_eq!((hits, misses), (0, 0), "busy_poll=0 still polled");
+}
