@@ -299,7 +299,7 @@ pub fn option_docs() -> Vec<OptionDoc> {
         d(
             "busy_poll=USEC",
             DEFAULT_BUSY_POLL_US.to_string(),
-            "after an answer, the reading request thread polls this long for the next request before it sleeps (0: never), while requests keep coming that fast",
+            "after an answer, the reading request thread polls this long for the next request before it sleeps, while requests keep coming that fast (0: never; at most 10000)",
         ),
         d(
             "passthrough=auto|on|off",

@@ -157,8 +157,9 @@ impl<B: Backend> Adapter<B> {
 
     /// The request is answered: park, or wait for the next one (see [`crate::busy_poll`]).
     fn leave(&self) {
+        let answered = self.poll.answered();
         let alone = self.gate.leave();
-        self.poll.answered(alone);
+        self.poll.wait(answered, alone);
     }
 
     /// Runs one request's handling and counts it, with its latency, under `op`.

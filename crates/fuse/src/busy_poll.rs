@@ -15,12 +15,16 @@
 //! once), and only then reads. It does so only while requests keep coming that fast: a
 //! request that arrives more than a window after the previous answer turns polling off until
 //! one arrives within a window again, so a server that is idle, or serves requests seconds
-//! apart, does not poll at all, and a burst's end costs at most one window. At most one
-//! thread polls at a time.
+//! apart, does not poll at all, and a burst's end costs one window (a burst of two requests
+//! too). At most one thread polls at a time.
 //!
-//! Measured on two vCPUs, `rm -rf` of a 2000-file tree through a passthrough export: 0.168 s
-//! without polling, 0.146 s with a 50 µs window (server CPU 110 → 135 ms); a 10 µs window
-//! gave most of that (0.153 s).
+//! Measured on two vCPUs, `rm -rf` of a 2000-file tree through a passthrough export: 0.191 s
+//! with `busy_poll=0`, 0.163 s with the default 50 µs (`memofs-bench run tree`, 10 rounds),
+//! for 130-150 instead of 110-120 ms of server CPU; a 20 µs window did as well by hand.
+//!
+//! With many request threads the polling is rarer: a parked thread rejoins the reading
+//! every [`crate::gate::REJOIN`], and while it waits in `read(2)` the thread that answers
+//! is not the only reader, so it parks instead of polling (not measured: two CPUs here).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +44,8 @@ pub struct BusyPoll {
     answered: AtomicU64,
     /// Whether the last request arrived within a window of the answer before it.
     quick: AtomicBool,
+    /// The last poll saw a request arrive.
+    hit: AtomicBool,
     stats: Arc<Stats>,
 }
 
@@ -52,6 +58,7 @@ impl BusyPoll {
             epoch: Instant::now(),
             answered: AtomicU64::new(0),
             quick: AtomicBool::new(false),
+            hit: AtomicBool::new(false),
             stats,
         }
     }
@@ -65,7 +72,8 @@ impl BusyPoll {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// A request arrived: note whether it came within a window of the last answer.
+    /// A request arrived: note whether it came within a window of the last answer (or was
+    /// the one the last poll saw arrive, whose gap includes the read and dispatch).
     pub fn arrived(&self) {
         if self.window.is_zero() {
             return;
@@ -73,32 +81,44 @@ impl BusyPoll {
         let gap = self
             .now()
             .saturating_sub(self.answered.load(Ordering::Relaxed));
-        let quick = gap <= self.window.as_nanos() as u64;
+        let quick = gap <= self.window.as_nanos() as u64 || self.hit.swap(false, Ordering::Relaxed);
         if self.quick.load(Ordering::Relaxed) != quick {
             self.quick.store(quick, Ordering::Relaxed);
         }
     }
 
-    /// A request was answered; `alone`: this thread is the only one that will read next.
-    /// Returns once a request is waiting, the window is over, or at once if requests have
-    /// not been coming within a window of each other.
-    pub fn answered(&self, alone: bool) {
+    /// A request was answered just now: note the time (before the thread may park, see
+    /// [`crate::gate`]); pass what this returns to [`BusyPoll::wait`].
+    pub fn answered(&self) -> Answered {
         if self.window.is_zero() {
+            return Answered(0);
+        }
+        let now = self.now();
+        self.answered.fetch_max(now, Ordering::Relaxed);
+        Answered(now)
+    }
+
+    /// After [`BusyPoll::answered`]; `alone`: this thread is the only one that will read
+    /// next. Returns once a request is waiting, the window since the answer is over, or at
+    /// once if requests have not been coming within a window of each other.
+    pub fn wait(&self, answered: Answered, alone: bool) {
+        if self.window.is_zero() || !alone || !self.quick.load(Ordering::Relaxed) {
             return;
         }
-        let start = self.now();
-        self.answered.store(start, Ordering::Relaxed);
         let Some(device) = self.device.get() else {
             return;
         };
-        if !alone || !self.quick.load(Ordering::Relaxed) {
-            return;
-        }
-        let end = start + self.window.as_nanos() as u64;
+        let end = answered.0 + self.window.as_nanos() as u64;
         loop {
-            if pending(device) {
-                self.stats.event(Event::BusyPollHit);
-                return;
+            match poll_device(device) {
+                Poll::Request => {
+                    self.hit.store(true, Ordering::Relaxed);
+                    self.stats.event(Event::BusyPollHit);
+                    return;
+                }
+                // The connection is gone (the next read says so) or the poll failed: read.
+                Poll::Error => return,
+                Poll::Nothing => {}
             }
             if self.now() >= end {
                 self.stats.event(Event::BusyPollMiss);
@@ -110,9 +130,22 @@ impl BusyPoll {
     }
 }
 
-/// Whether the device has something to read (a request, a FORGET, or an error such as the
-/// connection going away, which the next `read(2)` reports).
-fn pending(device: &OwnedFd) -> bool {
+/// When a request was answered (from [`BusyPoll::answered`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Answered(u64);
+
+/// What the device has to read.
+enum Poll {
+    /// A request or a FORGET.
+    Request,
+    /// Nothing yet.
+    Nothing,
+    /// An error (the connection going away, which the next `read(2)` reports) or a failed
+    /// poll.
+    Error,
+}
+
+fn poll_device(device: &OwnedFd) -> Poll {
     let mut p = libc::pollfd {
         fd: device.as_raw_fd(),
         events: libc::POLLIN,
@@ -120,7 +153,13 @@ fn pending(device: &OwnedFd) -> bool {
     };
     // SAFETY: `p` is one live pollfd for an open descriptor; a zero timeout never blocks.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n != 0
+    match n {
+        0 => Poll::Nothing,
+        n if n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 => {
+            Poll::Request
+        }
+        _ => Poll::Error,
+    }
 }
 
 #[cfg(test)]
@@ -141,48 +180,64 @@ mod tests {
         stats.snapshot().events[e as usize].1
     }
 
-    #[test]
-    fn polls_only_while_requests_come_within_a_window() {
-        let (p, _peer, stats) = polled(Duration::from_millis(5));
-        // No request seen yet: nothing to go by, no polling.
-        p.answered(true);
-        assert_eq!(count(&stats, Event::BusyPollMiss), 0);
-        // A request right after the answer: the next answer polls (and times out).
+    /// Answers a request that arrived right after the previous answer (so polling is on),
+    /// then polls as a thread that reads `alone` or not.
+    fn after_a_quick_request(p: &BusyPoll, alone: bool) {
+        let _ = p.answered();
         p.arrived();
+        p.wait(p.answered(), alone);
+    }
+
+    fn polls(stats: &Stats) -> u64 {
+        count(stats, Event::BusyPollMiss) + count(stats, Event::BusyPollHit)
+    }
+
+    #[test]
+    fn polls_only_alone_and_while_requests_come_within_a_window() {
+        let window = Duration::from_millis(50);
+        let (p, _peer, stats) = polled(window);
+        // No request seen yet: nothing to go by, no polling.
+        p.wait(p.answered(), true);
+        assert_eq!(polls(&stats), 0);
+        // A request right after the answer: the next answer polls (and times out).
         let t = Instant::now();
-        p.answered(true);
-        assert!(t.elapsed() >= Duration::from_millis(5));
+        after_a_quick_request(&p, true);
+        assert!(t.elapsed() >= window);
         assert_eq!(count(&stats, Event::BusyPollMiss), 1);
         // Not while another thread reads.
-        p.arrived();
-        p.answered(false);
-        assert_eq!(count(&stats, Event::BusyPollMiss), 1);
+        after_a_quick_request(&p, false);
+        assert_eq!(polls(&stats), 1);
         // A request long after the answer: polling stops.
-        std::thread::sleep(Duration::from_millis(10));
+        let _ = p.answered();
+        std::thread::sleep(2 * window);
         p.arrived();
-        p.answered(true);
-        assert_eq!(count(&stats, Event::BusyPollMiss), 1);
+        p.wait(p.answered(), true);
+        assert_eq!(polls(&stats), 1);
     }
 
     #[test]
     fn returns_as_soon_as_something_is_waiting() {
-        let (p, mut peer, stats) = polled(Duration::from_secs(30));
-        p.arrived();
+        let window = Duration::from_millis(50);
+        let (p, mut peer, stats) = polled(window);
         peer.write_all(b"x").unwrap();
-        let t = Instant::now();
-        p.answered(true);
-        assert!(t.elapsed() < Duration::from_secs(10));
-        assert_eq!(count(&stats, Event::BusyPollHit), 1);
+        after_a_quick_request(&p, true);
+        assert_eq!((count(&stats, Event::BusyPollHit), polls(&stats)), (1, 1));
+        // The request the poll saw counts as quick however long its read and dispatch took;
+        // the one after it, as long after, does not.
+        for quick in [true, false] {
+            std::thread::sleep(2 * window);
+            p.arrived();
+            assert_eq!(p.quick.load(Ordering::Relaxed), quick);
+        }
     }
 
     #[test]
-    fn a_zero_window_never_polls() {
-        let (p, _peer, stats) = polled(Duration::ZERO);
-        p.arrived();
-        p.answered(true);
-        assert_eq!(
-            count(&stats, Event::BusyPollMiss) + count(&stats, Event::BusyPollHit),
-            0
-        );
+    fn a_closed_connection_ends_the_poll_uncounted() {
+        let (p, peer, stats) = polled(Duration::from_secs(30));
+        drop(peer);
+        let t = Instant::now();
+        after_a_quick_request(&p, true);
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert_eq!(polls(&stats), 0);
     }
 }

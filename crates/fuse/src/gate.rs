@@ -96,8 +96,9 @@ impl Gate {
         }
     }
 
-    /// The request is answered: park this thread while another one reads. Returns whether
-    /// this thread goes on to read as the only reader (what [`crate::busy_poll`] needs).
+    /// The request is answered: park this thread while another one reads. Returns true
+    /// only if it did not park and goes on to read as the only reader (what
+    /// [`crate::busy_poll`] needs).
     pub fn leave(&self) -> bool {
         if self.threads < 2 {
             return true;
