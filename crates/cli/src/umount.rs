@@ -1,9 +1,12 @@
 //! `memofs umount`: unmount a memofs mount, including one whose server died.
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
@@ -58,6 +61,13 @@ pub fn main(args: &[String]) -> ExitCode {
             )
         }
     }
+    let server = ServerExit::find(&path);
+    let done = || {
+        if !lazy {
+            server.wait();
+        }
+        ExitCode::SUCCESS
+    };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         let mut cmd = Command::new("fusermount3");
@@ -66,7 +76,7 @@ pub fn main(args: &[String]) -> ExitCode {
             cmd.arg("-z");
         }
         return match cmd.arg("--").arg(&path).status() {
-            Ok(s) if s.success() => ExitCode::SUCCESS,
+            Ok(s) if s.success() => done(),
             Ok(_) => ExitCode::from(EXIT_FAILURE),
             Err(e) => fail(
                 EXIT_FAILURE,
@@ -78,7 +88,7 @@ pub fn main(args: &[String]) -> ExitCode {
     let flags = if lazy { libc::MNT_DETACH } else { 0 };
     // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
     if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        return ExitCode::SUCCESS;
+        return done();
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EBUSY) {
@@ -88,6 +98,47 @@ pub fn main(args: &[String]) -> ExitCode {
         EXIT_FAILURE,
         format!("cannot unmount {}: {err}", path.display()),
     )
+}
+
+/// The server of a mount, to wait for once it is unmounted. A server that ends after its
+/// mount went away still asks to unmount its mount point (fuser 0.18 cannot tell that the
+/// mount is gone), which would take down a new mount made there in the meantime; so
+/// `memofs umount` returns only once the server has exited (at most [`SERVER_EXIT`] later).
+/// A lazy unmount of a busy mount does not wait: its server runs on until the last user
+/// leaves.
+struct ServerExit(Option<OwnedFd>);
+
+/// Longest `memofs umount` waits for the server to exit.
+const SERVER_EXIT: Duration = Duration::from_secs(5);
+
+impl ServerExit {
+    /// The server of the memofs mount at `path`, found through its control socket; none for
+    /// a mount whose server is gone or cannot be told.
+    fn find(path: &Path) -> ServerExit {
+        let pid = std::fs::metadata(path)
+            .ok()
+            .and_then(|m| memofs_fuse::control::server_pid(m.dev()));
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = pid.map(|pid| unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) });
+        ServerExit(fd.filter(|&fd| fd >= 0).map(|fd| {
+            // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+            unsafe { OwnedFd::from_raw_fd(fd as i32) }
+        }))
+    }
+
+    /// Waits until the server has exited, or [`SERVER_EXIT`] has passed.
+    fn wait(&self) {
+        let Some(fd) = &self.0 else {
+            return;
+        };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `p` is one live pollfd for an open descriptor.
+        unsafe { libc::poll(&mut p, 1, SERVER_EXIT.as_millis() as i32) };
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,18 @@ use memofs_core::{BackendUsage, CachePolicy, Invalidator};
 
 use crate::stats::Stats;
 
+/// Connects to the control socket of the mount whose root has device `dev`.
+fn connect(dev: u64) -> io::Result<UnixStream> {
+    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
+    UnixStream::connect_addr(&addr)
+}
+
+/// The process id of the server of the mount whose root has device `dev` (the process that
+/// listens on its control socket), or `None` if it cannot be told.
+pub fn server_pid(dev: u64) -> Option<i32> {
+    peer_cred(&connect(dev).ok()?).map(|c| c.pid)
+}
+
 /// Abstract socket name for the mount whose root has device `dev`.
 pub fn socket_name(dev: u64) -> String {
     format!("memofs-stats:{dev}")
@@ -94,8 +106,8 @@ impl StatsSource {
     }
 }
 
-/// Uid of the process at the other end of `conn`.
-fn peer_uid(conn: &UnixStream) -> Option<u32> {
+/// Credentials of the process at the other end of `conn`.
+fn peer_cred(conn: &UnixStream) -> Option<libc::ucred> {
     // SAFETY: `cred` is a properly sized ucred the call fills; `len` holds its size.
     unsafe {
         let mut cred: libc::ucred = std::mem::zeroed();
@@ -107,8 +119,13 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
             (&mut cred as *mut libc::ucred).cast(),
             &mut len,
         );
-        (r == 0).then_some(cred.uid)
+        (r == 0).then_some(cred)
     }
+}
+
+/// Uid of the process at the other end of `conn`.
+fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    peer_cred(conn).map(|c| c.uid)
 }
 
 impl StatsSource {
@@ -166,8 +183,7 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
 
 /// Sends `command` to the mount with device `dev` and returns its JSON answer.
 pub fn request(dev: u64, command: &str) -> io::Result<String> {
-    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
-    let mut conn = UnixStream::connect_addr(&addr)?;
+    let mut conn = connect(dev)?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     conn.write_all(command.as_bytes())?;
     conn.shutdown(std::net::Shutdown::Write)?;
