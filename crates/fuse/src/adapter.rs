@@ -257,6 +257,20 @@ impl<B: Backend> Adapter<B> {
 }
 
 impl<B: Backend> fuser::Filesystem for Adapter<B> {
+    /// The session is over: every request thread has stopped. If the connection ended
+    /// (the mount went away, or it was aborted), the process exits here, because fuser 0.18
+    /// would next unmount the mount point's path once more (its check for a mount already
+    /// gone always finds it present) and so take down whatever was mounted there since: a
+    /// new mount made right after `umount`, or the filesystem below. Nothing is left to do
+    /// (data went to the host or dies with the mount); an aborted mount that is still in
+    /// place is cleared by `memofs umount`, as after a crash.
+    fn destroy(&mut self) {
+        if self.poll.connection_ended() {
+            log::debug!("the connection ended: exiting before fuser unmounts the path again");
+            std::process::exit(0);
+        }
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);

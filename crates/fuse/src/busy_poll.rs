@@ -68,6 +68,14 @@ impl BusyPoll {
         let _ = self.device.set(device);
     }
 
+    /// Whether the connection has ended: unmounted, or aborted (the device reports an
+    /// error to `poll(2)`). False while it lives, and when no device is attached.
+    pub fn connection_ended(&self) -> bool {
+        self.device
+            .get()
+            .is_some_and(|d| matches!(poll_device(d), Poll::Error))
+    }
+
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
