@@ -16,16 +16,18 @@ use std::sync::Arc;
 
 use memofs_core::{Errno, Result};
 
+use crate::reaper::Reaper;
 use crate::sys;
 
 /// Descriptors kept out of the budget for short-lived use and for the rest of the process.
 pub const RESERVED_FDS: usize = 256;
 
 /// Counts the long-lived descriptors against a maximum.
-#[derive(Debug)]
 pub(crate) struct FdBudget {
     used: AtomicUsize,
     max: usize,
+    /// Where descriptors no longer needed are closed (see [`crate::reaper`]).
+    reaper: Reaper<Box<dyn Send>>,
 }
 
 impl FdBudget {
@@ -33,19 +35,37 @@ impl FdBudget {
         Arc::new(FdBudget {
             used: AtomicUsize::new(0),
             max,
+            reaper: Reaper::start(),
         })
     }
 
-    /// Counts `fd`, or closes it and fails with `ENFILE` when the budget is spent.
+    /// Counts `fd`, or closes it and fails with `ENFILE` when the budget is spent (after
+    /// closing what waits to be closed).
     pub(crate) fn keep(self: &Arc<Self>, fd: OwnedFd) -> Result<CountedFd> {
-        if self.used.fetch_add(1, Ordering::Relaxed) >= self.max {
-            self.used.fetch_sub(1, Ordering::Relaxed);
-            return Err(Errno::ENFILE);
+        if !self.take_slot() {
+            self.reaper.drain_now();
+            if !self.take_slot() {
+                return Err(Errno::ENFILE);
+            }
         }
         Ok(CountedFd {
             fd,
             budget: self.clone(),
         })
+    }
+
+    fn take_slot(&self) -> bool {
+        if self.used.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.used.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Drops `holder` (something owning [`CountedFd`]s) on the reaper thread: closing a
+    /// descriptor can cost the request thread most of a FORGET (see [`crate::reaper`]).
+    pub(crate) fn close_later(&self, holder: impl Send + 'static) {
+        self.reaper.drop_later(Box::new(holder));
     }
 
     /// Descriptors currently counted.
@@ -69,6 +89,22 @@ pub(crate) struct CountedFd {
 impl AsFd for CountedFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+impl CountedFd {
+    /// The budget it counts against.
+    pub(crate) fn budget(&self) -> &Arc<FdBudget> {
+        &self.budget
+    }
+}
+
+impl std::fmt::Debug for FdBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FdBudget")
+            .field("used", &self.used())
+            .field("max", &self.max)
+            .finish()
     }
 }
 

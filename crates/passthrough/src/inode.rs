@@ -85,6 +85,7 @@ struct Maps {
 /// The table. See the module documentation.
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
+
     root_dev: u64,
     /// Batches of host changes the watcher has delivered (see [`crate::xattr`]).
     host_changes: AtomicU64,
@@ -245,9 +246,11 @@ impl InodeTable {
             hook.removed(&inode);
         }
         // The descriptor closes with the last Arc (in-flight requests may still hold one),
-        // never under the table lock: `close` is a system call.
+        // never under the table lock and not on the request thread: `close` is a system
+        // call, and the one that frees a deleted host file costs most of a FORGET.
         drop(maps);
-        drop(inode);
+        let budget = inode.fd.budget().clone();
+        budget.close_later(inode);
     }
 
     /// Whether `inode` is on the export root's filesystem.

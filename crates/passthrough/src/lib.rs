@@ -80,8 +80,8 @@
 //! 3. the inode table's `RwLock` (its hook runs under the write lock);
 //! 4. the watcher's maps (marks, handles, watch descriptors), taken by the table hook and
 //!    by the watcher thread;
-//! 5. leaf locks, never held while taking another: the file and directory handle tables and
-//!    the watcher's invalidator slot.
+//! 5. leaf locks, never held while taking another: the file and directory handle tables,
+//!    the watcher's invalidator slot and the reaper's queue.
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]
@@ -98,6 +98,7 @@ mod inode;
 mod name;
 mod namespace;
 mod ops;
+mod reaper;
 mod sys;
 mod watch;
 mod xattr;
