@@ -152,17 +152,6 @@ fn init_logging(opts: &MountOptions) {
         .try_init();
 }
 
-/// The st_dev of the mount at `mountpoint`, from mountinfo: a stat of our own mount point
-/// before we serve requests would wait for ourselves.
-fn mount_dev(mountpoint: &Path) -> Option<u64> {
-    memofs_fuse::mountinfo::mounts()
-        .ok()?
-        .into_iter()
-        .rev()
-        .find(|m| m.mount_point == mountpoint)
-        .map(|m| m.dev)
-}
-
 fn serve<B: Backend>(
     backend: Arc<B>,
     mut settings: Vec<(String, String)>,
@@ -174,7 +163,7 @@ fn serve<B: Backend>(
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
-    if let Some(dev) = mount_dev(mountpoint) {
+    if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
         let usage_backend = backend.clone();
         settings.push((
             "atime".into(),

@@ -3,7 +3,6 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -115,9 +114,7 @@ impl ServerExit {
     /// The server of the memofs mount at `path`, found through its control socket; none for
     /// a mount whose server is gone or cannot be told.
     fn find(path: &Path) -> ServerExit {
-        let pid = std::fs::metadata(path)
-            .ok()
-            .and_then(|m| memofs_fuse::control::server_pid(m.dev()));
+        let pid = memofs_fuse::mountinfo::dev_of(path).and_then(memofs_fuse::control::server_pid);
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = pid.map(|pid| unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) });
         ServerExit(fd.filter(|&fd| fd >= 0).map(|fd| {

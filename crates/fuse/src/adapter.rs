@@ -266,7 +266,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
     /// place is cleared by `memofs umount`, as after a crash.
     fn destroy(&mut self) {
         if self.poll.connection_ended() {
-            log::debug!("the connection ended: exiting before fuser unmounts the path again");
+            log::info!(
+                "the connection ended; if it was aborted and the mount is still listed, clear it \
+                 with `memofs umount MOUNTPOINT`"
+            );
             std::process::exit(0);
         }
     }

@@ -69,11 +69,12 @@ impl BusyPoll {
     }
 
     /// Whether the connection has ended: unmounted, or aborted (the device reports an
-    /// error to `poll(2)`). False while it lives, and when no device is attached.
+    /// error to `poll(2)`). False while it lives, when `poll(2)` itself fails, and when no
+    /// device is attached.
     pub fn connection_ended(&self) -> bool {
         self.device
             .get()
-            .is_some_and(|d| matches!(poll_device(d), Poll::Error))
+            .is_some_and(|d| matches!(poll_device(d), Poll::Ended))
     }
 
     fn now(&self) -> u64 {
@@ -125,7 +126,7 @@ impl BusyPoll {
                     return;
                 }
                 // The connection is gone (the next read says so) or the poll failed: read.
-                Poll::Error => return,
+                Poll::Ended | Poll::Failed => return,
                 Poll::Nothing => {}
             }
             if self.now() >= end {
@@ -148,9 +149,10 @@ enum Poll {
     Request,
     /// Nothing yet.
     Nothing,
-    /// An error (the connection going away, which the next `read(2)` reports) or a failed
-    /// poll.
-    Error,
+    /// The connection ended (unmounted or aborted; the next `read(2)` reports it).
+    Ended,
+    /// `poll(2)` itself failed (interrupted, out of memory).
+    Failed,
 }
 
 fn poll_device(device: &OwnedFd) -> Poll {
@@ -163,10 +165,9 @@ fn poll_device(device: &OwnedFd) -> Poll {
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     match n {
         0 => Poll::Nothing,
-        n if n > 0 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 => {
-            Poll::Request
-        }
-        _ => Poll::Error,
+        n if n < 0 => Poll::Failed,
+        _ if p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 => Poll::Request,
+        _ => Poll::Ended,
     }
 }
 

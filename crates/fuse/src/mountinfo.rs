@@ -63,6 +63,17 @@ pub fn mounts() -> io::Result<Vec<MountEntry>> {
     Ok(parse(&std::fs::read_to_string("/proc/self/mountinfo")?))
 }
 
+/// The st_dev of the topmost mount at `mountpoint`, from mountinfo (no stat: it must not
+/// wait for the mount's own server, which may not serve yet, or may be stuck).
+pub fn dev_of(mountpoint: &Path) -> Option<u64> {
+    mounts()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|m| m.mount_point == mountpoint)
+        .map(|m| m.dev)
+}
+
 /// True if `path` (canonical) is a mount point.
 pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(mounts()?.iter().any(|m| m.mount_point == path))

@@ -159,8 +159,9 @@ impl InodeTable {
     }
 
     /// Takes one reference to the host inode `fd` refers to (attributes `st`), adding an
-    /// entry when it is new. `keep` turns `fd` into a counted descriptor, only when a new
-    /// entry needs it (otherwise `fd` is just closed).
+    /// entry when it is new. `keep` turns `fd` into a counted descriptor when the inode was
+    /// not known (otherwise `fd` is just closed); it runs outside the table lock, since a
+    /// spent budget first closes the descriptors waiting on the reaper (see [`crate::fd`]).
     pub(crate) fn reference(
         &self,
         fd: std::os::fd::OwnedFd,
@@ -172,8 +173,12 @@ impl InodeTable {
             return Ok(inode);
         }
         let kind = FileKind::from_mode(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
+        let counted = keep(fd)?;
         let mut maps = self.maps.write();
         if let Some(inode) = Self::reference_known_locked(&maps, host) {
+            // Found meanwhile: the new descriptor closes after the lock is gone.
+            drop(maps);
+            drop(counted);
             return Ok(inode);
         }
         let ino = self.allocate_locked(&mut maps, host);
@@ -181,7 +186,7 @@ impl InodeTable {
             ino,
             host,
             kind,
-            fd: keep(fd)?,
+            fd: counted,
             no_caps: NoCaps::default(),
             nlookup: AtomicU64::new(1),
         });

@@ -81,7 +81,8 @@
 //! 4. the watcher's maps (marks, handles, watch descriptors), taken by the table hook and
 //!    by the watcher thread;
 //! 5. leaf locks, never held while taking another: the file and directory handle tables,
-//!    the watcher's invalidator slot and the reaper's queue.
+//!    the watcher's invalidator slot, and the reaper's queue (the reaper thread takes its
+//!    `dropping` lock while still holding the queue, and nothing else).
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]

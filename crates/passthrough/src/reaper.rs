@@ -6,8 +6,8 @@
 //! CPU time, spent on the request thread between the FORGET and the caller's next request
 //! (which waits for it). A reaper thread does it instead: forgotten inodes queue up and the
 //! thread drops them in batches, at most [`BATCH`] apart, so it wakes at most once per batch.
-//! At most [`MAX_PENDING`] wait; past that the request thread drops them itself, so the
-//! descriptors held for closing stay bounded. They still count against the descriptor
+//! At most [`MAX_PENDING`] wait (besides the batch being dropped); past that the request
+//! thread drops them itself, so the descriptors held for closing stay bounded. They still count against the descriptor
 //! budget until closed (see [`crate::fd`]), and a request that finds the budget spent
 //! closes what waits before it gives up ([`Reaper::drain_now`]).
 
