@@ -22,9 +22,10 @@
 //! with `busy_poll=0`, 0.163 s with the default 50 µs (`memofs-bench run tree`, 10 rounds),
 //! for 130-150 instead of 110-120 ms of server CPU; a 20 µs window did as well by hand.
 //!
-//! With many request threads the polling is rarer: a parked thread rejoins the reading
-//! every [`crate::gate::REJOIN`], and while it waits in `read(2)` the thread that answers
-//! is not the only reader, so it parks instead of polling (not measured: two CPUs here).
+//! A parked thread rejoins the reading every [`crate::gate::REJOIN`], and while it waits in
+//! `read(2)` the thread that answers is not the only reader, so it parks instead of polling.
+//! With 16 request threads that cost little: 6113 polls saw a request during one `rm -rf`,
+//! against 6178 with two threads.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
