@@ -36,7 +36,8 @@ use crate::stats::{Event, Stats};
 
 /// How the reading thread waits for the next request.
 pub struct BusyPoll {
-    window: Duration,
+    /// The window in nanoseconds (0: never poll).
+    window_ns: u64,
     /// A descriptor of the connection's device (any one will do: all queues of a connection
     /// share the kernel's input queue, which is what `poll(2)` looks at).
     device: OnceLock<OwnedFd>,
@@ -54,7 +55,7 @@ impl BusyPoll {
     /// Polls for up to `window` (zero: never).
     pub fn new(window: Duration, stats: Arc<Stats>) -> BusyPoll {
         BusyPoll {
-            window,
+            window_ns: window.as_nanos() as u64,
             device: OnceLock::new(),
             epoch: Instant::now(),
             answered: AtomicU64::new(0),
@@ -85,13 +86,15 @@ impl BusyPoll {
     /// A request arrived: note whether it came within a window of the last answer (or was
     /// the one the last poll saw arrive, whose gap includes the read and dispatch).
     pub fn arrived(&self) {
-        if self.window.is_zero() {
+        if self.window_ns == 0 {
             return;
         }
         let gap = self
             .now()
             .saturating_sub(self.answered.load(Ordering::Relaxed));
-        let quick = gap <= self.window.as_nanos() as u64 || self.hit.swap(false, Ordering::Relaxed);
+        // Taken whatever the gap, so a hit never outlives the request it saw.
+        let hit = self.hit.swap(false, Ordering::Relaxed);
+        let quick = gap <= self.window_ns || hit;
         if self.quick.load(Ordering::Relaxed) != quick {
             self.quick.store(quick, Ordering::Relaxed);
         }
@@ -100,7 +103,7 @@ impl BusyPoll {
     /// A request was answered just now: note the time (before the thread may park, see
     /// [`crate::gate`]); pass what this returns to [`BusyPoll::wait`].
     pub fn answered(&self) -> Answered {
-        if self.window.is_zero() {
+        if self.window_ns == 0 {
             return Answered(0);
         }
         let now = self.now();
@@ -112,13 +115,13 @@ impl BusyPoll {
     /// next. Returns once a request is waiting, the window since the answer is over, or at
     /// once if requests have not been coming within a window of each other.
     pub fn wait(&self, answered: Answered, alone: bool) {
-        if self.window.is_zero() || !alone || !self.quick.load(Ordering::Relaxed) {
+        if self.window_ns == 0 || !alone || !self.quick.load(Ordering::Relaxed) {
             return;
         }
         let Some(device) = self.device.get() else {
             return;
         };
-        let end = answered.0 + self.window.as_nanos() as u64;
+        let end = answered.0 + self.window_ns;
         loop {
             match poll_device(device) {
                 Poll::Request => {
@@ -239,6 +242,19 @@ mod tests {
             p.arrived();
             assert_eq!(p.quick.load(Ordering::Relaxed), quick);
         }
+    }
+
+    #[test]
+    fn a_hit_counts_for_the_request_it_saw_only() {
+        let window = Duration::from_millis(50);
+        let (p, mut peer, _stats) = polled(window);
+        peer.write_all(b"x").unwrap();
+        after_a_quick_request(&p, true);
+        // The request the poll saw arrives at once; one long after is not quick.
+        p.arrived();
+        std::thread::sleep(2 * window);
+        p.arrived();
+        assert!(!p.quick.load(Ordering::Relaxed));
     }
 
     #[test]
