@@ -143,7 +143,7 @@ impl<B: Backend> Adapter<B> {
     /// thread may park (see [`crate::gate`]) or poll for the next request (see
     /// [`crate::busy_poll`]).
     fn timed<R>(&self, req: &Request, op: Op, handle: impl FnOnce() -> R) -> R {
-        self.enter(req, matches!(op, Op::Read | Op::Write));
+        self.enter(req, matches!(op, Op::Read | Op::Write | Op::CopyFileRange));
         let r = self.counted(op, handle);
         self.leave();
         r
