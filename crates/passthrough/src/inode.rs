@@ -85,7 +85,6 @@ struct Maps {
 /// The table. See the module documentation.
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
-
     root_dev: u64,
     /// Batches of host changes the watcher has delivered (see [`crate::xattr`]).
     host_changes: AtomicU64,

@@ -172,13 +172,18 @@ mod tests {
         );
     }
 
+    /// A reaper whose thread never takes a batch.
+    fn stalled() -> Reaper<Counted> {
+        Reaper {
+            shared: Shared::new(),
+            thread: Some(std::thread::spawn(|| {})),
+        }
+    }
+
     #[test]
     fn drain_now_drops_what_waits() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        let r = Reaper {
-            shared: Shared::new(),
-            thread: Some(std::thread::spawn(|| {})),
-        };
+        let r = stalled();
         for _ in 0..5 {
             r.drop_later(Counted(dropped.clone()));
         }
@@ -190,11 +195,7 @@ mod tests {
     #[test]
     fn past_the_limit_drops_right_away() {
         let dropped = Arc::new(AtomicUsize::new(0));
-        // A reaper whose thread never takes a batch.
-        let r = Reaper {
-            shared: Shared::new(),
-            thread: Some(std::thread::spawn(|| {})),
-        };
+        let r = stalled();
         for _ in 0..MAX_PENDING {
             r.drop_later(Counted(dropped.clone()));
         }
