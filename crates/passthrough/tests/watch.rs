@@ -369,24 +369,24 @@ fn fanotify_filesystem_mark_capability_answers_follow_host_and_server_changes() 
     check_capability_answers(&export, &fs);
 }
 
-#[test]
-fn fanotify_capability_answers_follow_host_and_server_changes() {
+/// [`check_capability_answers`] on an export watched by `mode` (per-directory marks).
+fn capability_answers_follow_changes(mode: WatchMode) {
     if !can_set_caps() {
         return;
     }
-    if let Some((_t, export, fs, _rec)) = started(WatchMode::Fanotify) {
+    if let Some((_t, export, fs, _rec)) = started(mode) {
         check_capability_answers(&export, &fs);
     }
 }
 
 #[test]
+fn fanotify_capability_answers_follow_host_and_server_changes() {
+    capability_answers_follow_changes(WatchMode::Fanotify);
+}
+
+#[test]
 fn inotify_capability_answers_follow_host_and_server_changes() {
-    if !can_set_caps() {
-        return;
-    }
-    if let Some((_t, export, fs, _rec)) = started(WatchMode::Inotify) {
-        check_capability_answers(&export, &fs);
-    }
+    capability_answers_follow_changes(WatchMode::Inotify);
 }
 
 /// With marks on the export's directories only, a change made through a hard link outside
