@@ -56,6 +56,7 @@ errnos!(
     E2BIG,
     EBUSY,
     ENOTCONN,
+    ENOTTY,
 );
 
 impl Errno {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use crate::errno::{Errno, Result};
 use crate::invalidate::Invalidator;
-use crate::types::{Attr, BackendUsage, Caller, DirEntry, FileKind, Ino, Opened, SetAttr, StatFs};
+use crate::types::{
+    Attr, BackendUsage, Caller, Capabilities, DirEntry, Ino, Opened, SetAttr, StatFs,
+};
 
 /// A filesystem backend.
 pub trait Backend: Send + Sync + 'static {
@@ -28,18 +30,28 @@ pub trait Backend: Send + Sync + 'static {
     fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr) -> Result<Attr>;
     /// Target of a symlink.
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
-    /// Creates a regular file, FIFO, socket or device node. `mode` includes the kind bits
-    /// and has the caller's umask applied already.
+    /// Creates a regular file, FIFO, socket or device node. `mode` includes the kind bits.
+    /// `umask` is the caller's umask, not yet applied to `mode`: the backend applies it
+    /// unless the parent directory has a default POSIX ACL, whose inheritance replaces it
+    /// (as `posix_acl_create` does). When the kernel has applied the umask already, it is 0.
     fn mknod(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Result<Attr>;
-    /// Creates a directory.
-    fn mkdir(&self, caller: &Caller, parent: Ino, name: &OsStr, mode: u32) -> Result<Attr>;
+    /// Creates a directory (`umask` as for [`Backend::mknod`]).
+    fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Attr>;
     /// Removes a non-directory name.
     fn unlink(&self, caller: &Caller, parent: Ino, name: &OsStr) -> Result<()>;
     /// Removes an empty directory.
@@ -58,30 +70,38 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
     /// Adds a hard link to `ino`.
     fn link(&self, caller: &Caller, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr>;
-    /// Opens a regular file with open(2) `flags`.
+    /// Opens a regular file with open(2) `flags`. `O_APPEND` is passed on for the
+    /// backend's checks (an append-only file refuses writers without it), but the kernel
+    /// places every append itself and sends explicit offsets: a backend never moves a
+    /// write to the end of the file.
     fn open(&self, caller: &Caller, ino: Ino, flags: i32) -> Result<Opened>;
-    /// Creates and opens a regular file (the kernel sends this for `open(O_CREAT)`).
+    /// Creates and opens a regular file (the kernel sends this for `open(O_CREAT)`;
+    /// `umask` as for [`Backend::mknod`]).
     fn create(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)>;
+    /// Creates and opens a regular file with no name in directory `parent` (`O_TMPFILE`);
+    /// `umask` as for [`Backend::mknod`]. The kernel counts one lookup for it.
+    fn tmpfile(
+        &self,
+        _caller: &Caller,
+        _parent: Ino,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        Err(Errno::EOPNOTSUPP)
+    }
     /// Reads up to `size` bytes at `offset` into `buf` (cleared first); short at end of file.
     fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
-    /// Writes `data` at `offset` (or at the end for `O_APPEND` opens); returns bytes written.
+    /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
-    /// `close` of one file descriptor.
-    fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
-        Ok(())
-    }
-    /// Whether [`Backend::flush`] does anything. When it does not (the default), the
-    /// transport opens files with `FOPEN_NOFLUSH` and `close` costs no round trip.
-    fn flush_on_close(&self) -> bool {
-        false
-    }
     /// Last close of an open file.
     fn release(&self, ino: Ino, fh: u64) -> Result<()>;
     /// Makes data durable, as far as the backend has durability.
@@ -153,51 +173,17 @@ pub trait Backend: Send + Sync + 'static {
     ) -> bool {
         false
     }
-    /// True if [`Backend::with_backing_fd`] can return file descriptors; the transport asks the
-    /// kernel for passthrough (which excludes the writeback cache) only then.
-    fn has_backing_fds(&self) -> bool {
-        false
+    /// The inode flags `FS_IOC_GETFLAGS` reports (`FS_IMMUTABLE_FL`, `FS_APPEND_FL`, ...).
+    fn get_flags(&self, _ino: Ino) -> Result<u32> {
+        Err(Errno::ENOTTY)
     }
-    /// Clears setuid, and setgid when group-executable, on a regular file, and drops its
-    /// `security.capability`: what a write, truncate or chown by an unprivileged caller must
-    /// do. The transport decides when (the kernel leaves it to the server, which lets the
-    /// kernel skip a `security.capability` lookup on every write). Returns true if anything
-    /// changed.
-    fn kill_suidgid(&self, caller: &Caller, ino: Ino) -> Result<bool> {
-        let attr = self.getattr(ino)?;
-        if attr.kind != FileKind::Regular {
-            return Ok(false);
-        }
-        let mode = attr.perm as u32;
-        let mut new = mode & !libc::S_ISUID;
-        if mode & libc::S_IXGRP != 0 {
-            new &= !libc::S_ISGID;
-        }
-        let mut changed = false;
-        if new != mode {
-            self.setattr(
-                caller,
-                ino,
-                &SetAttr {
-                    mode: Some(new),
-                    ..SetAttr::default()
-                },
-            )?;
-            changed = true;
-        }
-        match self.removexattr(caller, ino, OsStr::new("security.capability")) {
-            Ok(()) => changed = true,
-            Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}
-            Err(e) => return Err(e),
-        }
-        Ok(changed)
+    /// Sets the inode flags (`FS_IOC_SETFLAGS`); the kernel has checked ownership and
+    /// `CAP_LINUX_IMMUTABLE`. Flags the backend does not support fail with `EOPNOTSUPP`.
+    fn set_flags(&self, _caller: &Caller, _ino: Ino, _flags: u32) -> Result<()> {
+        Err(Errno::ENOTTY)
     }
-    /// True when a chown through [`Backend::setattr`] itself drops setuid/setgid and
-    /// `security.capability`, as a host filesystem's `chown(2)` does; the transport then
-    /// does not call [`Backend::kill_suidgid`] after a chown.
-    fn chown_kills_privs(&self) -> bool {
-        false
-    }
+    /// What this backend can do, declared once; the mount plan is computed from it.
+    fn capabilities(&self) -> Capabilities;
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.
     fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}

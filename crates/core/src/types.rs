@@ -193,15 +193,28 @@ pub struct StatFs {
     pub namelen: u32,
 }
 
-/// What `open`/`create` hands back to the transport.
+/// What `open`/`create`/`opendir` hands back to the transport.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Opened {
     /// The file handle the kernel passes back on later requests.
     pub fh: u64,
-    /// Keep the kernel page cache across opens (the backend knows nothing changed behind it).
-    pub keep_cache: bool,
-    /// Bypass the kernel page cache for this open.
-    pub direct_io: bool,
+}
+
+/// What a backend can do, declared once (see [`crate::Backend::capabilities`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Regular files can lend the kernel a file descriptor for their data
+    /// ([`crate::Backend::with_backing_fd`], FUSE passthrough).
+    pub backing_fds: bool,
+    /// Every change reaches the backend through the mount (nothing changes behind the
+    /// kernel's back), so the kernel may keep names, attributes, directory listings and
+    /// file pages until the server says otherwise.
+    pub sole_writer: bool,
+    /// The backend keeps POSIX ACLs (`system.posix_acl_access`/`_default`) with their
+    /// semantics: a set access ACL updates the mode, new inodes inherit the parent's
+    /// default ACL instead of taking the umask, chmod updates the ACL. The kernel then
+    /// enforces them (FUSE_POSIX_ACL).
+    pub posix_acl: bool,
 }
 
 /// `renameat2` flags understood by backends.
@@ -210,7 +223,7 @@ pub mod rename_flags {
     pub const NOREPLACE: u32 = libc::RENAME_NOREPLACE;
     /// Atomically swap source and target.
     pub const EXCHANGE: u32 = libc::RENAME_EXCHANGE;
-    /// Leave a whiteout (overlayfs); not supported.
+    /// Leave a whiteout (a 0:0 character device) where the source was (overlayfs).
     pub const WHITEOUT: u32 = libc::RENAME_WHITEOUT;
 }
 

@@ -15,7 +15,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use memofs_core::{
-    Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Opened, Result, SetAttr, Timestamp,
+    Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Result, SetAttr, Timestamp,
 };
 
 use crate::backing::Backings;
@@ -98,11 +98,47 @@ impl<B: Backend> Adapter<B> {
         self.invalidator.clone()
     }
 
-    /// Clears setuid/setgid (see [`Backend::kill_suidgid`]) where the kernel, which runs
+    /// Clears setuid, and setgid when group-executable, on a regular file, and drops its
+    /// `security.capability`: what a write, truncate or chown by an unprivileged caller must
+    /// do. Returns true if anything changed.
+    fn kill_suidgid(&self, caller: &Caller, ino: Ino) -> Result<bool> {
+        let attr = self.backend.getattr(ino)?;
+        if attr.kind != memofs_core::FileKind::Regular {
+            return Ok(false);
+        }
+        let mode = attr.perm as u32;
+        let mut new = mode & !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        let mut changed = false;
+        if new != mode {
+            self.backend.setattr(
+                caller,
+                ino,
+                &SetAttr {
+                    mode: Some(new),
+                    ..SetAttr::default()
+                },
+            )?;
+            changed = true;
+        }
+        match self
+            .backend
+            .removexattr(caller, ino, OsStr::new("security.capability"))
+        {
+            Ok(()) => changed = true,
+            Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}
+            Err(e) => return Err(e),
+        }
+        Ok(changed)
+    }
+
+    /// Clears setuid/setgid (see [`Adapter::kill_suidgid`]) where the kernel, which runs
     /// with `FUSE_HANDLE_KILLPRIV_V2`, leaves it to the server; tells the kernel to drop
     /// the attributes it cached if anything changed.
     fn kill_privs(&self, req: &Request, ino: Ino) {
-        if let Ok(true) = self.backend.kill_suidgid(&caller(req), ino) {
+        if let Ok(true) = self.kill_suidgid(&caller(req), ino) {
             if let Some(inv) = self.invalidator.get() {
                 inv.inode(ino);
             }
@@ -114,26 +150,12 @@ impl<B: Backend> Adapter<B> {
         req.uid() != 0
     }
 
-    /// Open flags as the backend should honour them: the kernel places every append itself
-    /// (from its i_size, under the inode lock) and sends explicit offsets, and it also writes
-    /// back mmap-dirtied pages through whatever handle maps them, so a backend that applied
-    /// `O_APPEND` would move those writes to the end of the file.
-    fn open_flags(&self, flags: i32) -> i32 {
-        flags & !libc::O_APPEND
-    }
-
-    /// Open flags for a regular file: `FOPEN_NOFLUSH` unless the backend acts on `close`
-    /// (the kernel ignores it under the writeback cache, which must write back on close);
-    /// opens served by the server (not `passthrough`) also get the cache flags.
-    fn fopen_flags(&self, o: &Opened, passthrough: bool) -> FopenFlags {
-        let mut f = FopenFlags::empty();
-        if !self.backend.flush_on_close() {
-            f |= FopenFlags::FOPEN_NOFLUSH;
-        }
-        if !passthrough && o.keep_cache {
-            f |= FopenFlags::FOPEN_KEEP_CACHE;
-        }
-        if !passthrough && (o.direct_io || self.config.direct_io) {
+    /// Open flags for a regular file: `FOPEN_NOFLUSH`, as no backend acts on `close` (the
+    /// kernel ignores it under the writeback cache, which must write back on close); opens
+    /// served by the server (not `passthrough`) may bypass the page cache.
+    fn fopen_flags(&self, passthrough: bool) -> FopenFlags {
+        let mut f = FopenFlags::FOPEN_NOFLUSH;
+        if !passthrough && self.config.direct_io {
             f |= FopenFlags::FOPEN_DIRECT_IO;
         }
         f
@@ -368,12 +390,9 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             let mut r = self.backend.setattr(&caller(req), ino.0, &set);
             // Truncate by an unprivileged caller, and any chown, drop setuid/setgid (for a
             // chown, unless the backend's host filesystem did so itself).
-            let chown = (uid.is_some() || gid.is_some()) && !self.backend.chown_kills_privs();
+            let chown = uid.is_some() || gid.is_some();
             let kill = (size.is_some() && Self::unprivileged(req)) || chown;
-            if r.is_ok()
-                && kill
-                && matches!(self.backend.kill_suidgid(&caller(req), ino.0), Ok(true))
-            {
+            if r.is_ok() && kill && matches!(self.kill_suidgid(&caller(req), ino.0), Ok(true)) {
                 r = self.backend.getattr(ino.0);
             }
             self.reply_attr(reply, r);
@@ -393,14 +412,15 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         self.timed(req, Op::Mknod, || {
             self.reply_entry(
                 reply,
-                self.backend.mknod(&caller(req), parent.0, name, mode, rdev),
+                self.backend
+                    .mknod(&caller(req), parent.0, name, mode, umask, rdev),
             );
         });
     }
@@ -411,13 +431,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         self.timed(req, Op::Mkdir, || {
             self.reply_entry(
                 reply,
-                self.backend.mkdir(&caller(req), parent.0, name, mode),
+                self.backend
+                    .mkdir(&caller(req), parent.0, name, mode, umask),
             );
         });
     }
@@ -494,10 +515,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.timed(req, Op::Open, || {
-            match self
-                .backend
-                .open(&caller(req), ino.0, self.open_flags(flags.0))
-            {
+            match self.backend.open(&caller(req), ino.0, flags.0) {
                 Ok(o) => {
                     // O_TRUNC truncates here (atomic_o_trunc). With passthrough the server
                     // never sees the writes, so an unprivileged open for writing drops the
@@ -513,12 +531,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                         .backings
                         .backing_for(&*self.backend, ino.0, o.fh, |fd| reply.open_backing(fd))
                     {
-                        Some(id) => reply.opened_passthrough(
-                            FileHandle(o.fh),
-                            self.fopen_flags(&o, true),
-                            &id,
-                        ),
-                        None => reply.opened(FileHandle(o.fh), self.fopen_flags(&o, false)),
+                        Some(id) => {
+                            reply.opened_passthrough(FileHandle(o.fh), self.fopen_flags(true), &id)
+                        }
+                        None => reply.opened(FileHandle(o.fh), self.fopen_flags(false)),
                     }
                 }
                 Err(e) => reply.error(errno(e)),
@@ -579,9 +595,8 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.timed(req, Op::Flush, || {
-            reply_unit(reply, self.backend.flush(ino.0, fh.0));
-        });
+        let _ = (ino, fh);
+        self.timed(req, Op::Flush, || reply.ok());
     }
 
     fn release(
@@ -766,14 +781,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         self.timed(req, Op::Create, || {
             match self
                 .backend
-                .create(&caller(req), parent.0, name, mode, self.open_flags(flags))
+                .create(&caller(req), parent.0, name, mode, umask, flags)
             {
                 Ok((attr, o)) => {
                     let e = self.policy.entry(attr);
@@ -793,12 +808,10 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                             &fa,
                             generation,
                             fh,
-                            self.fopen_flags(&o, true),
+                            self.fopen_flags(true),
                             &id,
                         ),
-                        None => {
-                            reply.created(&ttl, &fa, generation, fh, self.fopen_flags(&o, false))
-                        }
+                        None => reply.created(&ttl, &fa, generation, fh, self.fopen_flags(false)),
                     }
                 }
                 Err(e) => reply.error(errno(e)),

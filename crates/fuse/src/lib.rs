@@ -167,7 +167,7 @@ pub fn mount<B: Backend>(
     opts: &MountOptions,
 ) -> Result<Mounted<B>, SetupError> {
     let stats = Arc::new(Stats::new());
-    let transport = TransportConfig::for_mount(opts, backend.has_backing_fds());
+    let transport = TransportConfig::for_mount(opts, backend.capabilities().backing_fds);
     let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
     let slot = adapter.invalidator_slot();
     let busy_poll = adapter.busy_poll();

@@ -361,13 +361,8 @@ impl KernelFile {
         Ok(())
     }
 
-    /// Writes at `offset` (at the end when `append`); short at `size=`, as tmpfs.
-    pub fn write(&self, offset: u64, data: &[u8], append: bool) -> Result<u32> {
-        let offset = if append {
-            self.size_and_blocks().0
-        } else {
-            offset
-        };
+    /// Writes at `offset`; short at `size=`, as tmpfs.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<u32> {
         Ok(self.file()?.write_at(data, offset)? as u32)
     }
 
@@ -436,9 +431,9 @@ mod tests {
             BackingStore::new(1 << 20, 16, AtimePolicy::default(), HugeMode::Never).unwrap();
         let f = store.new_file().unwrap();
         let big = vec![7u8; 2 << 20];
-        let written = f.write(0, &big, false).unwrap();
+        let written = f.write(0, &big).unwrap();
         assert_eq!(written, 1 << 20, "the kernel stops the write at size=");
-        assert!(f.write(written as u64, &big, false).is_err());
+        assert!(f.write(written as u64, &big).is_err());
         let (total, free) = store.usage().unwrap();
         assert_eq!((total, free), (1 << 20, 0));
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -454,7 +449,7 @@ mod tests {
         g.close();
         g.close();
         assert!(g.open.lock().1.is_none());
-        g.write(0, b"still works without a held descriptor", false)
+        g.write(0, b"still works without a held descriptor")
             .unwrap();
         assert_eq!(g.size_and_blocks().0, 37);
     }

@@ -6,8 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use memofs_core::{
-    Attr, Backend, BackendUsage, Caller, DirEntry, Errno, FileKind, Ino, Opened, Result, SetAttr,
-    StatFs, TimeSet, Timestamp, NAME_MAX,
+    Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino, Opened,
+    Result, SetAttr, StatFs, TimeSet, Timestamp, NAME_MAX,
 };
 
 use crate::inode::{Inode, NodeData};
@@ -32,8 +32,6 @@ impl MemFs {
         inode.inc_open();
         Ok(Opened {
             fh: flags as u32 as u64,
-            keep_cache: false,
-            direct_io: false,
         })
     }
 }
@@ -110,8 +108,10 @@ impl Backend for MemFs {
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
+        let mode = mode & !(umask & 0o777);
         let data = match FileKind::from_mode(mode) {
             Some(FileKind::Regular) => NodeData::File(self.new_regular()?),
             Some(
@@ -136,8 +136,15 @@ impl Backend for MemFs {
             .attr())
     }
 
-    fn mkdir(&self, caller: &Caller, parent: Ino, name: &OsStr, mode: u32) -> Result<Attr> {
-        let mode = libc::S_IFDIR | (mode & 0o7777);
+    fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Attr> {
+        let mode = libc::S_IFDIR | (mode & 0o7777 & !(umask & 0o777));
         Ok(self
             .create_node(caller, parent, name, mode, 0, NodeData::new_dir(parent))?
             .attr())
@@ -192,9 +199,10 @@ impl Backend for MemFs {
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
-        let mode = libc::S_IFREG | (mode & 0o7777);
+        let mode = libc::S_IFREG | (mode & 0o7777 & !(umask & 0o777));
         match self.create_node(
             caller,
             parent,
@@ -225,10 +233,9 @@ impl Backend for MemFs {
         Ok(())
     }
 
-    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let inode = self.table.get(ino)?;
-        let append = (fh as i32) & libc::O_APPEND != 0;
-        let n = inode.file()?.write(&self.limits, offset, data, append)?;
+        let n = inode.file()?.write(&self.limits, offset, data)?;
         inode.touch_modified(Timestamp::now());
         Ok(n)
     }
@@ -409,12 +416,7 @@ impl Backend for MemFs {
             if buf.is_empty() {
                 break;
             }
-            let w = match self.write(
-                ino_out,
-                fh_out & !(libc::O_APPEND as u64),
-                offset_out + done,
-                &buf,
-            ) {
+            let w = match self.write(ino_out, fh_out, offset_out + done, &buf) {
                 Ok(w) => w,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break,
@@ -460,7 +462,11 @@ impl Backend for MemFs {
         }
     }
 
-    fn has_backing_fds(&self) -> bool {
-        self.store.is_some()
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            backing_fds: self.store.is_some(),
+            sole_writer: true,
+            posix_acl: false,
+        }
     }
 }

@@ -240,11 +240,11 @@ impl RegularFile {
         }
     }
 
-    /// Writes `data` at `offset`, or at the end of file when `append`.
-    pub fn write(&self, limits: &Limits, offset: u64, data: &[u8], append: bool) -> Result<u32> {
+    /// Writes `data` at `offset`.
+    pub fn write(&self, limits: &Limits, offset: u64, data: &[u8]) -> Result<u32> {
         match self {
-            RegularFile::Pages(p) => p.write(limits, offset, data, append),
-            RegularFile::Kernel(k) => k.write(offset, data, append),
+            RegularFile::Pages(p) => p.write(limits, offset, data),
+            RegularFile::Kernel(k) => k.write(offset, data),
         }
     }
 
@@ -330,11 +330,10 @@ impl PageFile {
         }
     }
 
-    /// Writes `data` at `offset`, or at the end of file when `append`. All or nothing:
-    /// `ENOSPC` or `EFBIG` leave the file unchanged. Returns the bytes written.
-    pub fn write(&self, limits: &Limits, offset: u64, data: &[u8], append: bool) -> Result<u32> {
+    /// Writes `data` at `offset`. All or nothing: `ENOSPC` or `EFBIG` leave the file
+    /// unchanged. Returns the bytes written.
+    pub fn write(&self, limits: &Limits, offset: u64, data: &[u8]) -> Result<u32> {
         let mut d = self.data.write();
-        let offset = if append { d.size } else { offset };
         if data.is_empty() {
             return Ok(0);
         }
@@ -455,7 +454,7 @@ mod tests {
     fn sparse_write_reads_zeros_in_holes() {
         let l = Limits::new(0, 0);
         let f = RegularFile::new();
-        f.write(&l, 10_000, b"abc", false).unwrap();
+        f.write(&l, 10_000, b"abc").unwrap();
         let data = read_all(&f);
         assert_eq!(data.len(), 10_003);
         assert!(data[..10_000].iter().all(|b| *b == 0));
@@ -468,8 +467,7 @@ mod tests {
     fn truncate_down_then_up_exposes_zeros_and_frees_pages() {
         let l = Limits::new(0, 0);
         let f = RegularFile::new();
-        f.write(&l, 0, &[7u8; 3 * PAGE_SIZE as usize], false)
-            .unwrap();
+        f.write(&l, 0, &[7u8; 3 * PAGE_SIZE as usize]).unwrap();
         f.truncate(&l, 100).unwrap();
         assert_eq!(l.bytes(), PAGE_SIZE);
         f.truncate(&l, 5000).unwrap();
@@ -482,12 +480,12 @@ mod tests {
     fn enospc_leaves_the_file_unchanged() {
         let l = Limits::new(2 * PAGE_SIZE, 0);
         let f = RegularFile::new();
-        f.write(&l, 0, b"keep", false).unwrap();
+        f.write(&l, 0, b"keep").unwrap();
         let big = vec![1u8; 2 * PAGE_SIZE as usize];
-        assert_eq!(f.write(&l, 1, &big, false), Err(Errno::ENOSPC));
+        assert_eq!(f.write(&l, 1, &big), Err(Errno::ENOSPC));
         assert_eq!(read_all(&f), b"keep");
         assert_eq!(l.bytes(), PAGE_SIZE);
-        assert_eq!(f.write(&l, 0, b"x", true), Ok(1));
+        assert_eq!(f.write(&l, 4, b"x"), Ok(1));
         assert_eq!(read_all(&f), b"keepx");
     }
 
@@ -495,8 +493,7 @@ mod tests {
     fn punch_hole_and_seek() {
         let l = Limits::new(0, 0);
         let f = RegularFile::new();
-        f.write(&l, 0, &[9u8; 4 * PAGE_SIZE as usize], false)
-            .unwrap();
+        f.write(&l, 0, &[9u8; 4 * PAGE_SIZE as usize]).unwrap();
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         f.fallocate(&l, PAGE_SIZE - 10, PAGE_SIZE + 20, mode)
             .unwrap();
@@ -534,6 +531,6 @@ mod tests {
         assert_eq!(f.size(), 10_000);
         assert_eq!(l.bytes(), 3 * PAGE_SIZE);
         assert_eq!(f.release_all(), 3 * PAGE_SIZE);
-        assert_eq!(f.write(&l, MAX_FILE_SIZE, b"x", false), Err(Errno::EFBIG));
+        assert_eq!(f.write(&l, MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
     }
 }

@@ -45,7 +45,7 @@ fn create_write_read_unlink_frees_everything() {
     let fs = fs();
     let base = fs.usage();
     let (attr, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!(
         (attr.uid, attr.gid, attr.perm, attr.kind),
@@ -77,16 +77,17 @@ fn lookup_misses_and_name_rules() {
     );
     let long = "x".repeat(256);
     assert_eq!(
-        fs.mkdir(&C, ROOT_INO, n(&long), 0o755).unwrap_err(),
+        fs.mkdir(&C, ROOT_INO, n(&long), 0o755, 0).unwrap_err(),
         Errno::ENAMETOOLONG
     );
-    assert!(fs.mkdir(&C, ROOT_INO, n(&long[..255]), 0o755).is_ok());
+    assert!(fs.mkdir(&C, ROOT_INO, n(&long[..255]), 0o755, 0).is_ok());
     assert_eq!(
-        fs.mkdir(&C, ROOT_INO, n(&long[..255]), 0o755).unwrap_err(),
+        fs.mkdir(&C, ROOT_INO, n(&long[..255]), 0o755, 0)
+            .unwrap_err(),
         Errno::EEXIST
     );
     // Case matters: no casefolding.
-    fs.mknod(&C, ROOT_INO, n("Readme"), libc::S_IFREG | 0o644, 0)
+    fs.mknod(&C, ROOT_INO, n("Readme"), libc::S_IFREG | 0o644, 0, 0)
         .unwrap();
     assert_eq!(
         fs.lookup(&C, ROOT_INO, n("README")).unwrap_err(),
@@ -97,10 +98,10 @@ fn lookup_misses_and_name_rules() {
 #[test]
 fn directories_count_links_and_refuse_nonempty_removal() {
     let fs = fs();
-    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755).unwrap();
+    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
     assert_eq!(d.nlink, 2);
-    fs.mkdir(&C, d.ino, n("sub"), 0o755).unwrap();
+    fs.mkdir(&C, d.ino, n("sub"), 0o755, 0).unwrap();
     assert_eq!(fs.getattr(d.ino).unwrap().nlink, 3);
     assert_eq!(
         fs.rmdir(&C, ROOT_INO, n("d")).unwrap_err(),
@@ -112,7 +113,7 @@ fn directories_count_links_and_refuse_nonempty_removal() {
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 2);
     // Nothing can be created in a removed directory the kernel still references.
     assert_eq!(
-        fs.mkdir(&C, d.ino, n("x"), 0o755).unwrap_err(),
+        fs.mkdir(&C, d.ino, n("x"), 0o755, 0).unwrap_err(),
         Errno::ENOENT
     );
 }
@@ -121,13 +122,13 @@ fn directories_count_links_and_refuse_nonempty_removal() {
 fn rename_replace_exchange_noreplace_and_loops() {
     let fs = fs();
     let a = fs
-        .mknod(&C, ROOT_INO, n("a"), libc::S_IFREG | 0o600, 0)
+        .mknod(&C, ROOT_INO, n("a"), libc::S_IFREG | 0o600, 0, 0)
         .unwrap();
     let b = fs
-        .mknod(&C, ROOT_INO, n("b"), libc::S_IFREG | 0o600, 0)
+        .mknod(&C, ROOT_INO, n("b"), libc::S_IFREG | 0o600, 0, 0)
         .unwrap();
-    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755).unwrap();
-    let e = fs.mkdir(&C, ROOT_INO, n("e"), 0o755).unwrap();
+    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
+    let e = fs.mkdir(&C, ROOT_INO, n("e"), 0o755, 0).unwrap();
     assert_eq!(
         fs.rename(
             &C,
@@ -160,7 +161,7 @@ fn rename_replace_exchange_noreplace_and_loops() {
     assert_eq!(fs.getattr(e.ino).unwrap().nlink, 0);
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
     // Into its own subdirectory.
-    let sub = fs.mkdir(&C, d.ino, n("sub"), 0o755).unwrap();
+    let sub = fs.mkdir(&C, d.ino, n("sub"), 0o755, 0).unwrap();
     assert_eq!(
         fs.rename(&C, ROOT_INO, n("e"), sub.ino, n("x"), 0)
             .unwrap_err(),
@@ -168,7 +169,7 @@ fn rename_replace_exchange_noreplace_and_loops() {
     );
     // Exchange a file and a directory across parents.
     fs.rename(&C, ROOT_INO, n("b"), sub.ino, n("f"), 0).unwrap();
-    fs.mkdir(&C, ROOT_INO, n("z"), 0o755).unwrap();
+    fs.mkdir(&C, ROOT_INO, n("z"), 0o755, 0).unwrap();
     fs.rename(
         &C,
         sub.ino,
@@ -208,11 +209,11 @@ fn rename_replace_exchange_noreplace_and_loops() {
 fn hard_links_and_link_counts() {
     let fs = fs();
     let f = fs
-        .mknod(&C, ROOT_INO, n("f"), libc::S_IFREG | 0o644, 0)
+        .mknod(&C, ROOT_INO, n("f"), libc::S_IFREG | 0o644, 0, 0)
         .unwrap();
     let l = fs.link(&C, f.ino, ROOT_INO, n("g")).unwrap();
     assert_eq!((l.ino, l.nlink), (f.ino, 2));
-    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755).unwrap();
+    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
     assert_eq!(
         fs.link(&C, d.ino, ROOT_INO, n("dl")).unwrap_err(),
         Errno::EPERM
@@ -229,8 +230,15 @@ fn hard_links_and_link_counts() {
 fn readdir_offsets_and_plus_lookups() {
     let fs = fs();
     for i in 0..10 {
-        fs.mknod(&C, ROOT_INO, n(&format!("f{i}")), libc::S_IFREG | 0o644, 0)
-            .unwrap();
+        fs.mknod(
+            &C,
+            ROOT_INO,
+            n(&format!("f{i}")),
+            libc::S_IFREG | 0o644,
+            0,
+            0,
+        )
+        .unwrap();
     }
     assert_eq!(names(&fs, ROOT_INO).len(), 12);
     // Stop after 4 entries, resume from the last offset.
@@ -278,14 +286,15 @@ fn setgid_directories_pass_their_group_on() {
             ROOT_INO,
             n("shared"),
             0o2775,
+            0,
         )
         .unwrap();
     assert_eq!(d.perm & 0o2000, 0o2000);
     let f = fs
-        .mknod(&C, d.ino, n("f"), libc::S_IFREG | 0o644, 0)
+        .mknod(&C, d.ino, n("f"), libc::S_IFREG | 0o644, 0, 0)
         .unwrap();
     assert_eq!((f.uid, f.gid), (1000, 50));
-    let sub = fs.mkdir(&C, d.ino, n("sub"), 0o755).unwrap();
+    let sub = fs.mkdir(&C, d.ino, n("sub"), 0o755, 0).unwrap();
     assert_eq!((sub.gid, sub.perm & 0o2000), (50, 0o2000));
 }
 
@@ -293,7 +302,7 @@ fn setgid_directories_pass_their_group_on() {
 fn setattr_truncates_and_sets_times() {
     let fs = fs();
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_WRONLY)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_WRONLY)
         .unwrap();
     fs.write(f.ino, o.fh, 0, &[1u8; 10_000]).unwrap();
     let t = Timestamp::from_timespec(1_000_000, 123_456_789);
@@ -321,7 +330,7 @@ fn setattr_truncates_and_sets_times() {
         &read_all(&fs, f.ino)[..12],
         &[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
     );
-    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755).unwrap();
+    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
     assert_eq!(
         fs.setattr(
             &C,
@@ -345,11 +354,11 @@ fn limits_hold_for_inodes_bytes_and_xattrs() {
     })
     .unwrap();
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_WRONLY)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_WRONLY)
         .unwrap();
-    fs.mkdir(&C, ROOT_INO, n("d"), 0o755).unwrap();
+    fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
     assert_eq!(
-        fs.mknod(&C, ROOT_INO, n("x"), libc::S_IFIFO | 0o644, 0)
+        fs.mknod(&C, ROOT_INO, n("x"), libc::S_IFIFO | 0o644, 0, 0)
             .unwrap_err(),
         Errno::ENOSPC
     );
@@ -396,7 +405,7 @@ fn atime_fs(mode: AtimeMode) -> (MemFs, u64) {
     })
     .unwrap();
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.write(f.ino, o.fh, 0, b"data").unwrap();
     (fs, f.ino)
@@ -461,7 +470,7 @@ fn unlinked_open_files_never_update_atime() {
 fn xattrs_and_seek() {
     let fs = fs();
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!(
         fs.getxattr(f.ino, n("user.none")).unwrap_err(),
@@ -480,7 +489,7 @@ fn xattrs_and_seek() {
     assert_eq!(fs.lseek(f.ino, o.fh, 0, libc::SEEK_DATA).unwrap(), 3 * PAGE);
     assert_eq!(fs.lseek(f.ino, o.fh, 0, libc::SEEK_HOLE).unwrap(), 0);
     let (g, og) = fs
-        .create(&C, ROOT_INO, n("g"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("g"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!(
         fs.copy_file_range(f.ino, o.fh, 3 * PAGE, g.ino, og.fh, 1, 100)
@@ -497,10 +506,14 @@ fn concurrent_writers_and_renamers_keep_counts_consistent() {
         .map(|t| {
             let fs = fs.clone();
             std::thread::spawn(move || {
-                let d = fs.mkdir(&C, ROOT_INO, n(&format!("d{t}")), 0o755).unwrap();
+                let d = fs
+                    .mkdir(&C, ROOT_INO, n(&format!("d{t}")), 0o755, 0)
+                    .unwrap();
                 for i in 0..200 {
                     let name = format!("f{i}");
-                    let (f, o) = fs.create(&C, d.ino, n(&name), 0o644, libc::O_RDWR).unwrap();
+                    let (f, o) = fs
+                        .create(&C, d.ino, n(&name), 0o644, 0, libc::O_RDWR)
+                        .unwrap();
                     fs.write(f.ino, o.fh, 0, &[t as u8; 5000]).unwrap();
                     fs.release(f.ino, o.fh).unwrap();
                     let other = format!("d{}", (t + 1) % 4);
@@ -545,9 +558,9 @@ fn kernel_backed_files_read_write_truncate_punch_and_seek() {
     let Some(fs) = kernel_fs(64 * PAGE, AtimeMode::Relatime) else {
         return;
     };
-    assert!(fs.has_backing_fds());
+    assert!(fs.capabilities().backing_fds);
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     let mut lent = None;
     assert!(fs.with_backing_fd(f.ino, o.fh, &mut |fd| lent =
@@ -602,7 +615,7 @@ fn kernel_backed_unlinked_files_keep_their_atime() {
         return;
     };
     let (f, o) = fs
-        .create(&C, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.write(f.ino, o.fh, 0, b"data").unwrap();
     let t = Timestamp::from_timespec(1_000, 0);

@@ -131,7 +131,6 @@ impl PassthroughFs {
         };
         Ok(Opened {
             fh: self.dirs.insert(dir),
-            ..Opened::default()
         })
     }
 

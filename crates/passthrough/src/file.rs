@@ -40,15 +40,15 @@ const CREATE_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_NOATIME;
 
 impl PassthroughFs {
-    /// The flags to open a regular file with, from the kernel's `flags`.
+    /// The flags to open a regular file with, from the kernel's `flags`. `O_APPEND` is
+    /// dropped: the kernel places every append itself and sends its offset.
     fn file_flags(&self, flags: i32) -> i32 {
-        let mut flags = flags & !DROPPED_FLAGS;
+        let mut flags = flags & !DROPPED_FLAGS & !libc::O_APPEND;
         if self.config.writeback {
-            // The kernel fills pages of write-only files and handles O_APPEND itself.
+            // The kernel fills pages of write-only files.
             if flags & libc::O_ACCMODE == libc::O_WRONLY {
                 flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             }
-            flags &= !libc::O_APPEND;
         }
         flags
     }
@@ -91,8 +91,6 @@ impl PassthroughFs {
         };
         Ok(Opened {
             fh: self.files.insert(file),
-            keep_cache: false,
-            direct_io: false,
         })
     }
 

@@ -5,8 +5,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use memofs_core::{
-    Attr, Backend, BackendUsage, Caller, DirEntry, Errno, Ino, Invalidator, Opened, Result,
-    SetAttr, StatFs,
+    Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, Ino, Invalidator, Opened,
+    Result, SetAttr, StatFs,
 };
 
 use crate::sys;
@@ -29,11 +29,6 @@ impl Backend for PassthroughFs {
         self.set_attr(&*self.table.get(ino)?, set)
     }
 
-    /// The host's `chown(2)` drops setuid/setgid and `security.capability` itself.
-    fn chown_kills_privs(&self) -> bool {
-        true
-    }
-
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
         let inode = self.table.get(ino)?;
         if inode.kind != memofs_core::FileKind::Symlink {
@@ -48,13 +43,21 @@ impl Backend for PassthroughFs {
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.mknod_node(caller, parent, name, mode, rdev)
+        self.mknod_node(caller, parent, name, mode & !(umask & 0o777), rdev)
     }
 
-    fn mkdir(&self, caller: &Caller, parent: Ino, name: &OsStr, mode: u32) -> Result<Attr> {
-        self.mkdir_node(caller, parent, name, mode)
+    fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Attr> {
+        self.mkdir_node(caller, parent, name, mode & !(umask & 0o777))
     }
 
     fn unlink(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<()> {
@@ -95,9 +98,10 @@ impl Backend for PassthroughFs {
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
-        self.create_file(caller, parent, name, mode, flags)
+        self.create_file(caller, parent, name, mode & !(umask & 0o777), flags)
     }
 
     fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
@@ -106,12 +110,6 @@ impl Backend for PassthroughFs {
 
     fn write(&self, _ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.write_file(fh, offset, data)
-    }
-
-    /// Nothing to do: data goes to the host on every WRITE, and the server takes no POSIX
-    /// locks that a close would release.
-    fn flush(&self, _ino: Ino, fh: u64) -> Result<()> {
-        self.file(fh).map(drop)
     }
 
     fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
@@ -239,8 +237,12 @@ impl Backend for PassthroughFs {
         }
     }
 
-    fn has_backing_fds(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            backing_fds: true,
+            sole_writer: false,
+            posix_acl: false,
+        }
     }
 
     fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {

@@ -39,9 +39,12 @@ fn symlinks_are_returned_as_themselves_and_never_followed() {
         assert_eq!(fs.lookup(&ROOT, l.ino, n("passwd")), Err(Errno::ENOTDIR));
         assert_eq!(fs.opendir(&ROOT, l.ino, 0), Err(Errno::ENOTDIR));
         assert_eq!(fs.open(&ROOT, l.ino, libc::O_RDWR), Err(Errno::ELOOP));
-        assert_eq!(fs.mkdir(&ROOT, l.ino, n("x"), 0o755), Err(Errno::ENOTDIR));
         assert_eq!(
-            fs.mknod(&ROOT, l.ino, n("x"), libc::S_IFREG | 0o644, 0),
+            fs.mkdir(&ROOT, l.ino, n("x"), 0o755, 0),
+            Err(Errno::ENOTDIR)
+        );
+        assert_eq!(
+            fs.mknod(&ROOT, l.ino, n("x"), libc::S_IFREG | 0o644, 0, 0),
             Err(Errno::ENOTDIR)
         );
         assert_eq!(
@@ -49,7 +52,7 @@ fn symlinks_are_returned_as_themselves_and_never_followed() {
             Err(Errno::ENOTDIR)
         );
         assert_eq!(
-            fs.create(&ROOT, l.ino, n("x"), 0o644, libc::O_RDWR)
+            fs.create(&ROOT, l.ino, n("x"), 0o644, 0, libc::O_RDWR)
                 .map(|_| ()),
             Err(Errno::ENOTDIR)
         );
@@ -150,11 +153,11 @@ fn names_that_are_not_single_components_are_rejected() {
             "{name:?}"
         );
         assert_eq!(
-            fs.mkdir(&ROOT, ROOT_INO, n(name), 0o755),
+            fs.mkdir(&ROOT, ROOT_INO, n(name), 0o755, 0),
             Err(Errno::EINVAL)
         );
         assert_eq!(
-            fs.mknod(&ROOT, ROOT_INO, n(name), libc::S_IFREG, 0),
+            fs.mknod(&ROOT, ROOT_INO, n(name), libc::S_IFREG, 0, 0),
             Err(Errno::EINVAL)
         );
         assert_eq!(
@@ -162,7 +165,7 @@ fn names_that_are_not_single_components_are_rejected() {
             Err(Errno::EINVAL)
         );
         assert_eq!(
-            fs.create(&ROOT, ROOT_INO, n(name), 0o644, libc::O_RDWR)
+            fs.create(&ROOT, ROOT_INO, n(name), 0o644, 0, libc::O_RDWR)
                 .map(|_| ()),
             Err(Errno::EINVAL)
         );
@@ -180,7 +183,7 @@ fn names_that_are_not_single_components_are_rejected() {
     }
     for name in [".", ".."] {
         assert_eq!(
-            fs.mkdir(&ROOT, ROOT_INO, n(name), 0o755),
+            fs.mkdir(&ROOT, ROOT_INO, n(name), 0o755, 0),
             Err(Errno::EINVAL)
         );
         assert_eq!(fs.unlink(&ROOT, ROOT_INO, n(name)), Err(Errno::EINVAL));
@@ -206,13 +209,13 @@ fn create_over_a_dangling_symlink_creates_nothing_outside() {
         libc::O_WRONLY | libc::O_TRUNC,
     ] {
         let r = fs
-            .create(&ROOT, ROOT_INO, n("dang"), 0o644, flags)
+            .create(&ROOT, ROOT_INO, n("dang"), 0o644, 0, flags)
             .map(|_| ());
         assert!(matches!(r, Err(Errno::ELOOP | Errno::EEXIST)), "{r:?}");
     }
     assert!(!out.join("new").exists());
     assert_eq!(
-        fs.mkdir(&ROOT, ROOT_INO, n("dang"), 0o755),
+        fs.mkdir(&ROOT, ROOT_INO, n("dang"), 0o755, 0),
         Err(Errno::EEXIST)
     );
 }
@@ -233,10 +236,10 @@ fn a_directory_swapped_for_a_symlink_after_lookup_keeps_operations_inside() {
     let inside = fs.lookup(&ROOT, d.ino, n("inside")).unwrap();
     assert_eq!(common::read_all(&fs, inside.ino), b"inside");
     let (c, o) = fs
-        .create(&ROOT, d.ino, n("created"), 0o644, libc::O_RDWR)
+        .create(&ROOT, d.ino, n("created"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.write(c.ino, o.fh, 0, b"x").unwrap();
-    fs.mkdir(&ROOT, d.ino, n("sub"), 0o755).unwrap();
+    fs.mkdir(&ROOT, d.ino, n("sub"), 0o755, 0).unwrap();
     fs.symlink(&ROOT, d.ino, n("sym"), n("t")).unwrap();
     fs.rename(&ROOT, d.ino, n("inside"), d.ino, n("renamed"), 0)
         .unwrap();

@@ -16,13 +16,13 @@ fn created_inodes_belong_to_the_caller() {
     }
     let (_t, export, fs) = setup("owner");
     let (f, o) = fs
-        .create(&USER, ROOT_INO, n("file"), 0o644, libc::O_RDWR)
+        .create(&USER, ROOT_INO, n("file"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!((f.uid, f.gid), (1000, 1000));
     fs.release(f.ino, o.fh).unwrap();
-    let d = fs.mkdir(&USER, ROOT_INO, n("dir"), 0o755).unwrap();
+    let d = fs.mkdir(&USER, ROOT_INO, n("dir"), 0o755, 0).unwrap();
     let p = fs
-        .mknod(&USER, ROOT_INO, n("fifo"), libc::S_IFIFO | 0o644, 0)
+        .mknod(&USER, ROOT_INO, n("fifo"), libc::S_IFIFO | 0o644, 0, 0)
         .unwrap();
     let l = fs.symlink(&USER, ROOT_INO, n("link"), n("file")).unwrap();
     for a in [d, p, l] {
@@ -34,7 +34,7 @@ fn created_inodes_belong_to_the_caller() {
     }
     // The request thread is back to root afterwards: a root-only create works.
     let (r, o) = fs
-        .create(&Caller::ROOT, d.ino, n("by-root"), 0o600, libc::O_RDWR)
+        .create(&Caller::ROOT, d.ino, n("by-root"), 0o600, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!((r.uid, r.gid), (0, 0));
     fs.release(r.ino, o.fh).unwrap();
@@ -54,9 +54,9 @@ fn the_host_checks_creation_as_the_caller() {
     )
     .unwrap();
     let d = walk(&fs, "rootonly").unwrap();
-    assert_eq!(fs.mkdir(&USER, d.ino, n("x"), 0o755), Err(Errno::EACCES));
+    assert_eq!(fs.mkdir(&USER, d.ino, n("x"), 0o755, 0), Err(Errno::EACCES));
     assert_eq!(
-        fs.create(&USER, d.ino, n("x"), 0o644, libc::O_RDWR)
+        fs.create(&USER, d.ino, n("x"), 0o644, 0, libc::O_RDWR)
             .map(|_| ()),
         Err(Errno::EACCES)
     );
@@ -67,6 +67,7 @@ fn the_host_checks_creation_as_the_caller() {
             ROOT_INO,
             n("null"),
             libc::S_IFCHR | 0o666,
+            0,
             (1 << 8) | 3
         ),
         Err(Errno::EPERM)
@@ -89,7 +90,7 @@ fn setgid_directories_pass_their_group_on() {
     std::os::unix::fs::chown(&shared, None, Some(2000)).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o2777)).unwrap();
     let d = walk(&fs, "shared").unwrap();
-    let sub = fs.mkdir(&USER, d.ino, n("sub"), 0o755).unwrap();
+    let sub = fs.mkdir(&USER, d.ino, n("sub"), 0o755, 0).unwrap();
     assert_eq!((sub.uid, sub.gid), (1000, 2000));
     assert_ne!(sub.perm & 0o2000, 0, "subdirectories inherit set-gid");
 }
@@ -121,7 +122,7 @@ fn xattr_changes_are_checked_as_the_caller() {
     // Reading is checked by the kernel, not here.
     assert_eq!(fs.getxattr(f.ino, n("user.k")).unwrap(), b"v");
     let (mine, o) = fs
-        .create(&USER, ROOT_INO, n("mine"), 0o644, libc::O_RDWR)
+        .create(&USER, ROOT_INO, n("mine"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.release(mine.ino, o.fh).unwrap();
     fs.setxattr(&USER, mine.ino, n("user.k"), b"mine", 0)

@@ -123,7 +123,7 @@ fn hard_links_share_one_inode() {
 fn create_write_read_fsync_release() {
     let (_t, export, fs) = setup("io");
     let (attr, o) = fs
-        .create(&ROOT, ROOT_INO, n("f"), 0o640, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("f"), 0o640, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!(
         (attr.kind, attr.perm, attr.size),
@@ -138,7 +138,6 @@ fn create_write_read_fsync_release() {
     assert_eq!(buf, b"b");
     fs.read(attr.ino, o.fh, 100, 10, &mut buf).unwrap();
     assert!(buf.is_empty());
-    fs.flush(attr.ino, o.fh).unwrap();
     fs.fsync(attr.ino, o.fh, false).unwrap();
     fs.fsync(attr.ino, o.fh, true).unwrap();
     // What fsync acknowledged is in the host file.
@@ -155,18 +154,19 @@ fn create_exclusive_and_racing_host_create() {
     std::fs::write(export.join("f"), b"host").unwrap();
     // The kernel thought `f` was missing: without O_EXCL the existing file opens.
     let (attr, o) = fs
-        .create(&ROOT, ROOT_INO, n("f"), 0o600, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("f"), 0o600, 0, libc::O_RDWR)
         .unwrap();
     assert_eq!(attr.size, 4);
     fs.release(attr.ino, o.fh).unwrap();
     let excl = libc::O_RDWR | libc::O_EXCL;
     assert_eq!(
-        fs.create(&ROOT, ROOT_INO, n("f"), 0o600, excl).map(|_| ()),
+        fs.create(&ROOT, ROOT_INO, n("f"), 0o600, 0, excl)
+            .map(|_| ()),
         Err(Errno::EEXIST)
     );
     std::fs::create_dir(export.join("d")).unwrap();
     assert_eq!(
-        fs.create(&ROOT, ROOT_INO, n("d"), 0o600, libc::O_RDWR)
+        fs.create(&ROOT, ROOT_INO, n("d"), 0o600, 0, libc::O_RDWR)
             .map(|_| ()),
         Err(Errno::EISDIR)
     );
@@ -174,16 +174,19 @@ fn create_exclusive_and_racing_host_create() {
 }
 
 #[test]
-fn open_honours_trunc_append_and_kind() {
+fn open_honours_trunc_and_kind_and_appends_land_where_the_kernel_says() {
     let (_t, export, fs) = setup("open");
     std::fs::write(export.join("f"), b"0123456789").unwrap();
     let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
     let o = fs
         .open(&ROOT, f.ino, libc::O_WRONLY | libc::O_APPEND)
         .unwrap();
-    fs.write(f.ino, o.fh, 0, b"X").unwrap();
+    // The kernel places appends and sends their offset; a write-back of a mapped page
+    // through an O_APPEND handle must still land at its own offset.
+    fs.write(f.ino, o.fh, 10, b"X").unwrap();
+    fs.write(f.ino, o.fh, 0, b"Y").unwrap();
     fs.release(f.ino, o.fh).unwrap();
-    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"0123456789X");
+    assert_eq!(std::fs::read(export.join("f")).unwrap(), b"Y123456789X");
     let flags = libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CREAT;
     let o = fs.open(&ROOT, f.ino, flags).unwrap();
     fs.release(f.ino, o.fh).unwrap();
@@ -196,7 +199,7 @@ fn open_honours_trunc_append_and_kind() {
 fn setattr_chmod_chown_truncate_utimens() {
     let (_t, export, fs) = setup("setattr");
     let (attr, o) = fs
-        .create(&ROOT, ROOT_INO, n("f"), 0o644, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.write(attr.ino, o.fh, 0, b"hello world").unwrap();
     let set = SetAttr {
@@ -253,20 +256,27 @@ fn setattr_chmod_chown_truncate_utimens() {
 #[test]
 fn mkdir_mknod_symlink_readlink_unlink_rmdir() {
     let (_t, export, fs) = setup("nodes");
-    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o750).unwrap();
+    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o750, 0).unwrap();
     assert_eq!((d.kind, d.perm), (FileKind::Directory, 0o750));
     assert!(export.join("d").is_dir());
     let fifo = fs
-        .mknod(&ROOT, d.ino, n("p"), libc::S_IFIFO | 0o600, 0)
+        .mknod(&ROOT, d.ino, n("p"), libc::S_IFIFO | 0o600, 0, 0)
         .unwrap();
     assert_eq!(fifo.kind, FileKind::Fifo);
     let reg = fs
-        .mknod(&ROOT, d.ino, n("r"), libc::S_IFREG | 0o600, 0)
+        .mknod(&ROOT, d.ino, n("r"), libc::S_IFREG | 0o600, 0, 0)
         .unwrap();
     assert_eq!(reg.kind, FileKind::Regular);
     // /dev/null's numbers, FUSE-encoded (major 1, minor 3).
     let dev = fs
-        .mknod(&ROOT, d.ino, n("null"), libc::S_IFCHR | 0o600, (1 << 8) | 3)
+        .mknod(
+            &ROOT,
+            d.ino,
+            n("null"),
+            libc::S_IFCHR | 0o600,
+            0,
+            (1 << 8) | 3,
+        )
         .unwrap();
     assert_eq!((dev.kind, dev.rdev), (FileKind::CharDevice, (1 << 8) | 3));
     assert_eq!(
@@ -294,8 +304,13 @@ fn mkdir_mknod_symlink_readlink_unlink_rmdir() {
     // Still known to the kernel: attributes come from the pinned host inode.
     assert_eq!(fs.getattr(reg.ino).unwrap().nlink, 0);
     assert_eq!(
-        fs.mkdir(&ROOT, ROOT_INO, n("x"), 0o755)
-            .and(fs.mkdir(&ROOT, ROOT_INO, n("x"), 0o755)),
+        fs.mkdir(&ROOT, ROOT_INO, n("x"), 0o755, 0).and(fs.mkdir(
+            &ROOT,
+            ROOT_INO,
+            n("x"),
+            0o755,
+            0
+        )),
         Err(Errno::EEXIST)
     );
 }
@@ -304,7 +319,7 @@ fn mkdir_mknod_symlink_readlink_unlink_rmdir() {
 fn unlinked_open_file_stays_readable() {
     let (_t, export, fs) = setup("unlinked");
     let (a, o) = fs
-        .create(&ROOT, ROOT_INO, n("f"), 0o600, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("f"), 0o600, 0, libc::O_RDWR)
         .unwrap();
     fs.write(a.ino, o.fh, 0, b"still here").unwrap();
     fs.unlink(&ROOT, ROOT_INO, n("f")).unwrap();
@@ -325,7 +340,7 @@ fn rename_with_flags_and_link() {
     let (_t, export, fs) = setup("rename");
     std::fs::write(export.join("a"), b"A").unwrap();
     std::fs::write(export.join("b"), b"B").unwrap();
-    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755).unwrap();
+    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755, 0).unwrap();
     assert_eq!(
         fs.rename(
             &ROOT,
@@ -543,7 +558,7 @@ fn xattr_of(path: &str, name: &str) -> Result<Vec<u8>, i32> {
 fn fallocate_lseek_copy_file_range() {
     let (_t, export, fs) = setup("alloc");
     let (a, o) = fs
-        .create(&ROOT, ROOT_INO, n("a"), 0o600, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("a"), 0o600, 0, libc::O_RDWR)
         .unwrap();
     fs.fallocate(a.ino, o.fh, 0, 1 << 20, 0).unwrap();
     assert_eq!(fs.getattr(a.ino).unwrap().size, 1 << 20);
@@ -565,7 +580,7 @@ fn fallocate_lseek_copy_file_range() {
         Err(Errno::ENXIO)
     );
     let (b, ob) = fs
-        .create(&ROOT, ROOT_INO, n("b"), 0o600, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, n("b"), 0o600, 0, libc::O_RDWR)
         .unwrap();
     let copied = fs
         .copy_file_range(a.ino, o.fh, 512 * 1024, b.ino, ob.fh, 10, 4)
@@ -584,7 +599,10 @@ fn host_errors_keep_their_errno() {
     let f = walk(&fs, "d/f").unwrap();
     assert_eq!(fs.lookup(&ROOT, d.ino, n("missing")), Err(Errno::ENOENT));
     assert_eq!(fs.lookup(&ROOT, f.ino, n("x")), Err(Errno::ENOTDIR));
-    assert_eq!(fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755), Err(Errno::EEXIST));
+    assert_eq!(
+        fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755, 0),
+        Err(Errno::EEXIST)
+    );
     assert_eq!(fs.rmdir(&ROOT, ROOT_INO, n("d")), Err(Errno::ENOTEMPTY));
     assert_eq!(fs.rmdir(&ROOT, d.ino, n("f")), Err(Errno::ENOTDIR));
     assert_eq!(fs.getattr(999_999_999), Err(Errno::ESTALE));
@@ -594,7 +612,7 @@ fn host_errors_keep_their_errno() {
         Err(Errno::ENAMETOOLONG)
     );
     assert_eq!(
-        fs.mkdir(&ROOT, ROOT_INO, n(&long), 0o755),
+        fs.mkdir(&ROOT, ROOT_INO, n(&long), 0o755, 0),
         Err(Errno::ENAMETOOLONG)
     );
 }

@@ -207,7 +207,14 @@ fn fanotify_skips_the_servers_own_changes() {
         return;
     };
     let (a, o) = fs
-        .create(&Caller::ROOT, ROOT_INO, n("by-server"), 0o644, libc::O_RDWR)
+        .create(
+            &Caller::ROOT,
+            ROOT_INO,
+            n("by-server"),
+            0o644,
+            0,
+            libc::O_RDWR,
+        )
         .unwrap();
     fs.write(a.ino, o.fh, 0, b"x").unwrap();
     fs.release(a.ino, o.fh).unwrap();
@@ -256,7 +263,7 @@ fn fanotify_ignores_writes_through_the_servers_mount_but_not_the_hosts() {
         return;
     }
     let (a, o) = fs
-        .create(&Caller::ROOT, ROOT_INO, n("shared"), 0o644, libc::O_RDWR)
+        .create(&Caller::ROOT, ROOT_INO, n("shared"), 0o644, 0, libc::O_RDWR)
         .unwrap();
     // Another process writes through a file the server opened (as the kernel's FUSE
     // passthrough does for a process using the mount): its pid is not the server's, but
@@ -325,7 +332,7 @@ fn check_capability_answers(export: &std::path::Path, fs: &memofs_passthrough::P
     use memofs_core::Errno;
     // Created by the server (with a filesystem mark: known to have none).
     let (a, o) = fs
-        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, 0, libc::O_RDWR)
         .unwrap();
     fs.release(a.ino, o.fh).unwrap();
     assert_eq!(caps(fs, a.ino), Err(Errno::ENODATA));
@@ -402,7 +409,7 @@ fn capability_is_asked_of_the_host_when_changes_can_go_unseen() {
     };
     assert!(!fs.watches_whole_filesystem());
     let (a, o) = fs
-        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, 0, libc::O_RDWR)
         .unwrap();
     fs.release(a.ino, o.fh).unwrap();
     assert_eq!(caps(&fs, a.ino), Err(Errno::ENODATA));
@@ -421,7 +428,7 @@ fn capability_is_asked_of_the_host_when_unwatched() {
     }
     let (_t, export, fs) = setup_with("watch-off", config(WatchMode::Off));
     let (a, o) = fs
-        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, libc::O_RDWR)
+        .create(&Caller::ROOT, ROOT_INO, n("made"), 0o755, 0, libc::O_RDWR)
         .unwrap();
     fs.release(a.ino, o.fh).unwrap();
     assert_eq!(caps(&fs, a.ino), Err(Errno::ENODATA));
