@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memofs_core::options::{MountOptions, PassthroughMode};
-use memofs_fuse::TransportConfig;
+use memofs_core::options::MountOptions;
+use memofs_core::plan::{MountPlan, Passthrough};
+use memofs_core::Backend;
 use memofs_mem::{MemConfig, MemFs};
 use memofs_passthrough::{PassthroughConfig, PassthroughFs};
 
@@ -54,44 +55,24 @@ pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String>
     Ok(src)
 }
 
-/// Whether the transport will use the writeback cache for a backend that can (`backing_fds`)
-/// or cannot pass file descriptors to the kernel; backends serving file data must know.
-fn writeback_with(opts: &MountOptions, backing_fds: bool) -> bool {
-    TransportConfig::for_mount(opts, backing_fds).writeback_cache()
-}
-
 /// The passthrough backend for `source`.
-pub fn passthrough(source: &Path, opts: &MountOptions) -> Built<PassthroughFs> {
+pub fn passthrough(source: &Path, plan: &mut MountPlan) -> Built<PassthroughFs> {
     let config = PassthroughConfig {
-        atime: opts.atime,
-        writeback: writeback_with(opts, true),
-        watch: opts.watch,
+        atime: plan.atime,
+        watch: plan.watch,
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;
+    plan.adopt(fs.capabilities());
     let settings = vec![
-        ("backend".into(), "passthrough".into()),
         ("source".into(), source.display().to_string()),
         ("private_mount".into(), fs.private_mount().to_string()),
     ];
     Ok((Arc::new(fs), settings))
 }
 
-/// Whether file data goes to a kernel-backed store for FUSE passthrough: asked for with
-/// `passthrough=on`; with `auto`, when running as root and neither `direct_io` nor
-/// `writeback=on` asks for the server's own data path.
-fn wants_kernel_data(opts: &MountOptions) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    match opts.passthrough {
-        PassthroughMode::On => true,
-        PassthroughMode::Off => false,
-        PassthroughMode::Auto => root && !opts.direct_io && !opts.writeback,
-    }
-}
-
 /// The mem backend.
-pub fn mem(opts: &MountOptions) -> Built<MemFs> {
+pub fn mem(opts: &MountOptions, plan: &mut MountPlan) -> Built<MemFs> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let config = MemConfig {
@@ -100,19 +81,20 @@ pub fn mem(opts: &MountOptions) -> Built<MemFs> {
         root_mode: opts.mode,
         root_uid: opts.uid.unwrap_or(uid),
         root_gid: opts.gid.unwrap_or(gid),
-        atime: opts.atime,
-        kernel_data: wants_kernel_data(opts),
-        huge: opts.huge,
+        atime: plan.atime,
+        kernel_data: plan.kernel_data,
+        huge: plan.huge,
     };
     let fs = match MemFs::new(config) {
         Ok(fs) => fs,
-        Err(e) if opts.passthrough == PassthroughMode::On => {
+        Err(e) if plan.passthrough == Passthrough::Required => {
             return Err(format!(
                 "passthrough=on needs a private kernel tmpfs for file data, which failed: {e}"
             ));
         }
         Err(e) => {
             log::warn!("file data stays in the server (no kernel-backed store: {e})");
+            plan.without_kernel_data();
             MemFs::new(MemConfig {
                 kernel_data: false,
                 ..config
@@ -120,21 +102,6 @@ pub fn mem(opts: &MountOptions) -> Built<MemFs> {
             .map_err(|e| e.to_string())?
         }
     };
-    let data = if fs.kernel_data() {
-        "kernel (passthrough)"
-    } else {
-        "server pages"
-    };
-    let mut settings = vec![
-        ("backend".into(), "mem".into()),
-        ("file_data".into(), data.into()),
-        (
-            "writeback".into(),
-            writeback_with(opts, fs.kernel_data()).to_string(),
-        ),
-    ];
-    if fs.kernel_data() {
-        settings.push(("huge".into(), opts.huge.as_str().into()));
-    }
-    Ok((Arc::new(fs), settings))
+    plan.adopt(fs.capabilities());
+    Ok((Arc::new(fs), Vec::new()))
 }

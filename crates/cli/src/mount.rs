@@ -1,12 +1,11 @@
 //! `memofs mount`.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use memofs_core::options::{option_docs, parse_options, MountOptions};
+use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::Backend;
 use memofs_fuse::control::{self, StatsSource};
 
@@ -131,21 +130,25 @@ pub fn main(raw: &[String]) -> ExitCode {
         daemon::detach_session();
     }
     init_logging(&opts);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let kind = match source {
+        Some(_) => BackendKind::Passthrough,
+        None => BackendKind::Mem,
+    };
+    let mut plan = MountPlan::new(&opts, kind, root);
     let built = match &source {
-        Some(src) => backends::passthrough(src, &opts)
-            .map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
-        None => backends::mem(&opts).map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
+        Some(src) => backends::passthrough(src, &mut plan)
+            .map(|(b, s)| serve(b, s, plan, &mountpoint, ready_fd)),
+        None => {
+            backends::mem(&opts, &mut plan).map(|(b, s)| serve(b, s, plan, &mountpoint, ready_fd))
+        }
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
 fn init_logging(opts: &MountOptions) {
-    // fuser warns when its own unmount-on-exit finds the mount already gone: not news.
-    let level = if opts.debug {
-        "debug"
-    } else {
-        "warn,fuser::session=error"
-    };
+    let level = if opts.debug { "debug" } else { "warn" };
     let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
     let _ = env_logger::Builder::from_env(env)
         .format_timestamp_micros()
@@ -154,44 +157,49 @@ fn init_logging(opts: &MountOptions) {
 
 fn serve<B: Backend>(
     backend: Arc<B>,
-    mut settings: Vec<(String, String)>,
-    opts: &MountOptions,
+    backend_settings: Vec<(String, String)>,
+    plan: MountPlan,
     mountpoint: &Path,
     ready_fd: Option<i32>,
 ) -> ExitCode {
-    let mut mounted = match memofs_fuse::mount(backend.clone(), mountpoint, opts) {
+    let cache = plan.cache;
+    let session = match memofs_fuse::mount(backend.clone(), mountpoint, plan) {
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
     if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
-        let usage_backend = backend.clone();
+        let mut settings: Vec<(String, String)> = session
+            .plan()
+            .describe()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let granted = session.granted();
         settings.push((
-            "atime".into(),
-            format!("{:?}", opts.atime.mode).to_lowercase(),
+            "passthrough_granted".into(),
+            granted.passthrough.to_string(),
         ));
-        settings.push(("threads".into(), opts.threads.to_string()));
+        settings.extend(backend_settings);
         let source = StatsSource {
-            invalidator: mounted.invalidator.clone(),
-            stats: mounted.stats.clone(),
-            policy: opts.cache,
-            usage: Box::new(move || usage_backend.usage()),
+            invalidator: session.invalidator(),
+            stats: session.stats(),
+            policy: cache,
+            usage: Box::new(move || backend.usage()),
             settings,
         };
         if let Err(e) = control::serve(dev, source) {
             log::warn!("memofs stats will not work for this mount: {e}");
         }
     }
-    let mut unmounter = mounted.unmounter();
-    let mp = mountpoint.to_path_buf();
-    daemon::on_stop_signal(move |_sig| {
-        if unmounter.unmount().is_err() {
-            // Busy: detach now; the kernel finishes when the last user leaves.
-            if let Ok(c) = CString::new(mp.as_os_str().as_bytes()) {
-                // SAFETY: `c` is a valid NUL-terminated path.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
+    let unmounter = session.unmounter();
+    daemon::on_stop_signal(move |_sig| unmounter.unmount());
+    let serving = match session.serve() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = memofs_fuse::mount::unmount(mountpoint, true);
+            return fail(EXIT_FAILURE, format!("cannot serve the mount: {e}"));
         }
-    });
+    };
     if let Some(fd) = ready_fd {
         daemon::report_ready(fd);
     } else {
@@ -201,7 +209,7 @@ fn serve<B: Backend>(
             mountpoint.display()
         );
     }
-    match mounted.run() {
+    match serving.wait() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, format!("server stopped: {e}")),
     }

@@ -101,11 +101,8 @@ pub fn main(args: &[String]) -> ExitCode {
 
 /// The server of a mount, to wait for once it is unmounted: `memofs umount` returns only
 /// once the server has exited (at most [`SERVER_EXIT`] later), so nothing of the old server
-/// is left when the caller mounts again or removes the source. (Left to itself, fuser 0.18
-/// unmounts the mount point once more at the end of a session, which took down a new mount
-/// made there; the server now exits before that, see `memofs_fuse::adapter`'s `destroy`.)
-/// A lazy unmount of a busy mount does not wait: its server runs on until the last user
-/// leaves.
+/// is left when the caller mounts again or removes the source. A lazy unmount of a busy
+/// mount does not wait: its server runs on until the last user leaves.
 struct ServerExit(Option<OwnedFd>);
 
 /// Longest `memofs umount` waits for the server to exit.

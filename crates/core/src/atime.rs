@@ -41,6 +41,20 @@ impl Default for AtimePolicy {
 pub const RELATIME_MAX_AGE_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 impl AtimePolicy {
+    /// The rule as mount options spell it (`relatime`, `noatime,nodiratime`, ...).
+    pub fn describe(&self) -> String {
+        let mode = match self.mode {
+            AtimeMode::Strict => "strictatime",
+            AtimeMode::Relatime => "relatime",
+            AtimeMode::Noatime => "noatime",
+        };
+        if self.nodiratime {
+            format!("{mode},nodiratime")
+        } else {
+            mode.to_string()
+        }
+    }
+
     /// True when no access can ever update atime for this kind of inode, so the caller can
     /// skip reading the clock.
     pub fn never(&self, is_dir: bool) -> bool {

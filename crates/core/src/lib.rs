@@ -7,7 +7,9 @@
 //! - [`cache::CachePolicy`], the one place where kernel cache timeouts are derived;
 //! - [`atime::AtimePolicy`], the strictatime/relatime/noatime rule;
 //! - [`invalidate::Invalidator`], how a backend reports changes the kernel did not see;
-//! - [`options`], the `-o` option parser shared by the CLI, the tests and the benchmarks.
+//! - [`options`], the `-o` option parser shared by the CLI, the tests and the benchmarks;
+//! - [`plan::MountPlan`], every mount-time choice, made once from the options and the
+//!   backend's capabilities.
 #![deny(missing_docs)]
 
 pub mod atime;
@@ -16,6 +18,7 @@ pub mod errno;
 pub mod invalidate;
 pub mod ops;
 pub mod options;
+pub mod plan;
 pub mod time;
 pub mod types;
 

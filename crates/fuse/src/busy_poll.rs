@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::stats::{Event, Stats};
+use memofs_request::stats::{Event, Stats};
 
 /// How the reading thread waits for the next request.
 pub struct BusyPoll {
@@ -68,15 +68,6 @@ impl BusyPoll {
     /// Polls `device` (a duplicate of the session's `/dev/fuse` descriptor) from now on.
     pub fn attach(&self, device: OwnedFd) {
         let _ = self.device.set(device);
-    }
-
-    /// Whether the connection has ended: unmounted, or aborted (the device reports an
-    /// error to `poll(2)`). False while it lives, when `poll(2)` itself fails, and when no
-    /// device is attached.
-    pub fn connection_ended(&self) -> bool {
-        self.device
-            .get()
-            .is_some_and(|d| matches!(poll_device(d), Poll::Ended))
     }
 
     fn now(&self) -> u64 {

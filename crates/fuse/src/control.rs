@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use memofs_core::{BackendUsage, CachePolicy, Invalidator};
 
-use crate::stats::Stats;
+use memofs_request::Stats;
 
 /// Connects to the control socket of the mount whose root has device `dev`.
 fn connect(dev: u64) -> io::Result<UnixStream> {
@@ -206,7 +206,7 @@ mod tests {
             settings: vec![("fsname".into(), "a\"b".into())],
         };
         src.stats
-            .record(crate::stats::Op::Lookup, std::time::Instant::now());
+            .record(memofs_request::Kind::Lookup, std::time::Instant::now());
         let j = src.to_json();
         assert!(j.contains("\"LOOKUP\":{\"count\":1"), "{j}");
         assert!(j.contains("\"negative_timeout\":3600"), "{j}");

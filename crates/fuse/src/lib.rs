@@ -1,37 +1,48 @@
-//! memofs's FUSE transport, on the `fuser` crate.
+//! memofs's FUSE transport: the kernel protocol and the channels that carry it.
 //!
-//! [`adapter::Adapter`] maps FUSE requests onto any [`memofs_core::Backend`], adding the
-//! mount's cache policy and counting every request in [`stats::Stats`]; [`mount`] checks the
-//! mount point, mounts with several request threads each on its own cloned `/dev/fuse`
-//! queue, and hands back a [`Mounted`] session to run.
+//! - [`abi`]: the kernel's structures, defined once; [`decode`] turns request bytes into
+//!   the request layer's [`memofs_request::Request`], [`encode`] its replies into bytes.
+//!   Both channels share them.
+//! - [`mount`]: mounting (`mount(2)` as root, `fusermount3` otherwise) and unmounting;
+//!   [`init`]: the INIT handshake, from the mount plan.
+//! - [`dev`]: the `/dev/fuse` channel (request threads on cloned queues, [`gate`] and
+//!   [`busy_poll`] deciding which thread reads and how it waits; [`blocking`] for requests
+//!   that may wait for a disk); [`device`]: the descriptors, notifications and passthrough
+//!   backing files.
+//! - [`control`]: the socket behind `memofs stats` and `memofs invalidate`.
+//!
+//! What a request means is not decided here but in `memofs-request`.
 #![deny(missing_docs)]
 
-pub mod adapter;
-mod backing;
+pub mod abi;
 pub mod blocking;
 pub mod busy_poll;
-pub mod config;
 pub mod control;
-pub mod convert;
+pub mod decode;
+pub mod dev;
+pub mod device;
+pub mod encode;
 pub mod gate;
-pub mod invalidator;
+pub mod init;
+pub mod mount;
 pub mod mountinfo;
-pub mod stats;
 
 use std::fmt;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fuser::{Config, MountOption, SessionACL};
-use memofs_core::options::{KernelFlag, MountOptions};
-use memofs_core::Backend;
+use memofs_core::plan::MountPlan;
+use memofs_core::{Backend, Invalidator};
+use memofs_request::{Granted, Server, Stats};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-pub use adapter::Adapter;
-pub use config::TransportConfig;
-use invalidator::NotifyInvalidator;
-pub use stats::Stats;
+use crate::busy_poll::BusyPoll;
+use crate::decode::Proto;
+use crate::dev::DevChannel;
+use crate::device::{Connection, FdSink};
+use crate::encode::ReplySink;
 
 /// Why a mount could not be set up, with what the user can do about it.
 #[derive(Debug)]
@@ -46,8 +57,10 @@ pub enum SetupError {
     AlreadyMounted(PathBuf),
     /// The mount point cannot be used (permissions, stale mount...).
     Mountpoint(PathBuf, io::Error),
-    /// mount(2) or the FUSE handshake failed.
+    /// mount(2) or fusermount3 failed.
     Mount(io::Error),
+    /// The FUSE handshake (INIT) failed.
+    Init(String),
 }
 
 impl fmt::Display for SetupError {
@@ -67,6 +80,7 @@ impl fmt::Display for SetupError {
                 p.display()
             ),
             SetupError::Mount(e) => write!(f, "mount failed: {e}"),
+            SetupError::Init(e) => write!(f, "FUSE handshake failed: {e}"),
         }
     }
 }
@@ -102,93 +116,146 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, SetupError> {
     Ok(canonical)
 }
 
-/// fuser's configuration for our options.
-pub fn fuser_config(opts: &MountOptions) -> Config {
-    let mut mount_options = vec![
-        MountOption::FSName(opts.fsname.clone()),
-        MountOption::Subtype("memofs".into()),
-        MountOption::DefaultPermissions,
-    ];
-    for flag in &opts.kernel_flags {
-        mount_options.push(match flag {
-            KernelFlag::ReadOnly => MountOption::RO,
-            KernelFlag::NoSuid => MountOption::NoSuid,
-            KernelFlag::NoDev => MountOption::NoDev,
-            KernelFlag::NoExec => MountOption::NoExec,
-            KernelFlag::Sync => MountOption::Sync,
-            KernelFlag::DirSync => MountOption::DirSync,
-        });
-    }
-    // fuser mounts nodev,nosuid unless told otherwise.
-    if !opts.kernel_flags.contains(&KernelFlag::NoDev) {
-        mount_options.push(MountOption::Dev);
-    }
-    if !opts.kernel_flags.contains(&KernelFlag::NoSuid) {
-        mount_options.push(MountOption::Suid);
-    }
-    let mut config = Config::default();
-    config.mount_options = mount_options;
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads);
-    config.clone_fd = true;
-    config
-}
-
 /// A live mount, ready to serve.
-pub struct Mounted<B: Backend> {
-    session: fuser::Session<Adapter<B>>,
-    /// The mount's counters.
-    pub stats: Arc<Stats>,
-    /// Sends cache invalidations to the kernel (from its own thread).
-    pub invalidator: Arc<dyn memofs_core::Invalidator>,
+pub struct Session<B: Backend> {
+    server: Arc<Server<B>>,
+    fd: OwnedFd,
+    proto: Proto,
+    poll: Arc<BusyPoll>,
+    mountpoint: PathBuf,
 }
 
-impl<B: Backend> Mounted<B> {
-    /// Something that unmounts the filesystem from another thread (signal handling).
-    pub fn unmounter(&mut self) -> fuser::SessionUnmounter {
-        self.session.unmount_callable()
+/// Reads the kernel's INIT from `fd` and answers it as `plan` says.
+fn handshake(fd: &OwnedFd, plan: &MountPlan) -> Result<init::Negotiated, SetupError> {
+    let mut buf = vec![0u64; 64 * 1024];
+    let init_err = |e: io::Error| SetupError::Init(e.to_string());
+    // SAFETY: reads into a live buffer of the stated length.
+    let n = unsafe {
+        let b = buf.as_mut_bytes();
+        libc::read(
+            std::os::fd::AsRawFd::as_raw_fd(fd),
+            b.as_mut_ptr().cast(),
+            b.len(),
+        )
+    };
+    if n < 0 {
+        return Err(init_err(io::Error::last_os_error()));
     }
-
-    /// Serves requests until the filesystem is unmounted.
-    pub fn run(self) -> io::Result<()> {
-        self.session.run()
+    let bytes = &buf.as_bytes()[..n as usize];
+    let (h, body) = abi::fuse_in_header::read_from_prefix(bytes)
+        .map_err(|_| SetupError::Init("short INIT request".into()))?;
+    if h.opcode != abi::opcode::INIT {
+        return Err(SetupError::Init(format!(
+            "expected INIT, got opcode {}",
+            h.opcode
+        )));
+    }
+    let mut i = abi::fuse_init_in::new_zeroed();
+    let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
+    i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
+    let mut sink = FdSink(fd.as_fd());
+    match init::negotiate(&i, plan) {
+        Ok(n) => {
+            sink.send(h.unique, 0, &[&n.reply]);
+            Ok(n)
+        }
+        Err(e) => {
+            sink.send(h.unique, -libc::EPROTO, &[]);
+            Err(SetupError::Init(e.to_string()))
+        }
     }
 }
 
-/// Mounts `backend` at `mountpoint` (already checked by [`preflight`]). Returns once the
-/// kernel's INIT handshake is done, so the mount is live.
+/// Mounts `backend` at `mountpoint` (already checked by [`preflight`]) as `plan` says.
+/// Returns once the kernel's INIT handshake is done, so the mount is live; on failure,
+/// nothing stays mounted.
 pub fn mount<B: Backend>(
     backend: Arc<B>,
     mountpoint: &Path,
-    opts: &MountOptions,
-) -> Result<Mounted<B>, SetupError> {
+    plan: MountPlan,
+) -> Result<Session<B>, SetupError> {
+    let fd = mount::mount(mountpoint, &plan).map_err(SetupError::Mount)?;
+    let session = start(backend, mountpoint, plan, fd);
+    if session.is_err() {
+        let _ = mount::unmount(mountpoint, true);
+    }
+    session
+}
+
+fn start<B: Backend>(
+    backend: Arc<B>,
+    mountpoint: &Path,
+    plan: MountPlan,
+    fd: OwnedFd,
+) -> Result<Session<B>, SetupError> {
+    let negotiated = handshake(&fd, &plan)?;
+    let setup = SetupError::Mount;
+    let kernel = Arc::new(Connection::new(fd.as_fd()).map_err(setup)?);
     let stats = Arc::new(Stats::new());
-    let transport = TransportConfig::for_mount(opts, backend.capabilities().backing_fds);
-    let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
-    let slot = adapter.invalidator_slot();
-    let busy_poll = adapter.busy_poll();
-    let session =
-        fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
-    let device = || {
-        session
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(SetupError::Mount)
-    };
-    busy_poll.attach(device()?);
-    let dev = device()?;
-    let invalidator = NotifyInvalidator::start(session.notifier(), dev, stats.clone())
-        .map_err(SetupError::Mount)?;
-    let invalidator: Arc<dyn memofs_core::Invalidator> = Arc::new(invalidator);
-    let _ = slot.set(invalidator.clone());
-    backend.attach_invalidator(invalidator.clone());
-    Ok(Mounted {
-        session,
-        stats,
-        invalidator,
+    let poll = Arc::new(BusyPoll::new(plan.busy_poll, stats.clone()));
+    poll.attach(fd.try_clone().map_err(setup)?);
+    let mut server = Server::new(backend, plan, stats);
+    server.start(negotiated.granted, kernel).map_err(setup)?;
+    Ok(Session {
+        server: Arc::new(server),
+        fd,
+        proto: negotiated.proto,
+        poll,
+        mountpoint: mountpoint.to_path_buf(),
     })
+}
+
+/// Unmounts a mount from another thread (signal handling).
+pub struct Unmounter(PathBuf);
+
+impl Unmounter {
+    /// Unmounts; if something is still inside, detaches now and lets the kernel finish
+    /// when the last user leaves.
+    pub fn unmount(&self) {
+        if mount::unmount(&self.0, false).is_err() {
+            let _ = mount::unmount(&self.0, true);
+        }
+    }
+}
+
+impl<B: Backend> Session<B> {
+    /// The mount's counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.server.stats().clone()
+    }
+
+    /// Where invalidations go.
+    pub fn invalidator(&self) -> Arc<dyn Invalidator> {
+        self.server
+            .invalidator()
+            .expect("the server is started before the session is handed out")
+    }
+
+    /// The mount plan.
+    pub fn plan(&self) -> &MountPlan {
+        self.server.plan()
+    }
+
+    /// What the kernel granted at INIT.
+    pub fn granted(&self) -> Granted {
+        self.server.granted()
+    }
+
+    /// Something that unmounts the filesystem from another thread.
+    pub fn unmounter(&self) -> Unmounter {
+        Unmounter(self.mountpoint.clone())
+    }
+
+    /// Starts serving requests, and asks for the root's attributes once: until the first
+    /// GETATTR of the root succeeds, the kernel gives it a mode without permission bits, and
+    /// a GETATTR reply that races a notification is discarded, so an early permission check
+    /// on a busy export could fail with `EACCES`. Returns once that is done: the mount is
+    /// ready for every user.
+    pub fn serve(self) -> io::Result<dev::Serving> {
+        let threads = self.server.plan().threads;
+        let channel = Arc::new(DevChannel::new(self.server, self.proto, threads, self.poll));
+        let serving = channel.start(self.fd, threads)?;
+        std::fs::metadata(&self.mountpoint)?;
+        Ok(serving)
+    }
 }

@@ -23,10 +23,6 @@ pub struct PassthroughConfig {
     /// and directory handle. Beyond it, lookups and opens fail with `ENFILE`. Capped at
     /// startup by `RLIMIT_NOFILE` (see [`DEFAULT_MAX_OPEN_FDS`]).
     pub max_open_fds: usize,
-    /// Set when the transport enables the kernel's writeback cache: the kernel then reads
-    /// pages of files opened write-only and does `O_APPEND` itself, so write-only opens
-    /// become read-write and `O_APPEND` is dropped.
-    pub writeback: bool,
     /// Export filesystems mounted below the source (default). When false, lookups do not
     /// cross mount points (`RESOLVE_NO_XDEV`) and fail with `EXDEV`.
     pub cross_mounts: bool,
@@ -39,7 +35,6 @@ impl Default for PassthroughConfig {
         PassthroughConfig {
             atime: AtimePolicy::default(),
             max_open_fds: DEFAULT_MAX_OPEN_FDS,
-            writeback: false,
             cross_mounts: true,
             watch: WatchMode::Auto,
         }

@@ -43,14 +43,7 @@ impl PassthroughFs {
     /// The flags to open a regular file with, from the kernel's `flags`. `O_APPEND` is
     /// dropped: the kernel places every append itself and sends its offset.
     fn file_flags(&self, flags: i32) -> i32 {
-        let mut flags = flags & !DROPPED_FLAGS & !libc::O_APPEND;
-        if self.config.writeback {
-            // The kernel fills pages of write-only files.
-            if flags & libc::O_ACCMODE == libc::O_WRONLY {
-                flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-            }
-        }
-        flags
+        flags & !DROPPED_FLAGS & !libc::O_APPEND
     }
 
     /// Runs `open(flags)`, first with `O_NOATIME` when the atime policy never updates atime

@@ -647,30 +647,6 @@ fn noatime_policy_opens_with_o_noatime() {
 }
 
 #[test]
-fn writeback_mode_upgrades_write_only_opens() {
-    let config = PassthroughConfig {
-        writeback: true,
-        ..PassthroughConfig::default()
-    };
-    let (_t, export, fs) = setup_with("writeback", config);
-    std::fs::write(export.join("f"), b"abc").unwrap();
-    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
-    let o = fs
-        .open(&ROOT, f.ino, libc::O_WRONLY | libc::O_APPEND)
-        .unwrap();
-    let mut buf = Vec::new();
-    fs.read(f.ino, o.fh, 0, 3, &mut buf).unwrap();
-    assert_eq!(buf, b"abc", "readable for the page cache");
-    fs.write(f.ino, o.fh, 1, b"X").unwrap();
-    assert_eq!(
-        std::fs::read(export.join("f")).unwrap(),
-        b"aXc",
-        "the kernel does appends"
-    );
-    fs.release(f.ino, o.fh).unwrap();
-}
-
-#[test]
 fn backing_fd_is_the_handles_descriptor() {
     let (_t, export, fs) = setup("backing");
     std::fs::write(export.join("f"), b"abc").unwrap();

@@ -1,15 +1,14 @@
 //! FUSE passthrough backing ids: one per inode with passthrough opens, registered with the
-//! kernel at the inode's first passthrough open and released (which unregisters it) with the
-//! last.
+//! kernel at the inode's first passthrough open and unregistered at its last release (an
+//! open file keeps the kernel's own reference to the backing file).
 
 use std::collections::HashMap;
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use fuser::BackingId;
 use memofs_core::{Backend, Ino};
 use parking_lot::Mutex;
+
+use crate::kernel::Kernel;
 
 /// The backing ids of open files.
 #[derive(Default)]
@@ -17,7 +16,7 @@ pub(crate) struct Backings {
     /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
     enabled: AtomicBool,
     /// One backing id per inode with passthrough opens, with its open count.
-    map: Mutex<HashMap<Ino, (Arc<BackingId>, usize)>>,
+    map: Mutex<HashMap<Ino, (u32, usize)>>,
 }
 
 impl Backings {
@@ -31,32 +30,31 @@ impl Backings {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// The backing id to open `ino`/`fh` with, registering `backend`'s fd with the kernel
-    /// on the inode's first passthrough open. `None`: serve this open through the server.
-    pub(crate) fn backing_for<B: Backend>(
+    /// The backing id to open `ino`/`fh` with, registering the backend's descriptor with
+    /// the kernel on the inode's first passthrough open. `None`: serve this open through
+    /// the server.
+    pub(crate) fn open<B: Backend>(
         &self,
         backend: &B,
+        kernel: &dyn Kernel,
         ino: Ino,
         fh: u64,
-        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
+    ) -> Option<u32> {
         if !self.enabled() {
             return None;
         }
         let mut map = self.map.lock();
         if let Some((id, opens)) = map.get_mut(&ino) {
             *opens += 1;
-            return Some(id.clone());
+            return Some(*id);
         }
-        let mut register = Some(register);
         let mut registered = None;
         backend.with_backing_fd(ino, fh, &mut |fd| {
-            registered = register.take().map(|r| r(fd));
+            registered = Some(kernel.open_backing(fd))
         });
         match registered? {
             Ok(id) => {
-                let id = Arc::new(id);
-                map.insert(ino, (id.clone(), 1));
+                map.insert(ino, (id, 1));
                 Some(id)
             }
             Err(e) => {
@@ -68,12 +66,16 @@ impl Backings {
     }
 
     /// A passthrough open of `ino` was released.
-    pub(crate) fn release(&self, ino: Ino) {
+    pub(crate) fn release(&self, kernel: &dyn Kernel, ino: Ino) {
         let mut map = self.map.lock();
-        if let Some((_, opens)) = map.get_mut(&ino) {
+        if let Some((id, opens)) = map.get_mut(&ino) {
             *opens -= 1;
             if *opens == 0 {
+                let id = *id;
                 map.remove(&ino);
+                if let Err(e) = kernel.close_backing(id) {
+                    log::debug!("closing backing id {id}: {e}");
+                }
             }
         }
     }

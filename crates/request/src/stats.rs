@@ -9,85 +9,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-/// Opcodes counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-#[allow(missing_docs)]
-pub enum Op {
-    Lookup,
-    Forget,
-    Getattr,
-    Setattr,
-    Readlink,
-    Mknod,
-    Mkdir,
-    Unlink,
-    Rmdir,
-    Symlink,
-    Rename,
-    Link,
-    Open,
-    Read,
-    Write,
-    Flush,
-    Release,
-    Fsync,
-    Fsyncdir,
-    Opendir,
-    Readdir,
-    Readdirplus,
-    Releasedir,
-    Statfs,
-    Setxattr,
-    Getxattr,
-    Listxattr,
-    Removexattr,
-    Access,
-    Create,
-    Fallocate,
-    Lseek,
-    CopyFileRange,
-}
-
-/// Number of opcodes.
-pub const N_OPS: usize = Op::CopyFileRange as usize + 1;
-
-/// Opcode names, in `Op` order.
-pub const OP_NAMES: [&str; N_OPS] = [
-    "LOOKUP",
-    "FORGET",
-    "GETATTR",
-    "SETATTR",
-    "READLINK",
-    "MKNOD",
-    "MKDIR",
-    "UNLINK",
-    "RMDIR",
-    "SYMLINK",
-    "RENAME",
-    "LINK",
-    "OPEN",
-    "READ",
-    "WRITE",
-    "FLUSH",
-    "RELEASE",
-    "FSYNC",
-    "FSYNCDIR",
-    "OPENDIR",
-    "READDIR",
-    "READDIRPLUS",
-    "RELEASEDIR",
-    "STATFS",
-    "SETXATTR",
-    "GETXATTR",
-    "LISTXATTR",
-    "REMOVEXATTR",
-    "ACCESS",
-    "CREATE",
-    "FALLOCATE",
-    "LSEEK",
-    "COPY_FILE_RANGE",
-];
+use crate::request::Kind;
 
 const BUCKETS: usize = 40;
 
@@ -109,7 +31,7 @@ pub enum Event {
     IncEpoch,
     /// Invalidations the kernel refused.
     InvalFailed,
-    /// A busy-polling thread saw the next request arrive (see [`crate::busy_poll`]).
+    /// A busy-polling request thread saw the next request arrive.
     BusyPollHit,
     /// A busy-polling thread's window ended with nothing to read.
     BusyPollMiss,
@@ -132,8 +54,8 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
 
 #[repr(align(128))]
 struct Slot {
-    count: [AtomicU64; N_OPS],
-    hist: [[AtomicU64; BUCKETS]; N_OPS],
+    count: [AtomicU64; Kind::COUNT],
+    hist: [[AtomicU64; BUCKETS]; Kind::COUNT],
     events: [AtomicU64; N_EVENTS],
 }
 
@@ -187,8 +109,8 @@ impl Stats {
         &self.slots[i]
     }
 
-    /// Records one request of `op` that started at `start`.
-    pub fn record(&self, op: Op, start: Instant) {
+    /// Records one request of kind `op` that started at `start`.
+    pub fn record(&self, op: Kind, start: Instant) {
         let ns = start.elapsed().as_nanos().max(1) as u64;
         let bucket = (63 - ns.leading_zeros() as usize).min(BUCKETS - 1);
         let slot = self.slot();
@@ -204,7 +126,7 @@ impl Stats {
     /// Sums every slot.
     pub fn snapshot(&self) -> Snapshot {
         let mut snap = Snapshot::default();
-        for (op, name) in OP_NAMES.iter().enumerate() {
+        for (op, name) in Kind::ALL.iter().map(|k| k.name()).enumerate() {
             let count: u64 = self
                 .slots
                 .iter()
@@ -282,7 +204,7 @@ mod tests {
                 let s = s.clone();
                 std::thread::spawn(move || {
                     for _ in 0..1000 {
-                        s.record(Op::Lookup, Instant::now());
+                        s.record(Kind::Lookup, Instant::now());
                         s.event(Event::LookupMiss);
                     }
                 })

@@ -1,0 +1,248 @@
+//! The mount plan: every mount-time choice, made once.
+//!
+//! The options say what the user asked for; the backend's [`Capabilities`] say what it can
+//! do; privileges and the kernel say what is allowed. [`MountPlan`] combines them in one
+//! place, in two steps:
+//! 1. [`MountPlan::new`], before the backend exists, from the options, the backend kind and
+//!    the server's privileges: where the mem backend keeps file data (a private kernel tmpfs
+//!    for FUSE passthrough, or the server's page store) is decided here, because the backend
+//!    is built with it;
+//! 2. [`MountPlan::adopt`], once the backend is built, from its capabilities: whether file
+//!    data may use FUSE passthrough, and therefore whether the writeback cache can be used
+//!    (the two exclude each other: passthrough wins).
+//!
+//! The transport asks the kernel for what the plan says (and the kernel may still refuse:
+//! the transport reports what was granted); the CLI builds the backend from it; `memofs
+//! stats` shows it ([`MountPlan::describe`]).
+
+use std::time::Duration;
+
+use crate::atime::AtimePolicy;
+use crate::cache::CachePolicy;
+use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, WatchMode};
+use crate::types::Capabilities;
+
+/// Which backend serves the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The in-memory backend.
+    Mem,
+    /// The host-directory export.
+    Passthrough,
+}
+
+/// Whether FUSE passthrough (the kernel reading and writing a backing file directly) is
+/// used for regular files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passthrough {
+    /// Never.
+    Off,
+    /// Where the kernel grants it.
+    IfGranted,
+    /// Required: the mount fails if the kernel does not grant it.
+    Required,
+}
+
+/// Every mount-time choice of one mount.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountPlan {
+    /// The backend.
+    pub backend: BackendKind,
+    /// Kernel cache timeouts.
+    pub cache: CachePolicy,
+    /// atime rule.
+    pub atime: AtimePolicy,
+    /// Mem backend: regular files keep their data in a private kernel tmpfs (so the kernel
+    /// can serve it with FUSE passthrough) instead of the server's page store.
+    pub kernel_data: bool,
+    /// Mem backend: large folios for kernel-backed data.
+    pub huge: HugeMode,
+    /// Passthrough backend: how host-side changes are seen.
+    pub watch: WatchMode,
+    /// FUSE passthrough for regular files.
+    pub passthrough: Passthrough,
+    /// Ask for the kernel's writeback cache (never together with passthrough).
+    pub writeback: bool,
+    /// Every read and write reaches the server.
+    pub direct_io: bool,
+    /// The backend keeps POSIX ACLs: the kernel enforces them and leaves the umask to the
+    /// backend (FUSE_POSIX_ACL, FUSE_DONT_MASK).
+    pub posix_acl: bool,
+    /// Nothing changes behind the kernel's back: it may keep names, attributes, listings
+    /// and pages until told otherwise.
+    pub sole_writer: bool,
+    /// Request threads.
+    pub threads: usize,
+    /// Busy-polling window of the reading thread.
+    pub busy_poll: Duration,
+    /// Other users may use the mount.
+    pub allow_other: bool,
+    /// Kernel mount flags.
+    pub kernel_flags: Vec<KernelFlag>,
+    /// Source shown in the mount table.
+    pub fsname: String,
+}
+
+impl MountPlan {
+    /// The plan before the backend exists: `privileged` is whether the server runs as root
+    /// (FUSE passthrough and the private tmpfs need it).
+    pub fn new(opts: &MountOptions, backend: BackendKind, privileged: bool) -> MountPlan {
+        let kernel_data = backend == BackendKind::Mem
+            && match opts.passthrough {
+                PassthroughMode::On => true,
+                PassthroughMode::Off => false,
+                // The server's own data path is what direct_io and writeback=on ask for.
+                PassthroughMode::Auto => privileged && !opts.direct_io && !opts.writeback,
+            };
+        MountPlan {
+            backend,
+            cache: opts.cache,
+            atime: opts.atime,
+            kernel_data,
+            huge: opts.huge,
+            watch: opts.watch,
+            passthrough: match opts.passthrough {
+                PassthroughMode::Off => Passthrough::Off,
+                PassthroughMode::Auto => Passthrough::IfGranted,
+                PassthroughMode::On => Passthrough::Required,
+            },
+            writeback: opts.writeback,
+            direct_io: opts.direct_io,
+            posix_acl: false,
+            sole_writer: false,
+            threads: opts.threads,
+            busy_poll: opts.busy_poll,
+            allow_other: opts.allow_other,
+            kernel_flags: opts.kernel_flags.clone(),
+            fsname: opts.fsname.clone(),
+        }
+    }
+
+    /// Completes the plan with what the built backend can do.
+    pub fn adopt(&mut self, caps: Capabilities) {
+        if !caps.backing_fds {
+            self.passthrough = Passthrough::Off;
+        }
+        if self.passthrough != Passthrough::Off {
+            self.writeback = false;
+        }
+        self.posix_acl = caps.posix_acl;
+        self.sole_writer = caps.sole_writer;
+    }
+
+    /// The mem backend fell back to the server's page store (the private tmpfs could not be
+    /// mounted): no file descriptors to pass through.
+    pub fn without_kernel_data(&mut self) {
+        self.kernel_data = false;
+    }
+
+    /// The choices worth showing in `memofs stats`, as (name, value).
+    pub fn describe(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            (
+                "backend",
+                match self.backend {
+                    BackendKind::Mem => "mem",
+                    BackendKind::Passthrough => "passthrough",
+                }
+                .to_string(),
+            ),
+            ("atime", self.atime.describe()),
+            (
+                "passthrough",
+                match self.passthrough {
+                    Passthrough::Off => "off",
+                    Passthrough::IfGranted => "if granted",
+                    Passthrough::Required => "required",
+                }
+                .to_string(),
+            ),
+            ("writeback", self.writeback.to_string()),
+            ("direct_io", self.direct_io.to_string()),
+            ("posix_acl", self.posix_acl.to_string()),
+            ("threads", self.threads.to_string()),
+            ("busy_poll_us", self.busy_poll.as_micros().to_string()),
+        ];
+        match self.backend {
+            BackendKind::Mem => {
+                v.push((
+                    "file_data",
+                    if self.kernel_data {
+                        "kernel tmpfs"
+                    } else {
+                        "server pages"
+                    }
+                    .to_string(),
+                ));
+                if self.kernel_data {
+                    v.push(("huge", self.huge.as_str().to_string()));
+                }
+            }
+            BackendKind::Passthrough => {
+                v.push(("watch", format!("{:?}", self.watch).to_lowercase()))
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::parse_options;
+
+    fn plan(opts: &[&str], backend: BackendKind, root: bool, caps: Capabilities) -> MountPlan {
+        let o = parse_options(opts, 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, backend, root);
+        p.adopt(caps);
+        p
+    }
+
+    const KERNEL: Capabilities = Capabilities {
+        backing_fds: true,
+        sole_writer: true,
+        posix_acl: true,
+    };
+
+    #[test]
+    fn mem_data_goes_to_the_kernel_only_for_root_and_the_plain_data_path() {
+        assert!(plan(&[], BackendKind::Mem, true, KERNEL).kernel_data);
+        assert!(!plan(&[], BackendKind::Mem, false, KERNEL).kernel_data);
+        assert!(!plan(&["direct_io"], BackendKind::Mem, true, KERNEL).kernel_data);
+        assert!(!plan(&["writeback=on"], BackendKind::Mem, true, KERNEL).kernel_data);
+        assert!(plan(&["passthrough=on"], BackendKind::Mem, false, KERNEL).kernel_data);
+        assert!(!plan(&["passthrough=off"], BackendKind::Mem, true, KERNEL).kernel_data);
+        assert!(!plan(&[], BackendKind::Passthrough, true, KERNEL).kernel_data);
+    }
+
+    #[test]
+    fn passthrough_and_writeback_exclude_each_other() {
+        let p = plan(&["writeback=on"], BackendKind::Passthrough, true, KERNEL);
+        assert_eq!(p.passthrough, Passthrough::IfGranted);
+        assert!(!p.writeback);
+        let p = plan(
+            &["writeback=on", "passthrough=off"],
+            BackendKind::Passthrough,
+            true,
+            KERNEL,
+        );
+        assert_eq!(p.passthrough, Passthrough::Off);
+        assert!(p.writeback);
+        // A backend without descriptors never passes through; writeback stays as asked.
+        let pages = Capabilities {
+            backing_fds: false,
+            ..KERNEL
+        };
+        let p = plan(&["writeback=on"], BackendKind::Mem, true, pages);
+        assert_eq!(p.passthrough, Passthrough::Off);
+        assert!(p.writeback);
+    }
+
+    #[test]
+    fn capabilities_carry_over() {
+        let p = plan(&[], BackendKind::Mem, true, KERNEL);
+        assert!(p.posix_acl && p.sole_writer);
+        let d = p.describe();
+        assert!(d.contains(&("file_data", "kernel tmpfs".to_string())));
+    }
+}

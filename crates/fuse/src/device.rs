@@ -1,0 +1,168 @@
+//! A FUSE connection's `/dev/fuse` descriptors: reading requests, writing replies and
+//! notifications, cloning per-thread queues, and registering passthrough backing files.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+use memofs_core::Ino;
+use memofs_request::Kernel;
+use zerocopy::IntoBytes;
+
+use crate::abi::{self, dev_ioc, notify};
+use crate::encode::ReplySink;
+
+/// Opens `/dev/fuse` (close-on-exec).
+pub fn open_dev_fuse() -> io::Result<OwnedFd> {
+    // SAFETY: a valid NUL-terminated path; the result is checked before it is owned.
+    let fd = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new descriptor on the same connection as `session` with a request queue of its own
+/// (`FUSE_DEV_IOC_CLONE`): a thread reading it gets requests and sends replies without
+/// sharing a queue lock with the other threads.
+pub fn clone_queue(session: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let fd = open_dev_fuse()?;
+    let mut src = session.as_raw_fd() as u32;
+    // SAFETY: CLONE reads a u32 descriptor number from the pointer, which is live.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), dev_ioc::CLONE as _, &mut src) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Writes one message (a `fuse_out_header` and `parts`) to `fd` with `writev`.
+fn write_message(fd: RawFd, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
+    let len = 16 + parts.iter().map(|p| p.len()).sum::<usize>();
+    let header = abi::fuse_out_header {
+        len: len as u32,
+        error,
+        unique,
+    };
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 4];
+    let all = std::iter::once(header.as_bytes()).chain(parts.iter().copied());
+    let mut n = 0;
+    for (slot, part) in iov.iter_mut().zip(all.filter(|p| !p.is_empty())) {
+        *slot = libc::iovec {
+            iov_base: part.as_ptr() as *mut libc::c_void,
+            iov_len: part.len(),
+        };
+        n += 1;
+    }
+    debug_assert!(parts.len() < iov.len());
+    // SAFETY: the first `n` iovecs point into live slices borrowed for this call.
+    let written = unsafe { libc::writev(fd, iov.as_ptr(), n) };
+    if written < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Replies written straight to one queue's descriptor.
+pub struct FdSink<'a>(pub BorrowedFd<'a>);
+
+impl ReplySink for FdSink<'_> {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        if error != 0 {
+            log::debug!("reply {unique}: errno {}", -error);
+        }
+        match write_message(self.0.as_raw_fd(), unique, error, parts) {
+            Ok(()) => {}
+            // The request was interrupted or the connection is gone: nobody waits.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENODEV)) => {}
+            Err(e) => log::warn!("reply to request {unique} failed: {e}"),
+        }
+    }
+}
+
+/// The kernel side of a connection, on a duplicate of its session descriptor.
+pub struct Connection {
+    fd: OwnedFd,
+}
+
+impl Connection {
+    /// For the connection `session` belongs to.
+    pub fn new(session: BorrowedFd<'_>) -> io::Result<Connection> {
+        Ok(Connection {
+            fd: session.try_clone_to_owned()?,
+        })
+    }
+
+    /// The session descriptor's duplicate.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    fn notify(&self, code: i32, parts: &[&[u8]]) -> io::Result<()> {
+        write_message(self.fd.as_raw_fd(), 0, code, parts)
+    }
+}
+
+impl Kernel for Connection {
+    fn open_backing(&self, fd: BorrowedFd<'_>) -> io::Result<u32> {
+        let map = abi::fuse_backing_map {
+            fd: fd.as_raw_fd(),
+            flags: 0,
+            padding: 0,
+        };
+        // SAFETY: BACKING_OPEN reads a fuse_backing_map from the pointer, which is live.
+        let id = unsafe { libc::ioctl(self.fd.as_raw_fd(), dev_ioc::BACKING_OPEN as _, &map) };
+        if id < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(id as u32)
+    }
+
+    fn close_backing(&self, id: u32) -> io::Result<()> {
+        // SAFETY: BACKING_CLOSE reads a u32 from the pointer, which is live.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), dev_ioc::BACKING_CLOSE as _, &id) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+        let out = abi::fuse_notify_inval_entry_out {
+            parent,
+            namelen: name.len() as u32,
+            flags: 0,
+        };
+        self.notify(
+            notify::INVAL_ENTRY,
+            &[out.as_bytes(), name.as_bytes(), b"\0"],
+        )
+    }
+
+    fn delete(&self, parent: Ino, child: Ino, name: &OsStr) -> io::Result<()> {
+        let out = abi::fuse_notify_delete_out {
+            parent,
+            child,
+            namelen: name.len() as u32,
+            padding: 0,
+        };
+        self.notify(notify::DELETE, &[out.as_bytes(), name.as_bytes(), b"\0"])
+    }
+
+    fn inval_inode(&self, ino: Ino, offset: i64, len: i64) -> io::Result<()> {
+        let out = abi::fuse_notify_inval_inode_out {
+            ino,
+            off: offset,
+            len,
+        };
+        self.notify(notify::INVAL_INODE, &[out.as_bytes()])
+    }
+
+    fn inc_epoch(&self) -> io::Result<()> {
+        self.notify(notify::INC_EPOCH, &[])
+    }
+}

@@ -1,0 +1,204 @@
+//! The INIT handshake: what memofs asks of the kernel, from the mount plan, and what the
+//! kernel granted.
+
+use memofs_core::plan::{MountPlan, Passthrough};
+use memofs_request::Granted;
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::abi::{self, init};
+use crate::decode::Proto;
+
+/// Largest WRITE (and READ) the kernel may send: it caps requests at
+/// `fs.fuse.max_pages_limit` pages (256 here, so 1 MiB).
+pub const MAX_WRITE: u32 = 1 << 20;
+/// Requests the kernel may have in flight in the background (readahead, writeback).
+const MAX_BACKGROUND: u16 = 64;
+
+/// What every memofs mount asks for.
+const ALWAYS: u64 = init::ASYNC_READ
+    | init::BIG_WRITES
+    | init::MAX_PAGES
+    | init::DO_READDIRPLUS
+    | init::READDIRPLUS_AUTO
+    | init::PARALLEL_DIROPS
+    | init::ATOMIC_O_TRUNC
+    | init::CACHE_SYMLINKS
+    | init::ASYNC_DIO
+    | init::SETXATTR_EXT
+    | init::INIT_EXT
+    // The server clears setuid/setgid on write, truncate and chown, so the kernel need not
+    // look up security.capability before every write.
+    | init::HANDLE_KILLPRIV_V2;
+
+/// The outcome of INIT.
+#[derive(Clone, Debug)]
+pub struct Negotiated {
+    /// The reply to send (already cut to the size the kernel's minor version expects).
+    pub reply: Vec<u8>,
+    /// What the request layer must know.
+    pub granted: Granted,
+    /// What decoding must know.
+    pub proto: Proto,
+    /// The protocol minor version in use.
+    pub minor: u32,
+}
+
+/// Why INIT could not complete.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InitError {
+    /// The kernel speaks another major version.
+    Version(u32, u32),
+    /// The plan requires FUSE passthrough, which the kernel did not offer.
+    NoPassthrough,
+}
+
+impl std::fmt::Display for InitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InitError::Version(major, minor) => write!(
+                f,
+                "the kernel speaks FUSE protocol {major}.{minor}; memofs needs 7.x"
+            ),
+            InitError::NoPassthrough => write!(
+                f,
+                "passthrough=on, but this kernel does not offer FUSE passthrough (Linux 6.9+, root): mount with passthrough=auto or off"
+            ),
+        }
+    }
+}
+
+/// The kernel's 64 capability bits from its INIT request.
+fn offered(i: &abi::fuse_init_in) -> u64 {
+    let low = i.flags as u64;
+    if low & init::INIT_EXT != 0 {
+        low | (i.flags2 as u64) << 32
+    } else {
+        low
+    }
+}
+
+/// Answers the kernel's INIT `i` as `plan` says.
+pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, InitError> {
+    if i.major != abi::KERNEL_VERSION {
+        return Err(InitError::Version(i.major, i.minor));
+    }
+    let minor = i.minor.min(abi::KERNEL_MINOR_VERSION);
+    let offered = offered(i);
+    let mut wanted = ALWAYS;
+    if plan.passthrough != Passthrough::Off {
+        wanted |= init::PASSTHROUGH;
+    }
+    if plan.writeback {
+        wanted |= init::WRITEBACK_CACHE;
+    }
+    if plan.posix_acl {
+        wanted |= init::POSIX_ACL | init::DONT_MASK;
+    }
+    let flags = wanted & offered;
+    let has = |f| flags & f != 0;
+    if plan.passthrough == Passthrough::Required && !has(init::PASSTHROUGH) {
+        return Err(InitError::NoPassthrough);
+    }
+    let mut out = abi::fuse_init_out::new_zeroed();
+    out.major = abi::KERNEL_VERSION;
+    out.minor = abi::KERNEL_MINOR_VERSION;
+    out.max_readahead = i.max_readahead.min(MAX_WRITE);
+    out.flags = flags as u32;
+    out.flags2 = (flags >> 32) as u32;
+    out.max_background = MAX_BACKGROUND;
+    out.congestion_threshold = MAX_BACKGROUND * 3 / 4;
+    out.max_write = MAX_WRITE;
+    out.time_gran = 1;
+    out.max_pages = (MAX_WRITE / 4096) as u16;
+    if has(init::PASSTHROUGH) {
+        // Backing files are on ordinary filesystems: one level of stacking.
+        out.max_stack_depth = 1;
+    }
+    let size = match i.minor {
+        0..5 => 8,
+        5..23 => 24,
+        _ => std::mem::size_of::<abi::fuse_init_out>(),
+    };
+    Ok(Negotiated {
+        reply: out.as_bytes()[..size].to_vec(),
+        granted: Granted {
+            passthrough: has(init::PASSTHROUGH),
+            writeback: has(init::WRITEBACK_CACHE),
+            dont_mask: has(init::DONT_MASK),
+            posix_acl: has(init::POSIX_ACL),
+            inc_epoch: minor >= 44,
+        },
+        proto: Proto {
+            setxattr_ext: has(init::SETXATTR_EXT),
+        },
+        minor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memofs_core::options::parse_options;
+    use memofs_core::plan::BackendKind;
+    use memofs_core::Capabilities;
+    use zerocopy::FromBytes;
+
+    fn kernel(minor: u32, flags: u64) -> abi::fuse_init_in {
+        let mut i = abi::fuse_init_in::new_zeroed();
+        i.major = 7;
+        i.minor = minor;
+        i.max_readahead = 128 << 10;
+        i.flags = (flags as u32) | init::INIT_EXT as u32;
+        i.flags2 = (flags >> 32) as u32;
+        i
+    }
+
+    fn plan(opts: &[&str], caps: Capabilities) -> MountPlan {
+        let o = parse_options(opts, 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Mem, true);
+        p.adopt(caps);
+        p
+    }
+
+    const ALL: u64 = u64::MAX;
+
+    #[test]
+    fn asks_only_for_what_the_plan_wants_and_the_kernel_offers() {
+        let caps = Capabilities {
+            backing_fds: true,
+            sole_writer: true,
+            posix_acl: false,
+        };
+        let n = negotiate(&kernel(45, ALL), &plan(&[], caps)).unwrap();
+        assert!(n.granted.passthrough && !n.granted.writeback && !n.granted.posix_acl);
+        assert!(n.granted.inc_epoch && n.proto.setxattr_ext);
+        let out = abi::fuse_init_out::read_from_bytes(&n.reply).unwrap();
+        assert_eq!(out.max_stack_depth, 1);
+        assert_eq!(out.max_readahead, 128 << 10);
+        // 6.1 speaks 7.38: no epoch; nothing offered, nothing granted.
+        let n = negotiate(&kernel(38, 0), &plan(&[], caps)).unwrap();
+        assert_eq!(n.granted, Granted::default());
+        assert_eq!(n.minor, 38);
+    }
+
+    #[test]
+    fn required_passthrough_fails_without_it_and_old_kernels_get_short_replies() {
+        let caps = Capabilities {
+            backing_fds: true,
+            ..Capabilities::default()
+        };
+        let p = plan(&["passthrough=on"], caps);
+        assert_eq!(
+            negotiate(&kernel(45, ALL & !init::PASSTHROUGH), &p).unwrap_err(),
+            InitError::NoPassthrough
+        );
+        let n = negotiate(&kernel(22, 0), &plan(&[], caps)).unwrap();
+        assert_eq!(n.reply.len(), 24);
+        let mut bad = kernel(45, 0);
+        bad.major = 8;
+        assert!(matches!(
+            negotiate(&bad, &p),
+            Err(InitError::Version(8, 45))
+        ));
+    }
+}

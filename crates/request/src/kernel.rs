@@ -1,0 +1,31 @@
+//! What the request layer asks of the kernel besides replies.
+//!
+//! A transport implements [`Kernel`] on its FUSE connection (notifications are written to
+//! `/dev/fuse` whichever channel carries the requests; backing files are registered with
+//! ioctls on it). The request layer decides when to call it.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use memofs_core::Ino;
+
+/// The kernel side of one FUSE connection.
+pub trait Kernel: Send + Sync {
+    /// Registers `fd` as a FUSE passthrough backing file; returns its backing id. The
+    /// kernel does the file's I/O with the credentials of the registering thread.
+    fn open_backing(&self, fd: BorrowedFd<'_>) -> io::Result<u32>;
+    /// Unregisters a backing id (open files keep their reference).
+    fn close_backing(&self, id: u32) -> io::Result<()>;
+    /// `FUSE_NOTIFY_INVAL_ENTRY`: drop the cached name `name` in `parent`, positive or
+    /// negative. `ENOENT`: the kernel had no such dentry (or, on some kernels, kept a
+    /// negative one: see [`crate::invalidate`]).
+    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()>;
+    /// `FUSE_NOTIFY_DELETE`: `child`, known as `name` in `parent`, was deleted.
+    fn delete(&self, parent: Ino, child: Ino, name: &OsStr) -> io::Result<()>;
+    /// `FUSE_NOTIFY_INVAL_INODE`: drop cached attributes, and cached data or listing from
+    /// `offset` for `len` bytes (0: to the end; negative `offset`: attributes only).
+    fn inval_inode(&self, ino: Ino, offset: i64, len: i64) -> io::Result<()>;
+    /// `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+): every cached name is looked up again.
+    fn inc_epoch(&self) -> io::Result<()>;
+}

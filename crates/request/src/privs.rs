@@ -1,0 +1,69 @@
+//! Clearing setuid, setgid and file capabilities where the kernel leaves it to the server.
+//!
+//! memofs asks for `FUSE_HANDLE_KILLPRIV_V2`, so the kernel does not look up
+//! `security.capability` before every write; in exchange the server clears the privilege
+//! bits itself, when the kernel flags a request (a write, a truncate or an `O_TRUNC` open by
+//! a caller without `CAP_FSETID`), and for requests that change data without such a flag
+//! (fallocate, copy_file_range by an unprivileged caller). A chown's clearing is the
+//! backend's, as it is a host filesystem's in `chown(2)`.
+
+use std::ffi::OsStr;
+
+use memofs_core::{Backend, Caller, Errno, FileKind, Ino, Result, SetAttr};
+
+/// The name of file capabilities.
+const CAPS: &str = "security.capability";
+
+/// Whether `caller` counts as privileged for keeping setuid/setgid (the kernel's
+/// `CAP_FSETID`, approximated by uid 0: FUSE requests do not carry capabilities).
+pub fn privileged(caller: &Caller) -> bool {
+    caller.uid == 0
+}
+
+/// The mode a write or truncate leaves: setuid cleared, and setgid when group-executable
+/// (setgid without group execute marks mandatory locking, which a write keeps).
+pub fn killed_mode(mode: u32) -> u32 {
+    let mut new = mode & !libc::S_ISUID;
+    if mode & libc::S_IXGRP != 0 {
+        new &= !libc::S_ISGID;
+    }
+    new
+}
+
+/// Clears setuid/setgid (see [`killed_mode`]) and `security.capability` on regular file
+/// `ino`. Returns true if anything changed.
+pub fn kill_suidgid<B: Backend>(backend: &B, caller: &Caller, ino: Ino) -> Result<bool> {
+    let attr = backend.getattr(ino)?;
+    if attr.kind != FileKind::Regular {
+        return Ok(false);
+    }
+    let mode = attr.perm as u32;
+    let new = killed_mode(mode);
+    let mut changed = false;
+    if new != mode {
+        let set = SetAttr {
+            mode: Some(new),
+            ..SetAttr::default()
+        };
+        backend.setattr(caller, ino, &set)?;
+        changed = true;
+    }
+    match backend.removexattr(caller, ino, OsStr::new(CAPS)) {
+        Ok(()) => changed = true,
+        Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}
+        Err(e) => return Err(e),
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setgid_goes_only_with_group_execute() {
+        assert_eq!(killed_mode(0o6755), 0o0755);
+        assert_eq!(killed_mode(0o6745), 0o2745);
+        assert_eq!(killed_mode(0o0644), 0o0644);
+    }
+}

@@ -1,0 +1,565 @@
+//! [`Server`]: one decoded request in, one reply out, with every FUSE semantic memofs adds
+//! on top of its backend.
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memofs_core::plan::MountPlan;
+use memofs_core::{
+    Attr, Backend, Caller, DirEntry, Entry, Errno, Ino, Invalidator, Result, StatFs,
+};
+
+use crate::backing::Backings;
+use crate::invalidate::NotifyInvalidator;
+use crate::kernel::Kernel;
+use crate::privs::{kill_suidgid, privileged};
+use crate::reply::{OpenOut, ReplyOut};
+use crate::request::{Kind, Op, Request};
+use crate::stats::{Event, Stats};
+
+/// What the kernel granted at INIT, as far as the meaning of requests depends on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Granted {
+    /// FUSE passthrough (backing files).
+    pub passthrough: bool,
+    /// The writeback cache.
+    pub writeback: bool,
+    /// Create requests carry an unapplied umask (`FUSE_DONT_MASK`).
+    pub dont_mask: bool,
+    /// The kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`).
+    pub posix_acl: bool,
+    /// `FUSE_NOTIFY_INC_EPOCH` exists (protocol 7.44, Linux 6.16+).
+    pub inc_epoch: bool,
+}
+
+/// How a request was handled.
+pub enum Handled {
+    /// Answered (or needs no answer).
+    Done,
+    /// Not answered yet: the transport runs this off the request thread (it may wait for a
+    /// disk) and then answers with its result.
+    Blocking(Box<dyn FnOnce() -> Result<()> + Send>),
+}
+
+thread_local! {
+    /// Each request thread reuses one read buffer: no allocation per READ.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The request layer of one mount.
+pub struct Server<B: Backend> {
+    backend: Arc<B>,
+    plan: MountPlan,
+    granted: Granted,
+    stats: Arc<Stats>,
+    kernel: Option<Arc<dyn Kernel>>,
+    invalidator: Option<Arc<NotifyInvalidator>>,
+    backings: Backings,
+}
+
+/// Counts a request under its kind, with its latency, just before its reply goes out (so a
+/// caller that saw the reply also sees it counted).
+struct Counted<'a> {
+    out: &'a mut dyn ReplyOut,
+    stats: &'a Stats,
+    kind: Kind,
+    start: Instant,
+}
+
+impl Counted<'_> {
+    fn count(&self) {
+        self.stats.record(self.kind, self.start);
+    }
+}
+
+impl ReplyOut for Counted<'_> {
+    fn error(&mut self, e: Errno) {
+        self.count();
+        self.out.error(e)
+    }
+    fn empty(&mut self) {
+        self.count();
+        self.out.empty()
+    }
+    fn entry(&mut self, e: &Entry) {
+        self.count();
+        self.out.entry(e)
+    }
+    fn attr(&mut self, attr: &Attr, ttl: Duration) {
+        self.count();
+        self.out.attr(attr, ttl)
+    }
+    fn statx(&mut self, attr: &Attr, ttl: Duration) {
+        self.count();
+        self.out.statx(attr, ttl)
+    }
+    fn opened(&mut self, o: &OpenOut) {
+        self.count();
+        self.out.opened(o)
+    }
+    fn created(&mut self, e: &Entry, o: &OpenOut) {
+        self.count();
+        self.out.created(e, o)
+    }
+    fn data(&mut self, data: &[u8]) {
+        self.count();
+        self.out.data(data)
+    }
+    fn written(&mut self, n: u32) {
+        self.count();
+        self.out.written(n)
+    }
+    fn xattr_size(&mut self, n: u32) {
+        self.count();
+        self.out.xattr_size(n)
+    }
+    fn statfs(&mut self, s: &StatFs) {
+        self.count();
+        self.out.statfs(s)
+    }
+    fn offset(&mut self, offset: u64) {
+        self.count();
+        self.out.offset(offset)
+    }
+    fn ioctl(&mut self, result: i32, out: &[u8]) {
+        self.count();
+        self.out.ioctl(result, out)
+    }
+    fn dirent(&mut self, e: &DirEntry, plus: Option<&Entry>) -> bool {
+        self.out.dirent(e, plus)
+    }
+    fn dir_done(&mut self) {
+        self.count();
+        self.out.dir_done()
+    }
+}
+
+/// Answers `out` with `r`'s error, or calls `ok` with its value.
+fn answer<T>(out: &mut dyn ReplyOut, r: Result<T>, ok: impl FnOnce(&mut dyn ReplyOut, T)) {
+    match r {
+        Ok(v) => ok(out, v),
+        Err(e) => out.error(e),
+    }
+}
+
+/// xattr names only privileged callers may see (as Linux filesystems hide them).
+const TRUSTED: &[u8] = b"trusted.";
+
+impl<B: Backend> Server<B> {
+    /// The request layer for `backend` under `plan`, counting into `stats`. Call
+    /// [`Server::start`] once INIT is done and before the first request.
+    pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
+        Server {
+            backend,
+            plan,
+            granted: Granted::default(),
+            stats,
+            kernel: None,
+            invalidator: None,
+            backings: Backings::default(),
+        }
+    }
+
+    /// The mount plan this layer serves.
+    pub fn plan(&self) -> &MountPlan {
+        &self.plan
+    }
+
+    /// What INIT granted.
+    pub fn granted(&self) -> Granted {
+        self.granted
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// INIT is done: `granted` is what the kernel allowed, `kernel` the connection's
+    /// notifications and backing files. Starts the invalidation thread and hands the
+    /// backend its invalidator.
+    pub fn start(&mut self, granted: Granted, kernel: Arc<dyn Kernel>) -> std::io::Result<()> {
+        self.granted = granted;
+        if granted.passthrough {
+            self.backings.enable();
+        }
+        let invalidator = Arc::new(NotifyInvalidator::start(
+            kernel.clone(),
+            self.stats.clone(),
+        )?);
+        self.backend.attach_invalidator(invalidator.clone());
+        self.invalidator = Some(invalidator);
+        self.kernel = Some(kernel);
+        Ok(())
+    }
+
+    /// Where invalidations go (for `memofs invalidate`), once started.
+    pub fn invalidator(&self) -> Option<Arc<dyn Invalidator>> {
+        self.invalidator.clone().map(|i| i as Arc<dyn Invalidator>)
+    }
+
+    /// Handles one request; every request that wants a reply gets exactly one through `out`
+    /// (now, or after the [`Handled::Blocking`] job).
+    pub fn handle(&self, req: &Request<'_>, out: &mut dyn ReplyOut) -> Handled {
+        let mut out = Counted {
+            out,
+            stats: &self.stats,
+            kind: req.op.kind(),
+            start: Instant::now(),
+        };
+        match &req.op {
+            Op::Forget { nlookup } => {
+                self.backend.forget(req.nodeid, *nlookup);
+                out.count();
+            }
+            Op::BatchForget { forgets } => {
+                for [ino, n] in forgets.iter() {
+                    self.backend.forget(*ino, *n);
+                }
+                out.count();
+            }
+            Op::Interrupt { .. } => {}
+            Op::Fsync { fh, datasync } => {
+                let (backend, fh, datasync, ino) =
+                    (self.backend.clone(), *fh, *datasync, req.nodeid);
+                out.count();
+                return Handled::Blocking(Box::new(move || backend.fsync(ino, fh, datasync)));
+            }
+            Op::Fsyncdir { fh, datasync } => {
+                let (backend, fh, datasync, ino) =
+                    (self.backend.clone(), *fh, *datasync, req.nodeid);
+                out.count();
+                return Handled::Blocking(Box::new(move || backend.fsyncdir(ino, fh, datasync)));
+            }
+            op => self.dispatch(req.nodeid, &req.caller, op, &mut out),
+        }
+        Handled::Done
+    }
+
+    fn entry_reply(&self, out: &mut dyn ReplyOut, r: Result<Attr>) {
+        answer(out, r, |out, attr| out.entry(&self.plan.cache.entry(attr)));
+    }
+
+    /// The umask a backend must apply: the kernel's own when it left it to the server.
+    fn umask(&self, umask: u32) -> u32 {
+        if self.granted.dont_mask {
+            umask
+        } else {
+            0
+        }
+    }
+
+    /// Open flags as the backend honours them: under the writeback cache the kernel reads
+    /// pages of write-only files too, so those are opened read-write.
+    fn open_flags(&self, flags: i32) -> i32 {
+        if self.granted.writeback && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
+    }
+
+    /// Clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if anything
+    /// changed, tells the kernel to drop the attributes it cached.
+    fn kill_privs(&self, caller: &Caller, ino: Ino) {
+        if let Ok(true) = kill_suidgid(&*self.backend, caller, ino) {
+            if let Some(inv) = &self.invalidator {
+                inv.inode(ino);
+            }
+        }
+    }
+
+    /// How an open file of `ino` is served: through a backing file if the backend lends
+    /// one and passthrough was granted, else through the server.
+    fn open_out(&self, ino: Ino, fh: u64) -> OpenOut {
+        let backing_id = self
+            .kernel
+            .as_deref()
+            .and_then(|k| self.backings.open(&*self.backend, k, ino, fh));
+        OpenOut {
+            fh,
+            noflush: true,
+            direct_io: backing_id.is_none() && self.plan.direct_io,
+            backing_id,
+            ..OpenOut::default()
+        }
+    }
+
+    fn lookup(&self, parent: Ino, caller: &Caller, name: &OsStr, out: &mut dyn ReplyOut) {
+        let r = self.backend.lookup(caller, parent, name);
+        self.stats.event(match r {
+            Ok(_) => Event::LookupHit,
+            Err(_) => Event::LookupMiss,
+        });
+        match r {
+            Err(Errno::ENOENT) => match self.plan.cache.negative() {
+                Some(neg) => {
+                    self.stats.event(Event::NegativeReply);
+                    out.entry(&neg);
+                }
+                None => out.error(Errno::ENOENT),
+            },
+            r => self.entry_reply(out, r),
+        }
+    }
+
+    fn readdir(&self, ino: Ino, fh: u64, offset: u64, plus: bool, out: &mut dyn ReplyOut) {
+        let policy = self.plan.cache;
+        let r = self.backend.readdir(ino, fh, offset, plus, &mut |e| {
+            let entry = e.attr.map(|a| policy.entry(a));
+            out.dirent(e, entry.as_ref())
+        });
+        match r {
+            Ok(()) => out.dir_done(),
+            Err(e) => out.error(e),
+        }
+    }
+
+    fn listxattr(&self, caller: &Caller, ino: Ino, size: u32, out: &mut dyn ReplyOut) {
+        let r = self.backend.listxattr(ino).map(|mut list| {
+            if !privileged(caller) {
+                list = list
+                    .split_inclusive(|&b| b == 0)
+                    .filter(|name| !name.starts_with(TRUSTED))
+                    .flatten()
+                    .copied()
+                    .collect();
+            }
+            list
+        });
+        xattr_reply(out, size, r);
+    }
+
+    fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        let b = &*self.backend;
+        let cache = &self.plan.cache;
+        match *op {
+            Op::Lookup { name } => self.lookup(ino, caller, name, out),
+            Op::Getattr { .. } => answer(out, b.getattr(ino), |out, a| {
+                out.attr(&a, cache.attr_timeout)
+            }),
+            Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
+                out.statx(&a, cache.attr_timeout)
+            }),
+            Op::Setattr {
+                ref set,
+                kill_suidgid: kill,
+            } => {
+                let mut r = b.setattr(caller, ino, set);
+                // The reply carries the new attributes: no invalidation needed.
+                if r.is_ok() && kill && matches!(kill_suidgid(b, caller, ino), Ok(true)) {
+                    r = b.getattr(ino);
+                }
+                answer(out, r, |out, a| out.attr(&a, cache.attr_timeout));
+            }
+            Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
+            Op::Symlink { name, target } => {
+                self.entry_reply(out, b.symlink(caller, ino, name, target))
+            }
+            Op::Mknod {
+                name,
+                mode,
+                rdev,
+                umask,
+            } => self.entry_reply(
+                out,
+                b.mknod(caller, ino, name, mode, self.umask(umask), rdev),
+            ),
+            Op::Mkdir { name, mode, umask } => {
+                self.entry_reply(out, b.mkdir(caller, ino, name, mode, self.umask(umask)))
+            }
+            Op::Unlink { name } => answer(out, b.unlink(caller, ino, name), |out, ()| out.empty()),
+            Op::Rmdir { name } => answer(out, b.rmdir(caller, ino, name), |out, ()| out.empty()),
+            Op::Rename {
+                name,
+                new_parent,
+                new_name,
+                flags,
+            } => answer(
+                out,
+                b.rename(caller, ino, name, new_parent, new_name, flags),
+                |out, ()| out.empty(),
+            ),
+            Op::Link { target, new_name } => {
+                self.entry_reply(out, b.link(caller, target, ino, new_name))
+            }
+            Op::Open {
+                flags,
+                kill_suidgid,
+            } => match b.open(caller, ino, self.open_flags(flags)) {
+                Ok(o) => {
+                    let o = self.open_out(ino, o.fh);
+                    // With passthrough the server never sees the writes, so an unprivileged
+                    // open for writing drops the bits now rather than at the first write.
+                    let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                    if kill_suidgid || (writing && o.backing_id.is_some() && !privileged(caller)) {
+                        self.kill_privs(caller, ino);
+                    }
+                    out.opened(&o);
+                }
+                Err(e) => out.error(e),
+            },
+            Op::Create {
+                name,
+                mode,
+                umask,
+                flags,
+            } => {
+                let r = b.create(
+                    caller,
+                    ino,
+                    name,
+                    mode,
+                    self.umask(umask),
+                    self.open_flags(flags),
+                );
+                self.created(out, r);
+            }
+            Op::Tmpfile { mode, umask, flags } => {
+                let r = b.tmpfile(caller, ino, mode, self.umask(umask), self.open_flags(flags));
+                self.created(out, r);
+            }
+            Op::Read { fh, offset, size } => READ_BUF.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                answer(out, b.read(ino, fh, offset, size, &mut buf), |out, ()| {
+                    out.data(&buf)
+                });
+            }),
+            Op::Write {
+                fh,
+                offset,
+                data,
+                kill_suidgid,
+            } => {
+                if kill_suidgid {
+                    self.kill_privs(caller, ino);
+                }
+                answer(out, b.write(ino, fh, offset, data), |out, n| out.written(n));
+            }
+            Op::Flush { .. } => out.empty(),
+            Op::Release { fh } => {
+                if let Some(k) = &self.kernel {
+                    self.backings.release(&**k, ino);
+                }
+                answer(out, b.release(ino, fh), |out, ()| out.empty());
+            }
+            Op::Opendir { flags } => answer(out, b.opendir(caller, ino, flags), |out, o| {
+                out.opened(&OpenOut {
+                    fh: o.fh,
+                    ..OpenOut::default()
+                })
+            }),
+            Op::Readdir {
+                fh, offset, plus, ..
+            } => self.readdir(ino, fh, offset, plus, out),
+            Op::Releasedir { fh } => answer(out, b.releasedir(ino, fh), |out, ()| out.empty()),
+            Op::Statfs => answer(out, b.statfs(), |out, s| out.statfs(&s)),
+            Op::Setxattr {
+                name,
+                value,
+                flags,
+                acl_kill_sgid,
+            } => {
+                let mut r = b.setxattr(caller, ino, name, value, flags);
+                if r.is_ok() && acl_kill_sgid {
+                    r = clear_setgid(b, caller, ino);
+                }
+                answer(out, r, |out, ()| out.empty());
+            }
+            Op::Getxattr { name, size } => xattr_reply(out, size, b.getxattr(ino, name)),
+            Op::Listxattr { size } => self.listxattr(caller, ino, size, out),
+            Op::Removexattr { name } => {
+                answer(out, b.removexattr(caller, ino, name), |out, ()| out.empty())
+            }
+            Op::Access => answer(out, b.getattr(ino), |out, _| out.empty()),
+            Op::Ioctl { cmd, input, .. } => answer(
+                out,
+                crate::ioctl::ioctl(b, caller, ino, cmd, input),
+                |out, v| out.ioctl(0, &v),
+            ),
+            Op::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => {
+                if !privileged(caller) {
+                    self.kill_privs(caller, ino);
+                }
+                answer(
+                    out,
+                    b.fallocate(ino, fh, offset, length, mode),
+                    |out, ()| out.empty(),
+                );
+            }
+            Op::Lseek { fh, offset, whence } => {
+                let r = u64::try_from(offset)
+                    .map_err(|_| Errno::ENXIO)
+                    .and_then(|off| b.lseek(ino, fh, off, whence));
+                answer(out, r, |out, off| out.offset(off));
+            }
+            Op::CopyFileRange {
+                fh_in,
+                offset_in,
+                ino_out,
+                fh_out,
+                offset_out,
+                len,
+            } => {
+                if !privileged(caller) {
+                    self.kill_privs(caller, ino_out);
+                }
+                let r = b.copy_file_range(ino, fh_in, offset_in, ino_out, fh_out, offset_out, len);
+                answer(out, r, |out, n| out.written(n.min(u32::MAX as u64) as u32));
+            }
+            Op::Destroy => out.empty(),
+            Op::Syncfs | Op::Unsupported { .. } => out.error(Errno::ENOSYS),
+            Op::Forget { .. }
+            | Op::BatchForget { .. }
+            | Op::Interrupt { .. }
+            | Op::Fsync { .. }
+            | Op::Fsyncdir { .. } => unreachable!("handled in Server::handle"),
+        }
+    }
+
+    fn created(&self, out: &mut dyn ReplyOut, r: Result<(Attr, memofs_core::Opened)>) {
+        match r {
+            Ok((attr, o)) => {
+                let open = self.open_out(attr.ino, o.fh);
+                out.created(&self.plan.cache.entry(attr), &open);
+            }
+            Err(e) => out.error(e),
+        }
+    }
+}
+
+/// Clears setgid, as setting an access ACL does for a caller outside the file's group.
+fn clear_setgid<B: Backend>(b: &B, caller: &Caller, ino: Ino) -> Result<()> {
+    let mode = b.getattr(ino)?.perm as u32;
+    if mode & libc::S_ISGID != 0 {
+        let set = memofs_core::SetAttr {
+            mode: Some(mode & !libc::S_ISGID),
+            ..Default::default()
+        };
+        b.setattr(caller, ino, &set)?;
+    }
+    Ok(())
+}
+
+/// A GETXATTR/LISTXATTR answer: the size when asked with size 0, `ERANGE` when the value
+/// does not fit.
+fn xattr_reply(out: &mut dyn ReplyOut, size: u32, r: Result<Vec<u8>>) {
+    match r {
+        Ok(v) if size == 0 => out.xattr_size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => out.error(Errno::ERANGE),
+        Ok(v) => out.data(&v),
+        Err(e) => out.error(e),
+    }
+}
