@@ -132,9 +132,13 @@ pub fn main(raw: &[String]) -> ExitCode {
     }
     init_logging(&opts);
     let built = match &source {
-        Some(src) => backends::passthrough(src, &opts)
-            .map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
-        None => backends::mem(&opts).map(|(b, s)| serve(b, s, &opts, &mountpoint, ready_fd)),
+        Some(src) => backends::passthrough(src, &opts).map(|(b, s)| {
+            let fs = b.clone();
+            let features = Box::new(move || backends::passthrough_features(&fs));
+            serve(b, s, features, &opts, &mountpoint, ready_fd)
+        }),
+        None => backends::mem(&opts)
+            .map(|(b, s)| serve(b, s, Box::new(Vec::new), &opts, &mountpoint, ready_fd)),
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
@@ -152,9 +156,13 @@ fn init_logging(opts: &MountOptions) {
         .try_init();
 }
 
+/// Host kernel features a backend uses, for `memofs stats`.
+type BackendFeatures = Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
+
 fn serve<B: Backend>(
     backend: Arc<B>,
     mut settings: Vec<(String, String)>,
+    backend_features: BackendFeatures,
     opts: &MountOptions,
     mountpoint: &Path,
     ready_fd: Option<i32>,
@@ -170,8 +178,16 @@ fn serve<B: Backend>(
             format!("{:?}", opts.atime.mode).to_lowercase(),
         ));
         settings.push(("threads".into(), opts.threads.to_string()));
+        let (invalidator, kernel) = (mounted.invalidator.clone(), mounted.features.clone());
+        let notify = invalidator.clone();
         let source = StatsSource {
-            invalidator: mounted.invalidator.clone(),
+            invalidate: Box::new(move || invalidator.invalidate_all()),
+            features: Box::new(move || {
+                let mut lines = kernel.lines();
+                lines.extend(notify.features());
+                lines.extend(backend_features());
+                lines
+            }),
             stats: mounted.stats.clone(),
             policy: opts.cache,
             usage: Box::new(move || usage_backend.usage()),

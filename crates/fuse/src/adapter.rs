@@ -23,7 +23,9 @@ use crate::blocking::Blocking;
 use crate::busy_poll::BusyPoll;
 use crate::config::TransportConfig;
 use crate::convert::{errno, file_attr, file_type, negative_attr, time_set};
+use crate::features::KernelFeatures;
 use crate::gate::Gate;
+use crate::invalidator::Misses;
 use crate::stats::{Event, Op, Stats};
 
 /// Largest WRITE the kernel may send (it caps requests at `fs.fuse.max_pages_limit` pages).
@@ -45,6 +47,10 @@ pub struct Adapter<B: Backend> {
     gate: Gate,
     /// How the reading thread waits for the next request.
     poll: Arc<BusyPoll>,
+    /// Names answered with a negative entry (see [`crate::invalidator`]).
+    misses: Arc<Misses>,
+    /// What INIT found.
+    features: Arc<KernelFeatures>,
 }
 
 thread_local! {
@@ -84,8 +90,20 @@ impl<B: Backend> Adapter<B> {
             blocking: Blocking::default(),
             gate: Gate::new(config.threads),
             poll: Arc::new(BusyPoll::new(config.busy_poll, stats.clone())),
+            misses: Arc::new(Misses::new(policy.negative_timeout)),
+            features: Arc::default(),
             stats,
         }
+    }
+
+    /// Where negative replies are noted, for the invalidator.
+    pub fn misses(&self) -> Arc<Misses> {
+        self.misses.clone()
+    }
+
+    /// What INIT found, for `memofs stats`.
+    pub fn features(&self) -> Arc<KernelFeatures> {
+        self.features.clone()
     }
 
     /// The busy poller, to attach the device to once the session exists.
@@ -253,6 +271,7 @@ impl<B: Backend> Adapter<B> {
             Err(Errno::ENOENT) => match self.policy.negative() {
                 Some(neg) => {
                     self.stats.event(Event::NegativeReply);
+                    self.misses.note(parent.0, name);
                     reply.entry_with_ttls(
                         &Duration::ZERO,
                         &neg.entry_timeout,
@@ -311,13 +330,14 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             // The server clears setuid/setgid on write, truncate and chown, so the kernel
             // need not look up security.capability before every write.
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        let offered = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+        let mut used = false;
         if self.config.passthrough {
             // Passthrough and the writeback cache exclude each other; passthrough wins.
-            if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
-                && config.set_max_stack_depth(1).is_ok()
-            {
+            if offered && config.set_max_stack_depth(1).is_ok() {
                 wanted |= InitFlags::FUSE_PASSTHROUGH;
                 self.backings.enable();
+                used = true;
             } else if self.config.passthrough_required {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::Unsupported,
@@ -325,6 +345,7 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 ));
             }
         }
+        self.features.passthrough_at_init(offered, used);
         // Never both: a backend is told before INIT which of the two it serves.
         if self.config.writeback_cache() {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;

@@ -1,20 +1,46 @@
-//! [`memofs_core::Invalidator`] on FUSE notifications.
+//! [`memofs_core::Invalidator`] on FUSE notifications, with a fallback for kernels that keep
+//! negative entries they are told to drop.
 //!
 //! Reports are queued and sent by one dedicated thread: a notification must never be written
 //! from inside the handler of a request it relates to (the kernel may hold locks that request
 //! waits on), and a backend's watcher should not block on the device either.
 //!
-//! fuser 0.18 has no call for `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+: every dentry looked up
-//! before the increment is revalidated, negative ones included), so that one notification is
-//! written here, as a bare `fuse_out_header`, to a duplicate of the session's device fd.
+//! # Names whose miss the kernel caches
+//! `FUSE_NOTIFY_INVAL_ENTRY` answers `ENOENT` when the kernel holds no entry for the name,
+//! which usually means there is nothing to drop. Some kernels (Linux 6.19 to 7.1.12) answer
+//! `ENOENT` for a *negative* entry too and keep it, so a name created on the host stays
+//! invisible until the negative timeout (an hour by default) runs out. The server therefore
+//! remembers the names it answered with a negative entry ([`Misses`], noted by the request
+//! path before the reply goes out) until the kernel's copy expires. When the invalidation of
+//! such a name comes back `ENOENT`, the kernel may still hold it, so the thread falls back to
+//! `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+, every cached entry is revalidated; every kernel
+//! that keeps negative entries has it), once per batch of reports. Such invalidations are
+//! counted as `inval_fallback`. On other kernels the fallback runs only when a remembered
+//! negative entry was already gone from the kernel's cache (evicted, or not yet added when
+//! the host change was seen), which is rare. Nothing depends on the kernel's version: the
+//! behaviour is what the kernel answers.
+//!
+//! Notifications are written here, to a duplicate of the session's device fd: the kernel's
+//! `ENOENT` is needed above (fuser's notifier reports it as success), and fuser 0.18 has no
+//! `FUSE_NOTIFY_INC_EPOCH`. Whether the kernel knows the epoch notification is learnt once
+//! when the thread starts (an increment with nothing cached yet costs nothing; kernels
+//! without it answer `EINVAL`).
+//!
+//! # Everything, on request
+//! [`NotifyInvalidator::invalidate_all`] (behind `memofs invalidate`) increments the epoch
+//! where the kernel has it. Without it, it drops what it can name: every remembered miss; it
+//! says what it could not do (names cached as present stay until the entry timeout).
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use fuser::{INodeNo, Notifier};
 use memofs_core::{Ino, Invalidator};
 
 use crate::stats::{Event, Stats};
@@ -24,74 +50,428 @@ enum Report {
     Deleted(Ino, Ino, OsString),
     Inode(Ino),
     Everything,
+    /// `memofs invalidate`: do it, and say what was done.
+    All(Sender<Invalidated>),
 }
 
 /// `FUSE_NOTIFY_INC_EPOCH` from `<linux/fuse.h>` (protocol 7.44).
 const FUSE_NOTIFY_INC_EPOCH: i32 = 8;
 
-/// Writes a `FUSE_NOTIFY_INC_EPOCH` notification (a header with no body) to `dev`.
-fn inc_epoch(dev: &OwnedFd) -> io::Result<()> {
-    // struct fuse_out_header { u32 len; i32 error (the notify code); u64 unique (0) }
-    let mut header = [0u8; 16];
-    header[0..4].copy_from_slice(&16u32.to_ne_bytes());
-    header[4..8].copy_from_slice(&FUSE_NOTIFY_INC_EPOCH.to_ne_bytes());
-    // SAFETY: `dev` is an open /dev/fuse descriptor and `header` a live 16-byte buffer.
-    let n = unsafe { libc::write(dev.as_raw_fd(), header.as_ptr().cast(), header.len()) };
-    match n {
-        16 => Ok(()),
-        n if n < 0 => Err(io::Error::last_os_error()),
-        _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+/// How many misses [`Misses`] remembers; past that it forgets them all and treats every
+/// `ENOENT` as a possibly kept miss until the last forgotten one would have expired.
+const MISSES_CAPACITY: usize = 1 << 16;
+
+/// The names the server answered with a negative entry, each until the kernel's copy
+/// expires (see the module documentation).
+pub struct Misses {
+    timeout: Duration,
+    inner: Mutex<MissesInner>,
+}
+
+#[derive(Default)]
+struct MissesInner {
+    /// (parent, name) → when the kernel's negative entry expires.
+    names: HashMap<(Ino, OsString), Instant>,
+    /// Misses were forgotten for room: until then any of them may still be cached.
+    forgotten_until: Option<Instant>,
+}
+
+impl Misses {
+    /// A record for negative entries cached `timeout` long (zero: none are cached).
+    pub fn new(timeout: Duration) -> Misses {
+        Misses {
+            timeout,
+            inner: Mutex::new(MissesInner::default()),
+        }
+    }
+
+    /// The server answers a LOOKUP of `name` in `parent` with a negative entry (called
+    /// before the reply is sent).
+    pub fn note(&self, parent: Ino, name: &OsStr) {
+        self.note_at(parent, name, Instant::now());
+    }
+
+    fn note_at(&self, parent: Ino, name: &OsStr, now: Instant) {
+        if self.timeout.is_zero() {
+            return;
+        }
+        let expires = now + self.timeout;
+        let mut inner = self.lock();
+        if inner.names.len() >= MISSES_CAPACITY {
+            inner.names.retain(|_, e| *e > now);
+            if inner.names.len() >= MISSES_CAPACITY {
+                let latest = inner.names.values().max().copied();
+                inner.forgotten_until = latest.max(inner.forgotten_until);
+                inner.names.clear();
+            }
+        }
+        inner.names.insert((parent, name.to_os_string()), expires);
+    }
+
+    /// Whether the kernel may still cache a miss of `name` in `parent`; forgets it.
+    fn take(&self, parent: Ino, name: &OsStr, now: Instant) -> bool {
+        let mut inner = self.lock();
+        let noted = inner
+            .names
+            .remove(&(parent, name.to_os_string()))
+            .is_some_and(|expires| expires > now);
+        noted || inner.forgotten_until.is_some_and(|t| t > now)
+    }
+
+    /// Every miss the kernel may still cache, forgotten.
+    fn take_all(&self, now: Instant) -> Vec<(Ino, OsString)> {
+        let mut inner = self.lock();
+        inner
+            .names
+            .drain()
+            .filter(|(_, expires)| *expires > now)
+            .map(|(key, _)| key)
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MissesInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What `memofs invalidate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalidated {
+    /// The entry epoch was incremented: every cached name, positive or negative, is dropped.
+    pub epoch: bool,
+    /// Without the epoch: the remembered misses whose invalidation was sent.
+    pub names: usize,
+    /// What could not be done, for the user.
+    pub not_done: Option<String>,
+}
+
+impl Invalidated {
+    /// Whether anything was invalidated.
+    pub fn did_something(&self) -> bool {
+        self.epoch || self.names > 0
+    }
+}
+
+/// The notifications the thread sends; the device in production, a model in tests.
+trait Kernel {
+    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()>;
+    fn delete(&self, parent: Ino, child: Ino, name: &OsStr) -> io::Result<()>;
+    fn inval_inode(&self, ino: Ino) -> io::Result<()>;
+    fn inc_epoch(&self) -> io::Result<()>;
+}
+
+/// Notification codes from `<linux/fuse.h>`.
+const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
+const FUSE_NOTIFY_INVAL_ENTRY: i32 = 3;
+const FUSE_NOTIFY_DELETE: i32 = 6;
+
+/// A duplicate of the session's `/dev/fuse` descriptor, written to directly: the kernel's
+/// `ENOENT` must reach [`Sending`] (fuser's notifier reports it as success).
+struct Device {
+    dev: OwnedFd,
+}
+
+impl Device {
+    /// Writes one notification: a `fuse_out_header` (length, code, unique 0) then `parts`.
+    fn notify(&self, code: i32, parts: &[&[u8]]) -> io::Result<()> {
+        let len: usize = 16 + parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut msg = Vec::with_capacity(len);
+        msg.extend_from_slice(&(len as u32).to_ne_bytes());
+        msg.extend_from_slice(&code.to_ne_bytes());
+        msg.extend_from_slice(&0u64.to_ne_bytes());
+        for p in parts {
+            msg.extend_from_slice(p);
+        }
+        // SAFETY: `dev` is an open /dev/fuse descriptor and `msg` a live buffer of its length.
+        let n = unsafe { libc::write(self.dev.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
+        match n {
+            n if n < 0 => Err(io::Error::last_os_error()),
+            n if n as usize == msg.len() => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(libc::EIO)),
+        }
+    }
+}
+
+/// `name` with its terminating NUL, as the entry notifications carry it.
+fn nul_terminated(name: &OsStr) -> Vec<u8> {
+    let mut v = name.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+impl Kernel for Device {
+    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+        // struct fuse_notify_inval_entry_out { u64 parent; u32 namelen; u32 flags }
+        let mut out = [0u8; 16];
+        out[0..8].copy_from_slice(&parent.to_ne_bytes());
+        out[8..12].copy_from_slice(&(name.len() as u32).to_ne_bytes());
+        self.notify(FUSE_NOTIFY_INVAL_ENTRY, &[&out, &nul_terminated(name)])
+    }
+
+    fn delete(&self, parent: Ino, child: Ino, name: &OsStr) -> io::Result<()> {
+        // struct fuse_notify_delete_out { u64 parent; u64 child; u32 namelen; u32 padding }
+        let mut out = [0u8; 24];
+        out[0..8].copy_from_slice(&parent.to_ne_bytes());
+        out[8..16].copy_from_slice(&child.to_ne_bytes());
+        out[16..20].copy_from_slice(&(name.len() as u32).to_ne_bytes());
+        self.notify(FUSE_NOTIFY_DELETE, &[&out, &nul_terminated(name)])
+    }
+
+    fn inval_inode(&self, ino: Ino) -> io::Result<()> {
+        // struct fuse_notify_inval_inode_out { u64 ino; i64 off; i64 len }: 0, 0 = all data.
+        let mut out = [0u8; 24];
+        out[0..8].copy_from_slice(&ino.to_ne_bytes());
+        self.notify(FUSE_NOTIFY_INVAL_INODE, &[&out])
+    }
+
+    /// `FUSE_NOTIFY_INC_EPOCH` has no body.
+    fn inc_epoch(&self) -> io::Result<()> {
+        self.notify(FUSE_NOTIFY_INC_EPOCH, &[])
+    }
+}
+
+const UNKNOWN: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
+
+/// What the kernel was found to do, for `memofs stats`.
+#[derive(Default)]
+struct Learnt {
+    /// `FUSE_NOTIFY_INC_EPOCH`: UNKNOWN, YES or NO.
+    epoch: AtomicU8,
+    /// A remembered miss's invalidation: YES once one was dropped by name, NO once one came
+    /// back `ENOENT` (the fallback ran).
+    negative: AtomicU8,
+}
+
+/// The sending thread's logic, over any [`Kernel`].
+struct Sending<K: Kernel> {
+    kernel: K,
+    misses: Arc<Misses>,
+    stats: Arc<Stats>,
+    learnt: Arc<Learnt>,
+    /// A remembered miss may be kept by the kernel: increment the epoch after this batch.
+    fallback: bool,
+    /// The kernel keeps a miss and has no epoch: said once in the log.
+    warned: bool,
+}
+
+impl<K: Kernel> Sending<K> {
+    fn new(kernel: K, misses: Arc<Misses>, stats: Arc<Stats>, learnt: Arc<Learnt>) -> Self {
+        Sending {
+            kernel,
+            misses,
+            stats,
+            learnt,
+            fallback: false,
+            warned: false,
+        }
+    }
+
+    /// Learns whether the kernel has the epoch notification (before anything is cached).
+    fn probe_epoch(&self) {
+        let known = match self.kernel.inc_epoch() {
+            Ok(()) => YES,
+            Err(_) => NO,
+        };
+        self.learnt.epoch.store(known, Ordering::Relaxed);
+    }
+
+    fn count(&self, event: Event, result: &io::Result<()>) {
+        match result {
+            // ENOENT: the kernel holds no such entry or inode (see `entry` for misses).
+            Ok(()) => self.stats.event(event),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.stats.event(event),
+            Err(e) => {
+                self.stats.event(Event::InvalFailed);
+                log::debug!("invalidation failed: {e}");
+            }
+        }
+    }
+
+    fn handle(&mut self, report: Report) {
+        let now = Instant::now();
+        match report {
+            Report::Entry(parent, name) => {
+                let result = self.kernel.inval_entry(parent, &name);
+                self.count(Event::InvalEntry, &result);
+                let noted = self.misses.take(parent, &name, now);
+                match result {
+                    Err(e) if noted && e.raw_os_error() == Some(libc::ENOENT) => {
+                        self.stats.event(Event::InvalFallback);
+                        self.learnt.negative.store(NO, Ordering::Relaxed);
+                        self.fallback = true;
+                    }
+                    Ok(()) if noted => {
+                        let _ = self.learnt.negative.compare_exchange(
+                            UNKNOWN,
+                            YES,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            Report::Deleted(parent, child, name) => {
+                let result = self.kernel.delete(parent, child, &name);
+                self.count(Event::InvalEntry, &result);
+                self.misses.take(parent, &name, now);
+            }
+            Report::Inode(ino) => {
+                let result = self.kernel.inval_inode(ino);
+                self.count(Event::InvalInode, &result);
+            }
+            Report::Everything => {
+                if !self.epoch() {
+                    self.names(now);
+                }
+            }
+            Report::All(reply) => {
+                let done = self.all(now);
+                let _ = reply.send(done);
+            }
+        }
+    }
+
+    /// Increments the epoch where the kernel has it; whether it did.
+    fn epoch(&mut self) -> bool {
+        if self.learnt.epoch.load(Ordering::Relaxed) == NO {
+            return false;
+        }
+        let result = self.kernel.inc_epoch();
+        self.count(Event::IncEpoch, &result);
+        match result {
+            Ok(()) => {
+                self.learnt.epoch.store(YES, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+                    self.learnt.epoch.store(NO, Ordering::Relaxed);
+                }
+                false
+            }
+        }
+    }
+
+    /// Invalidates every remembered miss by name; how many were sent.
+    fn names(&mut self, now: Instant) -> usize {
+        let names = self.misses.take_all(now);
+        for (parent, name) in &names {
+            let result = self.kernel.inval_entry(*parent, name);
+            self.count(Event::InvalEntry, &result);
+        }
+        names.len()
+    }
+
+    fn all(&mut self, now: Instant) -> Invalidated {
+        if self.epoch() {
+            self.misses.take_all(now);
+            return Invalidated {
+                epoch: true,
+                names: 0,
+                not_done: None,
+            };
+        }
+        let names = self.names(now);
+        Invalidated {
+            epoch: false,
+            names,
+            not_done: Some(
+                "this kernel has no FUSE_NOTIFY_INC_EPOCH (Linux 6.16+), so the names it caches \
+                 as present were not dropped: they stay until the entry timeout runs out"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The end of a batch of reports: the fallback, if a kept miss may be cached.
+    fn flush(&mut self) {
+        if !std::mem::take(&mut self.fallback) || self.epoch() || self.warned {
+            return;
+        }
+        self.warned = true;
+        log::warn!(
+            "this kernel keeps negative entries that FUSE_NOTIFY_INVAL_ENTRY names and has no \
+             FUSE_NOTIFY_INC_EPOCH: names created outside the mount may stay hidden until the \
+             negative timeout (mount with negative_timeout=0 to avoid it)"
+        );
+    }
+
+    /// Serves reports until every sender is gone.
+    fn run(mut self, rx: Receiver<Report>) {
+        self.probe_epoch();
+        while let Ok(report) = rx.recv() {
+            self.handle(report);
+            while let Ok(report) = rx.try_recv() {
+                self.handle(report);
+            }
+            self.flush();
+        }
     }
 }
 
 /// Sends invalidations to the kernel from its own thread.
 pub struct NotifyInvalidator {
     queue: Sender<Report>,
+    learnt: Arc<Learnt>,
 }
 
 impl NotifyInvalidator {
     /// Starts the sending thread; it ends when the invalidator is dropped. `dev` is a
-    /// duplicate of the session's `/dev/fuse` descriptor, for the epoch notification.
+    /// duplicate of the session's `/dev/fuse` descriptor, which notifications are written to;
+    /// `misses` is where the request path notes its negative replies.
     pub fn start(
-        notifier: Notifier,
         dev: OwnedFd,
+        misses: Arc<Misses>,
         stats: Arc<Stats>,
-    ) -> std::io::Result<NotifyInvalidator> {
+    ) -> io::Result<NotifyInvalidator> {
         let (tx, rx) = channel::<Report>();
+        let learnt = Arc::new(Learnt::default());
+        let sending = Sending::new(Device { dev }, misses, stats, learnt.clone());
         std::thread::Builder::new()
             .name("memofs-notify".into())
-            .spawn(move || {
-                for report in rx {
-                    let (event, result) = match &report {
-                        Report::Entry(parent, name) => (
-                            Event::InvalEntry,
-                            notifier.inval_entry(INodeNo(*parent), name),
-                        ),
-                        Report::Deleted(parent, child, name) => (
-                            Event::InvalEntry,
-                            notifier.delete(INodeNo(*parent), INodeNo(*child), name),
-                        ),
-                        Report::Inode(ino) => {
-                            (Event::InvalInode, notifier.inval_inode(INodeNo(*ino), 0, 0))
-                        }
-                        Report::Everything => (Event::IncEpoch, inc_epoch(&dev)),
-                    };
-                    match result {
-                        Ok(()) => stats.event(event),
-                        // ENOENT: the kernel did not have the entry or inode cached; nothing to do.
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => stats.event(event),
-                        Err(e) => {
-                            stats.event(Event::InvalFailed);
-                            log::debug!("invalidation failed: {e}");
-                        }
-                    }
-                }
-            })?;
-        Ok(NotifyInvalidator { queue: tx })
+            .spawn(move || sending.run(rx))?;
+        Ok(NotifyInvalidator { queue: tx, learnt })
     }
 
     fn send(&self, r: Report) {
         let _ = self.queue.send(r);
+    }
+
+    /// Drops every name the kernel caches, or what can be named without the epoch (see the
+    /// module documentation); waits for the sending thread's answer.
+    pub fn invalidate_all(&self) -> Invalidated {
+        let (tx, rx) = channel();
+        self.send(Report::All(tx));
+        rx.recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| Invalidated {
+                epoch: false,
+                names: 0,
+                not_done: Some("the notification thread did not answer".into()),
+            })
+    }
+
+    /// `memofs stats` lines for what the kernel was found to do.
+    pub fn features(&self) -> Vec<(String, String)> {
+        let epoch = match self.learnt.epoch.load(Ordering::Relaxed) {
+            YES => "yes",
+            NO => {
+                "no (memofs invalidate drops the remembered misses only; lost host events \
+                   leave names cached until their timeouts)"
+            }
+            _ => "not known yet",
+        };
+        let negative = match self.learnt.negative.load(Ordering::Relaxed) {
+            YES => "dropped by name",
+            NO => "kept by the kernel (fallback: the entry epoch, counted as inval_fallback)",
+            _ => "no cached miss invalidated yet",
+        };
+        vec![
+            ("inc_epoch".into(), epoch.into()),
+            ("negative_entry_invalidation".into(), negative.into()),
+        ]
     }
 }
 
@@ -110,5 +490,249 @@ impl Invalidator for NotifyInvalidator {
 
     fn everything(&self) {
         self.send(Report::Everything);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashSet;
+
+    /// A model of the kernel's entry cache: cached names (positive or negative) and whether
+    /// it finds negative ones by name, has the epoch notification, and what it was sent.
+    #[derive(Default)]
+    struct Model {
+        cached: RefCell<HashSet<(Ino, OsString)>>,
+        keeps_negative: bool,
+        negative: RefCell<HashSet<(Ino, OsString)>>,
+        has_epoch: bool,
+        epochs: RefCell<u32>,
+        sent: RefCell<Vec<String>>,
+    }
+
+    impl Model {
+        fn cache_miss(&self, parent: Ino, name: &str) {
+            let key = (parent, OsString::from(name));
+            self.cached.borrow_mut().insert(key.clone());
+            self.negative.borrow_mut().insert(key);
+        }
+    }
+
+    impl Kernel for &Model {
+        fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+            self.sent
+                .borrow_mut()
+                .push(format!("entry {parent} {name:?}"));
+            let key = (parent, name.to_os_string());
+            if self.keeps_negative && self.negative.borrow().contains(&key) {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            if self.cached.borrow_mut().remove(&key) {
+                self.negative.borrow_mut().remove(&key);
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(libc::ENOENT))
+            }
+        }
+
+        fn delete(&self, parent: Ino, _child: Ino, name: &OsStr) -> io::Result<()> {
+            self.inval_entry(parent, name)
+        }
+
+        fn inval_inode(&self, ino: Ino) -> io::Result<()> {
+            self.sent.borrow_mut().push(format!("inode {ino}"));
+            Ok(())
+        }
+
+        fn inc_epoch(&self) -> io::Result<()> {
+            if !self.has_epoch {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            *self.epochs.borrow_mut() += 1;
+            self.cached.borrow_mut().clear();
+            self.negative.borrow_mut().clear();
+            Ok(())
+        }
+    }
+
+    fn sending(model: &Model, timeout: u64) -> (Sending<&Model>, Arc<Misses>, Arc<Stats>) {
+        let misses = Arc::new(Misses::new(Duration::from_secs(timeout)));
+        let stats = Arc::new(Stats::new());
+        let s = Sending::new(
+            model,
+            misses.clone(),
+            stats.clone(),
+            Arc::new(Learnt::default()),
+        );
+        s.probe_epoch();
+        (s, misses, stats)
+    }
+
+    fn event(stats: &Stats, name: &str) -> u64 {
+        stats
+            .snapshot()
+            .events
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// One batch: the reports, then the end of the batch.
+    fn batch(s: &mut Sending<&Model>, reports: Vec<Report>) {
+        for r in reports {
+            s.handle(r);
+        }
+        s.flush();
+    }
+
+    fn entry(parent: Ino, name: &str) -> Report {
+        Report::Entry(parent, name.into())
+    }
+
+    #[test]
+    fn a_kept_miss_falls_back_to_the_epoch_once_per_batch() {
+        let model = Model {
+            keeps_negative: true,
+            has_epoch: true,
+            ..Model::default()
+        };
+        let (mut s, misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.borrow();
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+        }
+        batch(&mut s, vec![entry(1, "a"), entry(1, "b")]);
+        assert!(model.cached.borrow().is_empty(), "the epoch dropped them");
+        assert_eq!(*model.epochs.borrow() - probes, 1, "one epoch per batch");
+        assert_eq!(event(&stats, "inval_fallback"), 2);
+        assert_eq!(event(&stats, "inval_failed"), 0);
+        assert!(s.learnt.negative.load(Ordering::Relaxed) == NO);
+    }
+
+    #[test]
+    fn names_never_answered_with_a_miss_need_no_fallback() {
+        let model = Model {
+            keeps_negative: true,
+            has_epoch: true,
+            ..Model::default()
+        };
+        let (mut s, _misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.borrow();
+        // A host create nobody looked up: ENOENT, nothing cached, nothing more to do.
+        batch(&mut s, vec![entry(1, "fresh")]);
+        assert_eq!(*model.epochs.borrow(), probes);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+        assert_eq!(event(&stats, "inval_entry"), 1);
+    }
+
+    #[test]
+    fn kernels_that_drop_misses_by_name_need_no_fallback() {
+        let model = Model {
+            has_epoch: true,
+            ..Model::default()
+        };
+        let (mut s, misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.borrow();
+        model.cache_miss(1, "a");
+        misses.note(1, OsStr::new("a"));
+        batch(&mut s, vec![entry(1, "a")]);
+        assert!(model.cached.borrow().is_empty());
+        assert_eq!(*model.epochs.borrow(), probes);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+        assert!(s.learnt.negative.load(Ordering::Relaxed) == YES);
+        // The record is spent: a second report of the same name needs nothing.
+        batch(&mut s, vec![entry(1, "a")]);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+    }
+
+    #[test]
+    fn expired_misses_need_no_fallback() {
+        let model = Model {
+            keeps_negative: true,
+            has_epoch: true,
+            ..Model::default()
+        };
+        let (mut s, misses, stats) = sending(&model, 1);
+        misses.note_at(1, OsStr::new("a"), Instant::now() - Duration::from_secs(2));
+        batch(&mut s, vec![entry(1, "a")]);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+    }
+
+    #[test]
+    fn no_record_without_a_negative_timeout() {
+        let misses = Misses::new(Duration::ZERO);
+        misses.note(1, OsStr::new("a"));
+        assert!(!misses.take(1, OsStr::new("a"), Instant::now()));
+    }
+
+    #[test]
+    fn a_full_record_treats_every_enoent_as_a_possible_kept_miss() {
+        let misses = Misses::new(Duration::from_secs(60));
+        let now = Instant::now();
+        for i in 0..MISSES_CAPACITY {
+            misses.note_at(1, OsStr::new(&format!("n{i}")), now);
+        }
+        misses.note_at(1, OsStr::new("last"), now);
+        assert!(misses.take(1, OsStr::new("last"), now));
+        assert!(
+            misses.take(7, OsStr::new("never noted"), now),
+            "a forgotten miss may be any name"
+        );
+        assert!(!misses.take(7, OsStr::new("x"), now + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn without_an_epoch_everything_drops_the_remembered_misses_and_says_what_it_could_not() {
+        let model = Model {
+            has_epoch: false,
+            ..Model::default()
+        };
+        let (mut s, misses, _stats) = sending(&model, 3600);
+        assert!(s.learnt.epoch.load(Ordering::Relaxed) == NO);
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+        }
+        let done = s.all(Instant::now());
+        assert_eq!(done.names, 2);
+        assert!(!done.epoch && done.did_something());
+        assert!(done.not_done.unwrap().contains("INC_EPOCH"));
+        assert!(model.cached.borrow().is_empty());
+        let nothing = s.all(Instant::now());
+        assert!(!nothing.did_something(), "{nothing:?}");
+    }
+
+    #[test]
+    fn with_an_epoch_everything_drops_every_name() {
+        let model = Model {
+            has_epoch: true,
+            ..Model::default()
+        };
+        let (mut s, _misses, stats) = sending(&model, 3600);
+        model.cached.borrow_mut().insert((1, "positive".into()));
+        let done = s.all(Instant::now());
+        assert!(done.epoch && done.not_done.is_none());
+        assert!(model.cached.borrow().is_empty());
+        assert_eq!(event(&stats, "inc_epoch"), 1, "the probe is not counted");
+    }
+
+    #[test]
+    fn a_kept_miss_without_an_epoch_is_counted_and_warned_once() {
+        let model = Model {
+            keeps_negative: true,
+            has_epoch: false,
+            ..Model::default()
+        };
+        let (mut s, misses, stats) = sending(&model, 3600);
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+            batch(&mut s, vec![entry(1, name)]);
+        }
+        assert_eq!(event(&stats, "inval_fallback"), 2);
+        assert!(s.warned);
+        assert_eq!(event(&stats, "inc_epoch"), 0);
     }
 }

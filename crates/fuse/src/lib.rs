@@ -13,6 +13,7 @@ pub mod busy_poll;
 pub mod config;
 pub mod control;
 pub mod convert;
+pub mod features;
 pub mod gate;
 pub mod invalidator;
 pub mod mountinfo;
@@ -30,7 +31,7 @@ use memofs_core::Backend;
 
 pub use adapter::Adapter;
 pub use config::TransportConfig;
-use invalidator::NotifyInvalidator;
+pub use invalidator::NotifyInvalidator;
 pub use stats::Stats;
 
 /// Why a mount could not be set up, with what the user can do about it.
@@ -144,7 +145,9 @@ pub struct Mounted<B: Backend> {
     /// The mount's counters.
     pub stats: Arc<Stats>,
     /// Sends cache invalidations to the kernel (from its own thread).
-    pub invalidator: Arc<dyn memofs_core::Invalidator>,
+    pub invalidator: Arc<NotifyInvalidator>,
+    /// What INIT found.
+    pub features: Arc<features::KernelFeatures>,
 }
 
 impl<B: Backend> Mounted<B> {
@@ -171,6 +174,7 @@ pub fn mount<B: Backend>(
     let adapter = Adapter::new(backend.clone(), opts.cache, transport, stats.clone());
     let slot = adapter.invalidator_slot();
     let busy_poll = adapter.busy_poll();
+    let (misses, features) = (adapter.misses(), adapter.features());
     let session =
         fuser::Session::new(adapter, mountpoint, &fuser_config(opts)).map_err(SetupError::Mount)?;
     let device = || {
@@ -181,14 +185,15 @@ pub fn mount<B: Backend>(
     };
     busy_poll.attach(device()?);
     let dev = device()?;
-    let invalidator = NotifyInvalidator::start(session.notifier(), dev, stats.clone())
-        .map_err(SetupError::Mount)?;
-    let invalidator: Arc<dyn memofs_core::Invalidator> = Arc::new(invalidator);
+    let invalidator =
+        NotifyInvalidator::start(dev, misses, stats.clone()).map_err(SetupError::Mount)?;
+    let invalidator = Arc::new(invalidator);
     let _ = slot.set(invalidator.clone());
     backend.attach_invalidator(invalidator.clone());
     Ok(Mounted {
         session,
         stats,
         invalidator,
+        features,
     })
 }

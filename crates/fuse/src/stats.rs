@@ -109,6 +109,9 @@ pub enum Event {
     IncEpoch,
     /// Invalidations the kernel refused.
     InvalFailed,
+    /// Entry invalidations of a name the kernel may still cache as missing although it
+    /// answered `ENOENT` (see [`crate::invalidator`]): the entry epoch was incremented.
+    InvalFallback,
     /// A busy-polling thread saw the next request arrive (see [`crate::busy_poll`]).
     BusyPollHit,
     /// A busy-polling thread's window ended with nothing to read.
@@ -126,6 +129,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "inval_inode",
     "inc_epoch",
     "inval_failed",
+    "inval_fallback",
     "busy_poll_hits",
     "busy_poll_misses",
 ];
