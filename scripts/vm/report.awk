@@ -55,6 +55,6 @@ END {
     }
     if (probes != "") print "probe output:" probes
     if (failed != "") print "output of the failed tests:" failed
-    printf "vm %s: %d passed, %d failed, %d skipped\n", kernel, npass, nfail, nskip
+    printf "vm-%s: %d passed, %d failed, %d skipped\n", kernel, npass, nfail, nskip
     exit nfail > 0 ? 1 : 0
 }

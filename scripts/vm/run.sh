@@ -28,11 +28,11 @@ cannot() {
     shift
     if [ "$required" = 1 ]; then
         echo "FAIL vm $id: cannot run the guest: $*"
-        echo "vm $id: 0 passed, 1 failed, 0 skipped"
+        echo "vm-$id: 0 passed, 1 failed, 0 skipped"
         return 1
     fi
     echo "SKIP vm $id: cannot run the guest here: $*"
-    echo "vm $id: 0 passed, 0 failed, 1 skipped"
+    echo "vm-$id: 0 passed, 0 failed, 1 skipped"
 }
 
 # The binaries the plan names, built: "NAME PATH" lines.

@@ -36,7 +36,7 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -230,18 +230,19 @@ impl Kernel for Device {
     }
 }
 
-const UNKNOWN: u8 = 0;
 const YES: u8 = 1;
 const NO: u8 = 2;
 
 /// What the kernel was found to do, for `memofs stats`.
 #[derive(Default)]
 struct Learnt {
-    /// `FUSE_NOTIFY_INC_EPOCH`: UNKNOWN, YES or NO.
+    /// `FUSE_NOTIFY_INC_EPOCH`: YES, NO, or 0 until learnt.
     epoch: AtomicU8,
-    /// A remembered miss's invalidation: YES once one was dropped by name, NO once one came
-    /// back `ENOENT` (the fallback ran).
-    negative: AtomicU8,
+    /// Invalidations of remembered misses the kernel answered with success.
+    misses_dropped: AtomicU64,
+    /// ... and with `ENOENT` (the fallback ran): all of them on kernels that keep misses, a
+    /// few evicted or not yet cached ones elsewhere.
+    misses_enoent: AtomicU64,
 }
 
 /// The sending thread's logic, over any [`Kernel`].
@@ -299,16 +300,11 @@ impl<K: Kernel> Sending<K> {
                 match result {
                     Err(e) if noted && e.raw_os_error() == Some(libc::ENOENT) => {
                         self.stats.event(Event::InvalFallback);
-                        self.learnt.negative.store(NO, Ordering::Relaxed);
+                        self.learnt.misses_enoent.fetch_add(1, Ordering::Relaxed);
                         self.fallback = true;
                     }
                     Ok(()) if noted => {
-                        let _ = self.learnt.negative.compare_exchange(
-                            UNKNOWN,
-                            YES,
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        );
+                        self.learnt.misses_dropped.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {}
                 }
@@ -463,14 +459,14 @@ impl NotifyInvalidator {
             }
             _ => "not known yet",
         };
-        let negative = match self.learnt.negative.load(Ordering::Relaxed) {
-            YES => "dropped by name",
-            NO => "kept by the kernel (fallback: the entry epoch, counted as inval_fallback)",
-            _ => "no cached miss invalidated yet",
-        };
+        let negative = format!(
+            "{} cached misses dropped by name, {} answered ENOENT (fallback: the entry epoch)",
+            self.learnt.misses_dropped.load(Ordering::Relaxed),
+            self.learnt.misses_enoent.load(Ordering::Relaxed)
+        );
         vec![
             ("inc_epoch".into(), epoch.into()),
-            ("negative_entry_invalidation".into(), negative.into()),
+            ("negative_entry_invalidation".into(), negative),
         ]
     }
 }
@@ -608,7 +604,7 @@ mod tests {
         assert_eq!(*model.epochs.borrow() - probes, 1, "one epoch per batch");
         assert_eq!(event(&stats, "inval_fallback"), 2);
         assert_eq!(event(&stats, "inval_failed"), 0);
-        assert!(s.learnt.negative.load(Ordering::Relaxed) == NO);
+        assert_eq!(s.learnt.misses_enoent.load(Ordering::Relaxed), 2);
     }
 
     #[test]
@@ -641,7 +637,7 @@ mod tests {
         assert!(model.cached.borrow().is_empty());
         assert_eq!(*model.epochs.borrow(), probes);
         assert_eq!(event(&stats, "inval_fallback"), 0);
-        assert!(s.learnt.negative.load(Ordering::Relaxed) == YES);
+        assert_eq!(s.learnt.misses_dropped.load(Ordering::Relaxed), 1);
         // The record is spent: a second report of the same name needs nothing.
         batch(&mut s, vec![entry(1, "a")]);
         assert_eq!(event(&stats, "inval_fallback"), 0);
