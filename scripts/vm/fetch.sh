@@ -9,7 +9,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 id=${1:?usage: fetch.sh KERNEL-ID (see scripts/vm/kernels.tsv)}
-cache=${MEMOFS_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memofs-vm}
+cache=${MEMOFS_VM_CACHE:-${XDG_CACHE_HOME:-${HOME:-/var/tmp}/.cache}/memofs-vm}
 
 cannot() {
     echo "fetch.sh: cannot get kernel $id: $*" >&2

@@ -1,7 +1,7 @@
 # Parses what the guest wrote (scripts/vm/init.sh) into one line per test:
 #   PASS|FAIL|SKIP KERNEL MODE/BINARY::TEST [reason]
 # then the failed tests' output, the probes' output, and a closing line
-#   vm KERNEL: N passed, N failed, N skipped
+#   vm-KERNEL: N passed, N failed, N skipped
 # Tests run single-threaded with --nocapture, so a test's output (a `SKIP ...` line from the
 # harness's skip! macro, a panic message) comes between libtest's `test NAME ... ` and its
 # `ok` / `FAILED` / `ignored`. A binary that ended without a result for its running test

@@ -508,6 +508,15 @@ mod tests {
     }
 
     impl Model {
+        /// A kernel that keeps misses named by `inval_entry` or not, with the epoch or not.
+        fn new(keeps_negative: bool, has_epoch: bool) -> Model {
+            Model {
+                keeps_negative,
+                has_epoch,
+                ..Model::default()
+            }
+        }
+
         fn cache_miss(&self, parent: Ino, name: &str) {
             let key = (parent, OsString::from(name));
             self.cached.borrow_mut().insert(key.clone());
@@ -588,11 +597,7 @@ mod tests {
 
     #[test]
     fn a_kept_miss_falls_back_to_the_epoch_once_per_batch() {
-        let model = Model {
-            keeps_negative: true,
-            has_epoch: true,
-            ..Model::default()
-        };
+        let model = Model::new(true, true);
         let (mut s, misses, stats) = sending(&model, 3600);
         let probes = *model.epochs.borrow();
         for name in ["a", "b"] {
@@ -609,11 +614,7 @@ mod tests {
 
     #[test]
     fn names_never_answered_with_a_miss_need_no_fallback() {
-        let model = Model {
-            keeps_negative: true,
-            has_epoch: true,
-            ..Model::default()
-        };
+        let model = Model::new(true, true);
         let (mut s, _misses, stats) = sending(&model, 3600);
         let probes = *model.epochs.borrow();
         // A host create nobody looked up: ENOENT, nothing cached, nothing more to do.
@@ -625,10 +626,7 @@ mod tests {
 
     #[test]
     fn kernels_that_drop_misses_by_name_need_no_fallback() {
-        let model = Model {
-            has_epoch: true,
-            ..Model::default()
-        };
+        let model = Model::new(false, true);
         let (mut s, misses, stats) = sending(&model, 3600);
         let probes = *model.epochs.borrow();
         model.cache_miss(1, "a");
@@ -645,11 +643,7 @@ mod tests {
 
     #[test]
     fn expired_misses_need_no_fallback() {
-        let model = Model {
-            keeps_negative: true,
-            has_epoch: true,
-            ..Model::default()
-        };
+        let model = Model::new(true, true);
         let (mut s, misses, stats) = sending(&model, 1);
         misses.note_at(1, OsStr::new("a"), Instant::now() - Duration::from_secs(2));
         batch(&mut s, vec![entry(1, "a")]);
@@ -681,10 +675,7 @@ mod tests {
 
     #[test]
     fn without_an_epoch_everything_drops_the_remembered_misses_and_says_what_it_could_not() {
-        let model = Model {
-            has_epoch: false,
-            ..Model::default()
-        };
+        let model = Model::new(false, false);
         let (mut s, misses, _stats) = sending(&model, 3600);
         assert!(s.learnt.epoch.load(Ordering::Relaxed) == NO);
         for name in ["a", "b"] {
@@ -702,10 +693,7 @@ mod tests {
 
     #[test]
     fn with_an_epoch_everything_drops_every_name() {
-        let model = Model {
-            has_epoch: true,
-            ..Model::default()
-        };
+        let model = Model::new(false, true);
         let (mut s, _misses, stats) = sending(&model, 3600);
         model.cached.borrow_mut().insert((1, "positive".into()));
         let done = s.all(Instant::now());
@@ -716,11 +704,7 @@ mod tests {
 
     #[test]
     fn a_kept_miss_without_an_epoch_is_counted_and_warned_once() {
-        let model = Model {
-            keeps_negative: true,
-            has_epoch: false,
-            ..Model::default()
-        };
+        let model = Model::new(true, false);
         let (mut s, misses, stats) = sending(&model, 3600);
         for name in ["a", "b"] {
             model.cache_miss(1, name);
