@@ -389,9 +389,9 @@ impl<K: Kernel> Sending<K> {
         }
         self.warned = true;
         log::warn!(
-            "this kernel keeps negative entries that FUSE_NOTIFY_INVAL_ENTRY names and has no \
-             FUSE_NOTIFY_INC_EPOCH: names created outside the mount may stay hidden until the \
-             negative timeout (mount with negative_timeout=0 to avoid it)"
+            "a cached miss could not be dropped by name (the kernel answered ENOENT) and this \
+             kernel has no FUSE_NOTIFY_INC_EPOCH: a name created outside the mount may stay \
+             hidden until the negative timeout (negative_timeout=0 avoids it)"
         );
     }
 
