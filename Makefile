@@ -2,13 +2,15 @@
 #   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build and mount (mem backend)
 #   make test                                              every test, as CI runs them
 #   make bench                                             the seeds' experiments (report in bench/results)
+#   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
+#   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 
 CARGO ?= cargo
 MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
 
-.PHONY: setup build mount umount test lint unit memcheck e2e pytest bench clean
+.PHONY: setup build mount umount test lint unit memcheck e2e pytest vm-test vm-test-ci vm-test-all bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -49,7 +51,24 @@ memcheck:
 pytest:
 	python3 -m pytest bench/tests -q
 
-test: setup lint unit memcheck e2e pytest
+# Guest VMs (QEMU TCG) booted with Debian's kernel packages: the coherence and lookup-cache
+# tests and a slice of the e2e suite on the kernels users run (scripts/vm/run.sh). `make test`
+# runs the kernels marked ci in scripts/vm/kernels.tsv; CI (CI=true) requires them to run.
+VM_KERNELS_ALL := $(shell awk '!/^\#/ && NF { print $$1 }' scripts/vm/kernels.tsv)
+VM_KERNELS_CI := $(shell awk '!/^\#/ && $$4 == "ci" { print $$1 }' scripts/vm/kernels.tsv)
+VM_REQUIRED := $(if $(filter true 1,$(CI)),1,0)
+
+vm-test:
+	@test -n "$(KERNEL)" || { echo "usage: make vm-test KERNEL=ID (ids: $(VM_KERNELS_ALL))"; exit 1; }
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(KERNEL)
+
+vm-test-ci:
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_CI)
+
+vm-test-all:
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)
+
+test: setup lint unit memcheck e2e pytest vm-test-ci
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds

@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind; do
+# qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh).
+for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind \
+    qemu-system-x86 busybox-static cpio binutils xz-utils zstd; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -7,7 +7,7 @@ use memofs_core::options::MountOptions;
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::Backend;
 use memofs_mem::{MemConfig, MemFs};
-use memofs_passthrough::{PassthroughConfig, PassthroughFs};
+use memofs_passthrough::{PassthroughConfig, PassthroughFs, WatchMechanism};
 
 /// A backend ready to mount, with the settings `memofs stats` shows for it.
 pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
@@ -69,6 +69,39 @@ pub fn passthrough(source: &Path, plan: &mut MountPlan) -> Built<PassthroughFs> 
         ("private_mount".into(), fs.private_mount().to_string()),
     ];
     Ok((Arc::new(fs), settings))
+}
+
+/// `memofs stats` lines for the host kernel features the passthrough backend uses, each with
+/// its fallback.
+pub fn passthrough_features(fs: &PassthroughFs) -> Vec<(String, String)> {
+    let watch = match fs.watch_mechanism() {
+        Some(WatchMechanism::Fanotify) if fs.watches_whole_filesystem() => {
+            "fanotify directory events (Linux 5.9+), one mark on the whole filesystem"
+        }
+        Some(WatchMechanism::Fanotify) => {
+            "fanotify directory events (Linux 5.9+), a mark per directory the kernel holds"
+        }
+        Some(WatchMechanism::Inotify) => {
+            "inotify (fallback: fanotify directory events unavailable; the server's own \
+             writes are reported too)"
+        }
+        None => "none: host changes show when the cache timeouts run out",
+    };
+    let open_tree = if fs.private_mount() {
+        "yes: the server works on a private copy of the source's mount"
+    } else {
+        "no (needs root; Linux 5.2+): the server works on the host's mount"
+    };
+    let fchmodat2 = if fs.uses_fchmodat2() {
+        "yes"
+    } else {
+        "no (needs Linux 6.6+): chmod goes through /proc/self/fd"
+    };
+    vec![
+        ("host_change_watch".into(), watch.into()),
+        ("open_tree".into(), open_tree.into()),
+        ("fchmodat2".into(), fchmodat2.into()),
+    ]
 }
 
 /// The mem backend.

@@ -138,11 +138,13 @@ pub fn main(raw: &[String]) -> ExitCode {
     };
     let mut plan = MountPlan::new(&opts, kind, root);
     let built = match &source {
-        Some(src) => backends::passthrough(src, &mut plan)
-            .map(|(b, s)| serve(b, s, plan, &mountpoint, ready_fd)),
-        None => {
-            backends::mem(&opts, &mut plan).map(|(b, s)| serve(b, s, plan, &mountpoint, ready_fd))
-        }
+        Some(src) => backends::passthrough(src, &mut plan).map(|(b, s)| {
+            let fs = b.clone();
+            let features = Box::new(move || backends::passthrough_features(&fs));
+            serve(b, s, features, plan, &mountpoint, ready_fd)
+        }),
+        None => backends::mem(&opts, &mut plan)
+            .map(|(b, s)| serve(b, s, Box::new(Vec::new), plan, &mountpoint, ready_fd)),
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
@@ -155,9 +157,13 @@ fn init_logging(opts: &MountOptions) {
         .try_init();
 }
 
+/// Host kernel features a backend uses, for `memofs stats`.
+type BackendFeatures = Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
+
 fn serve<B: Backend>(
     backend: Arc<B>,
     backend_settings: Vec<(String, String)>,
+    backend_features: BackendFeatures,
     plan: MountPlan,
     mountpoint: &Path,
     ready_fd: Option<i32>,
@@ -180,8 +186,17 @@ fn serve<B: Backend>(
             granted.passthrough.to_string(),
         ));
         settings.extend(backend_settings);
+        let invalidator = session.invalidator();
+        let notify = invalidator.clone();
+        let transport = session.features();
         let source = StatsSource {
-            invalidator: session.invalidator(),
+            invalidate: Box::new(move || invalidator.invalidate_all()),
+            features: Box::new(move || {
+                let mut lines = transport.clone();
+                lines.extend(notify.features());
+                lines.extend(backend_features());
+                lines
+            }),
             stats: session.stats(),
             policy: cache,
             usage: Box::new(move || backend.usage()),

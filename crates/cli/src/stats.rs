@@ -75,24 +75,63 @@ pub fn main(args: &[String]) -> ExitCode {
 
 /// `memofs invalidate MOUNTPOINT`: the kernel forgets every cached name (positive and
 /// negative) of the mount, for changes the server cannot see (e.g. made on another machine
-/// to a network filesystem under a passthrough export).
+/// to a network filesystem under a passthrough export). Where the kernel cannot be told that
+/// at once (no `FUSE_NOTIFY_INC_EPOCH` before Linux 6.16), the server drops what it can name
+/// and this says what it could not do; the exit status is non-zero if nothing was dropped.
 pub fn invalidate_main(args: &[String]) -> ExitCode {
     let (_, target) = match parse("invalidate", "memofs invalidate MOUNTPOINT", &[], args) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    match ask(target, "invalidate") {
-        Ok(answer) if answer.contains("\"ok\":true") => ExitCode::SUCCESS,
-        Ok(answer) => {
-            // {"error":"..."}: show the message alone.
-            let msg = answer
-                .split_once("\"error\":\"")
-                .and_then(|(_, rest)| rest.rsplit_once('"'))
-                .map_or(answer.as_str(), |(m, _)| m);
-            fail(EXIT_FAILURE, format!("invalidate {target}: {msg}"))
-        }
-        Err(code) => code,
+    let answer = match ask(target, "invalidate") {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    if let Some(msg) = string_field(&answer, "error") {
+        return fail(EXIT_FAILURE, format!("invalidate {target}: {msg}"));
     }
+    let names = number_field(&answer, "names").unwrap_or(0);
+    let not_done = string_field(&answer, "not_done");
+    if answer.contains("\"ok\":true") {
+        if let Some(what) = not_done {
+            eprintln!(
+                "memofs invalidate: dropped the {names} cached misses the server knows; {what}"
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
+    fail(
+        EXIT_FAILURE,
+        format!(
+            "invalidate {target}: nothing was invalidated: {}",
+            not_done.as_deref().unwrap_or("the server did not say why")
+        ),
+    )
+}
+
+/// The string value of `"key":"..."` in a flat JSON answer (escapes left as they are).
+fn string_field(doc: &str, key: &str) -> Option<String> {
+    let rest = doc.split_once(&format!("\"{key}\":\""))?.1;
+    let mut out = String::new();
+    let mut escaped = false;
+    for c in rest.chars() {
+        match (escaped, c) {
+            (false, '\\') => escaped = true,
+            (false, '"') => return Some(out),
+            (_, c) => {
+                out.push(c);
+                escaped = false;
+            }
+        }
+    }
+    None
+}
+
+/// The number value of `"key":N` in a flat JSON answer.
+fn number_field(doc: &str, key: &str) -> Option<u64> {
+    let rest = doc.split_once(&format!("\"{key}\":"))?.1;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A readable rendering of the JSON document: one `key value` line per leaf.
@@ -151,6 +190,14 @@ fn render(doc: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_answer_fields() {
+        let a = "{\"ok\":true,\"epoch\":false,\"names\":12,\"not_done\":\"a \\\"b\\\"\"}";
+        assert_eq!(number_field(a, "names"), Some(12));
+        assert_eq!(string_field(a, "not_done").as_deref(), Some("a \"b\""));
+        assert_eq!(string_field(a, "error"), None);
+    }
 
     #[test]
     fn renders_nested_keys() {

@@ -14,8 +14,9 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use memofs_core::{BackendUsage, CachePolicy, Invalidator};
+use memofs_core::{BackendUsage, CachePolicy};
 
+use memofs_request::invalidate::Invalidated;
 use memofs_request::Stats;
 
 /// Connects to the control socket of the mount whose root has device `dev`.
@@ -37,8 +38,10 @@ pub fn socket_name(dev: u64) -> String {
 
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
 pub struct StatsSource {
-    /// Where `invalidate` goes (the mount's notification sender).
-    pub invalidator: Arc<dyn Invalidator>,
+    /// What `invalidate` runs (the mount's notification sender).
+    pub invalidate: Box<dyn Fn() -> Invalidated + Send + Sync>,
+    /// Which kernel features the mount found and uses, read on demand (name, what).
+    pub features: Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>,
     /// Request counters.
     pub stats: Arc<Stats>,
     /// Effective cache policy.
@@ -84,13 +87,14 @@ impl StatsSource {
             .collect();
         let u = (self.usage)();
         let p = &self.policy;
-        let settings: Vec<String> = self
-            .settings
-            .iter()
-            .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
-            .collect();
+        let pairs = |list: &[(String, String)]| {
+            list.iter()
+                .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         format!(
-            "{{\"requests\":{{{}}},\"events\":{{{}}},\"cache\":{{\"mode\":{},\"entry_timeout\":{},\"attr_timeout\":{},\"negative_timeout\":{}}},\"usage\":{{\"bytes_used\":{},\"bytes_limit\":{},\"inodes_used\":{},\"inodes_limit\":{}}},\"settings\":{{{}}}}}",
+            "{{\"requests\":{{{}}},\"events\":{{{}}},\"cache\":{{\"mode\":{},\"entry_timeout\":{},\"attr_timeout\":{},\"negative_timeout\":{}}},\"usage\":{{\"bytes_used\":{},\"bytes_limit\":{},\"inodes_used\":{},\"inodes_limit\":{}}},\"settings\":{{{}}},\"features\":{{{}}}}}",
             ops.join(","),
             events.join(","),
             json_str(p.mode.name()),
@@ -101,7 +105,8 @@ impl StatsSource {
             u.bytes_limit,
             u.inodes_used,
             u.inodes_limit,
-            settings.join(",")
+            pairs(&self.settings),
+            pairs(&(self.features)())
         )
     }
 }
@@ -137,8 +142,7 @@ impl StatsSource {
                 // SAFETY: geteuid has no preconditions.
                 let own = unsafe { libc::geteuid() };
                 if peer.is_some_and(|uid| uid == 0 || uid == own) {
-                    self.invalidator.everything();
-                    "{\"ok\":true}".into()
+                    invalidated_json(&(self.invalidate)())
                 } else {
                     "{\"error\":\"only root or the mount's owner may invalidate\"}".into()
                 }
@@ -149,6 +153,22 @@ impl StatsSource {
             ),
         }
     }
+}
+
+/// The answer to `invalidate`: `ok` is whether anything was invalidated; `not_done` says
+/// what could not be.
+fn invalidated_json(done: &Invalidated) -> String {
+    let mut out = format!(
+        "{{\"ok\":{},\"epoch\":{},\"names\":{}",
+        done.did_something(),
+        done.epoch,
+        done.names
+    );
+    if let Some(what) = &done.not_done {
+        out.push_str(&format!(",\"not_done\":{}", json_str(what)));
+    }
+    out.push('}');
+    out
 }
 
 /// Starts the control socket for the mount with device `dev` on a background thread.
@@ -199,7 +219,8 @@ mod tests {
     #[test]
     fn json_has_every_section_and_escapes() {
         let src = StatsSource {
-            invalidator: Arc::new(memofs_core::invalidate::NoInvalidator),
+            invalidate: Box::new(|| unreachable!()),
+            features: Box::new(|| vec![("fuse_passthrough".into(), "yes".into())]),
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(BackendUsage::default),
@@ -211,13 +232,22 @@ mod tests {
         assert!(j.contains("\"LOOKUP\":{\"count\":1"), "{j}");
         assert!(j.contains("\"negative_timeout\":3600"), "{j}");
         assert!(j.contains("\"fsname\":\"a\\\"b\""), "{j}");
+        assert!(
+            j.contains("\"features\":{\"fuse_passthrough\":\"yes\"}"),
+            "{j}"
+        );
     }
 
     #[test]
     fn serve_and_fetch_round_trip() {
         let dev = 0xdead_0000_0000 + std::process::id() as u64;
         let src = StatsSource {
-            invalidator: Arc::new(memofs_core::invalidate::NoInvalidator),
+            invalidate: Box::new(|| Invalidated {
+                epoch: false,
+                names: 0,
+                not_done: Some("no epoch".into()),
+            }),
+            features: Box::new(Vec::new),
             stats: Arc::new(Stats::new()),
             policy: CachePolicy::default(),
             usage: Box::new(|| BackendUsage {
@@ -228,7 +258,10 @@ mod tests {
         };
         serve(dev, src).unwrap();
         assert!(request(dev, "stats").unwrap().contains("\"bytes_used\":42"));
-        assert_eq!(request(dev, "invalidate").unwrap(), "{\"ok\":true}");
+        assert_eq!(
+            request(dev, "invalidate").unwrap(),
+            "{\"ok\":false,\"epoch\":false,\"names\":0,\"not_done\":\"no epoch\"}"
+        );
         assert!(request(dev, "bogus")
             .unwrap()
             .contains("unknown command 'bogus'"));

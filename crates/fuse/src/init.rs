@@ -41,6 +41,8 @@ pub struct Negotiated {
     pub proto: Proto,
     /// The protocol minor version in use.
     pub minor: u32,
+    /// The kernel offered FUSE passthrough (whether or not the plan asked for it).
+    pub passthrough_offered: bool,
 }
 
 /// Why INIT could not complete.
@@ -132,6 +134,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
             setxattr_ext: has(init::SETXATTR_EXT),
         },
         minor,
+        passthrough_offered: offered & init::PASSTHROUGH != 0,
     })
 }
 

@@ -34,7 +34,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memofs_core::plan::MountPlan;
-use memofs_core::{Backend, Invalidator};
+use memofs_core::Backend;
+use memofs_request::invalidate::NotifyInvalidator;
 use memofs_request::{Granted, Server, Stats};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -119,6 +120,8 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, SetupError> {
 /// A live mount, ready to serve.
 pub struct Session<B: Backend> {
     server: Arc<Server<B>>,
+    /// What INIT found, for `memofs stats`.
+    features: Vec<(String, String)>,
     fd: OwnedFd,
     proto: Proto,
     poll: Arc<BusyPoll>,
@@ -166,6 +169,21 @@ fn handshake(fd: &OwnedFd, plan: &MountPlan) -> Result<init::Negotiated, SetupEr
     }
 }
 
+/// The kernel features INIT found, each with what memofs does without it.
+fn features(n: &init::Negotiated) -> Vec<(String, String)> {
+    let passthrough = match (n.passthrough_offered, n.granted.passthrough) {
+        (_, true) => "yes: the kernel reads and writes backing files itself",
+        (true, false) => {
+            "offered by the kernel, not used by this mount (the server serves file data)"
+        }
+        (false, false) => "no (needs Linux 6.9+ and root): the server serves file data",
+    };
+    vec![
+        ("fuse_passthrough".into(), passthrough.into()),
+        ("protocol".into(), format!("7.{}", n.minor)),
+    ]
+}
+
 /// Mounts `backend` at `mountpoint` (already checked by [`preflight`]) as `plan` says.
 /// Returns once the kernel's INIT handshake is done, so the mount is live; on failure,
 /// nothing stays mounted.
@@ -197,6 +215,7 @@ fn start<B: Backend>(
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
     Ok(Session {
+        features: features(&negotiated),
         server: Arc::new(server),
         fd,
         proto: negotiated.proto,
@@ -225,10 +244,15 @@ impl<B: Backend> Session<B> {
     }
 
     /// Where invalidations go.
-    pub fn invalidator(&self) -> Arc<dyn Invalidator> {
+    pub fn invalidator(&self) -> Arc<NotifyInvalidator> {
         self.server
             .invalidator()
             .expect("the server is started before the session is handed out")
+    }
+
+    /// What INIT found about the kernel, as `memofs stats` lines (name, what).
+    pub fn features(&self) -> Vec<(String, String)> {
+        self.features.clone()
     }
 
     /// The mount plan.

@@ -67,6 +67,18 @@ fn timespec(t: Option<TimeSet>) -> libc::timespec {
 /// Set once `fchmodat2(AT_EMPTY_PATH)` turned out to be missing (before Linux 6.6).
 static NO_FCHMODAT2: AtomicBool = AtomicBool::new(false);
 
+/// Learns whether `fchmodat2(AT_EMPTY_PATH)` exists before the first chmod needs it.
+pub(crate) fn probe_fchmodat2() {
+    if !sys::at::has_chmod_fd() {
+        NO_FCHMODAT2.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether chmod uses `fchmodat2(AT_EMPTY_PATH)` (else the `/proc/self/fd` name).
+pub(crate) fn uses_fchmodat2() -> bool {
+    !NO_FCHMODAT2.load(Ordering::Relaxed)
+}
+
 /// Sets the mode of what `fd` pins: with `fchmodat2(AT_EMPTY_PATH)` where the kernel has it,
 /// else through the descriptor's `/proc/self/fd` name (a path walk through `/proc`, which
 /// cost untar's chmods more than the chmods themselves).

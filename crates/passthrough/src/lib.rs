@@ -190,6 +190,7 @@ impl PassthroughFs {
         sys::at::openat2(fd.as_fd(), c".", libc::O_PATH, 0, resolve)
             .map_err(|e| SetupError::NoOpenat2(e.into()))?;
         let root = budget.keep(fd).map_err(cannot_open)?;
+        attr::probe_fchmodat2();
         Ok(PassthroughFs {
             table: Arc::new(InodeTable::new(root, &st)),
             files: HandleTable::new(),
@@ -282,6 +283,12 @@ impl PassthroughFs {
             .lock()
             .as_ref()
             .is_some_and(Watcher::whole_filesystem)
+    }
+
+    /// Whether chmod sets modes with `fchmodat2(AT_EMPTY_PATH)` (Linux 6.6+) rather than
+    /// through the descriptor's `/proc/self/fd` name.
+    pub fn uses_fchmodat2(&self) -> bool {
+        attr::uses_fchmodat2()
     }
 
     /// The mechanism of the running watcher, if any.

@@ -1,12 +1,40 @@
-//! [`memofs_core::Invalidator`] on FUSE notifications.
+//! [`memofs_core::Invalidator`] on FUSE notifications, with a fallback for kernels that keep
+//! negative entries they are told to drop.
 //!
 //! Reports are queued and sent by one dedicated thread: a notification must never be written
 //! from inside the handler of a request it relates to (the kernel may hold locks that request
 //! waits on), and a backend's watcher should not block on the device either.
+//!
+//! # Names whose miss the kernel caches
+//! `FUSE_NOTIFY_INVAL_ENTRY` answers `ENOENT` when the kernel holds no entry for the name,
+//! which usually means there is nothing to drop. Some kernels (Linux 6.19 to 7.1.12) answer
+//! `ENOENT` for a *negative* entry too and keep it, so a name created on the host stays
+//! invisible until the negative timeout (an hour by default) runs out. The server therefore
+//! remembers the names it answered with a negative entry ([`Misses`], noted by the request
+//! path before the reply goes out) until the kernel's copy expires. When the invalidation of
+//! such a name comes back `ENOENT`, the kernel may still hold it, so the thread falls back to
+//! `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+, every cached entry is revalidated; every kernel
+//! that keeps negative entries has it), once per batch of reports. Such invalidations are
+//! counted as `inval_fallback`. On other kernels the fallback runs only when a remembered
+//! negative entry was already gone from the kernel's cache (evicted, or not yet added when
+//! the host change was seen), which is rare. Nothing depends on the kernel's version: the
+//! behaviour is what the kernel answers.
+//!
+//! Whether the kernel knows the epoch notification is learnt once when the thread starts (an
+//! increment with nothing cached yet costs nothing; kernels without it answer `EINVAL`).
+//!
+//! # Everything, on request
+//! [`NotifyInvalidator::invalidate_all`] (behind `memofs invalidate`) increments the epoch
+//! where the kernel has it. Without it, it drops what it can name: every remembered miss; it
+//! says what it could not do (names cached as present stay until the entry timeout).
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
+use std::io;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use memofs_core::{Ino, Invalidator};
 
@@ -18,47 +46,342 @@ enum Report {
     Deleted(Ino, Ino, OsString),
     Inode(Ino),
     Everything,
+    /// `memofs invalidate`: do it, and say what was done.
+    All(Sender<Invalidated>),
+}
+
+/// How many misses [`Misses`] remembers; past that it forgets them all and treats every
+/// `ENOENT` as a possibly kept miss until the last forgotten one would have expired.
+const MISSES_CAPACITY: usize = 1 << 16;
+
+/// The names the server answered with a negative entry, each until the kernel's copy
+/// expires (see the module documentation).
+pub struct Misses {
+    timeout: Duration,
+    inner: Mutex<MissesInner>,
+}
+
+#[derive(Default)]
+struct MissesInner {
+    /// (parent, name) → when the kernel's negative entry expires.
+    names: HashMap<(Ino, OsString), Instant>,
+    /// Misses were forgotten for room: until then any of them may still be cached.
+    forgotten_until: Option<Instant>,
+}
+
+impl Misses {
+    /// A record for negative entries cached `timeout` long (zero: none are cached).
+    pub fn new(timeout: Duration) -> Misses {
+        Misses {
+            timeout,
+            inner: Mutex::new(MissesInner::default()),
+        }
+    }
+
+    /// The server answers a LOOKUP of `name` in `parent` with a negative entry (called
+    /// before the reply is sent).
+    pub fn note(&self, parent: Ino, name: &OsStr) {
+        self.note_at(parent, name, Instant::now());
+    }
+
+    fn note_at(&self, parent: Ino, name: &OsStr, now: Instant) {
+        if self.timeout.is_zero() {
+            return;
+        }
+        let expires = now + self.timeout;
+        let mut inner = self.lock();
+        if inner.names.len() >= MISSES_CAPACITY {
+            inner.names.retain(|_, e| *e > now);
+            if inner.names.len() >= MISSES_CAPACITY {
+                let latest = inner.names.values().max().copied();
+                inner.forgotten_until = latest.max(inner.forgotten_until);
+                inner.names.clear();
+            }
+        }
+        inner.names.insert((parent, name.to_os_string()), expires);
+    }
+
+    /// Whether the kernel may still cache a miss of `name` in `parent`; forgets it.
+    fn take(&self, parent: Ino, name: &OsStr, now: Instant) -> bool {
+        let mut inner = self.lock();
+        let noted = inner
+            .names
+            .remove(&(parent, name.to_os_string()))
+            .is_some_and(|expires| expires > now);
+        noted || inner.forgotten_until.is_some_and(|t| t > now)
+    }
+
+    /// Every miss the kernel may still cache, forgotten.
+    fn take_all(&self, now: Instant) -> Vec<(Ino, OsString)> {
+        let mut inner = self.lock();
+        inner
+            .names
+            .drain()
+            .filter(|(_, expires)| *expires > now)
+            .map(|(key, _)| key)
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MissesInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What `memofs invalidate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalidated {
+    /// The entry epoch was incremented: every cached name, positive or negative, is dropped.
+    pub epoch: bool,
+    /// Without the epoch: the remembered misses whose invalidation was sent.
+    pub names: usize,
+    /// What could not be done, for the user.
+    pub not_done: Option<String>,
+}
+
+impl Invalidated {
+    /// Whether anything was invalidated.
+    pub fn did_something(&self) -> bool {
+        self.epoch || self.names > 0
+    }
+}
+
+const YES: u8 = 1;
+const NO: u8 = 2;
+
+/// What the kernel was found to do, for `memofs stats`.
+#[derive(Default)]
+struct Learnt {
+    /// `FUSE_NOTIFY_INC_EPOCH`: YES, NO, or 0 until learnt.
+    epoch: AtomicU8,
+    /// Invalidations of remembered misses the kernel answered with success.
+    misses_dropped: AtomicU64,
+    /// ... and with `ENOENT` (the fallback ran): all of them on kernels that keep misses, a
+    /// few evicted or not yet cached ones elsewhere.
+    misses_enoent: AtomicU64,
+}
+
+/// The sending thread's logic, over any [`Kernel`].
+struct Sending<K: Kernel + ?Sized> {
+    kernel: Arc<K>,
+    misses: Arc<Misses>,
+    stats: Arc<Stats>,
+    learnt: Arc<Learnt>,
+    /// A remembered miss may be kept by the kernel: increment the epoch after this batch.
+    fallback: bool,
+    /// The kernel keeps a miss and has no epoch: said once in the log.
+    warned: bool,
+}
+
+impl<K: Kernel + ?Sized> Sending<K> {
+    fn new(kernel: Arc<K>, misses: Arc<Misses>, stats: Arc<Stats>, learnt: Arc<Learnt>) -> Self {
+        Sending {
+            kernel,
+            misses,
+            stats,
+            learnt,
+            fallback: false,
+            warned: false,
+        }
+    }
+
+    /// Learns whether the kernel has the epoch notification (before anything is cached).
+    fn probe_epoch(&self) {
+        let known = match self.kernel.inc_epoch() {
+            Ok(()) => YES,
+            Err(_) => NO,
+        };
+        self.learnt.epoch.store(known, Ordering::Relaxed);
+    }
+
+    fn count(&self, event: Event, result: &io::Result<()>) {
+        match result {
+            // ENOENT: the kernel holds no such entry or inode (see `entry` for misses).
+            Ok(()) => self.stats.event(event),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.stats.event(event),
+            Err(e) => {
+                self.stats.event(Event::InvalFailed);
+                log::debug!("invalidation failed: {e}");
+            }
+        }
+    }
+
+    fn handle(&mut self, report: Report) {
+        let now = Instant::now();
+        match report {
+            Report::Entry(parent, name) => {
+                let result = self.kernel.inval_entry(parent, &name);
+                self.count(Event::InvalEntry, &result);
+                let noted = self.misses.take(parent, &name, now);
+                match result {
+                    Err(e) if noted && e.raw_os_error() == Some(libc::ENOENT) => {
+                        self.stats.event(Event::InvalFallback);
+                        self.learnt.misses_enoent.fetch_add(1, Ordering::Relaxed);
+                        self.fallback = true;
+                    }
+                    Ok(()) if noted => {
+                        self.learnt.misses_dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+            Report::Deleted(parent, child, name) => {
+                let result = self.kernel.delete(parent, child, &name);
+                self.count(Event::InvalEntry, &result);
+                self.misses.take(parent, &name, now);
+            }
+            Report::Inode(ino) => {
+                let result = self.kernel.inval_inode(ino, 0, 0);
+                self.count(Event::InvalInode, &result);
+            }
+            Report::Everything => {
+                if !self.epoch() {
+                    self.names(now);
+                }
+            }
+            Report::All(reply) => {
+                let done = self.all(now);
+                let _ = reply.send(done);
+            }
+        }
+    }
+
+    /// Increments the epoch where the kernel has it; whether it did.
+    fn epoch(&mut self) -> bool {
+        if self.learnt.epoch.load(Ordering::Relaxed) == NO {
+            return false;
+        }
+        let result = self.kernel.inc_epoch();
+        self.count(Event::IncEpoch, &result);
+        match result {
+            Ok(()) => {
+                self.learnt.epoch.store(YES, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+                    self.learnt.epoch.store(NO, Ordering::Relaxed);
+                }
+                false
+            }
+        }
+    }
+
+    /// Invalidates every remembered miss by name; how many were sent.
+    fn names(&mut self, now: Instant) -> usize {
+        let names = self.misses.take_all(now);
+        for (parent, name) in &names {
+            let result = self.kernel.inval_entry(*parent, name);
+            self.count(Event::InvalEntry, &result);
+        }
+        names.len()
+    }
+
+    fn all(&mut self, now: Instant) -> Invalidated {
+        if self.epoch() {
+            self.misses.take_all(now);
+            return Invalidated {
+                epoch: true,
+                names: 0,
+                not_done: None,
+            };
+        }
+        let names = self.names(now);
+        Invalidated {
+            epoch: false,
+            names,
+            not_done: Some(
+                "this kernel has no FUSE_NOTIFY_INC_EPOCH (Linux 6.16+), so the names it caches \
+                 as present were not dropped: they stay until the entry timeout runs out"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The end of a batch of reports: the fallback, if a kept miss may be cached.
+    fn flush(&mut self) {
+        if !std::mem::take(&mut self.fallback) || self.epoch() || self.warned {
+            return;
+        }
+        self.warned = true;
+        log::warn!(
+            "a cached miss could not be dropped by name (the kernel answered ENOENT) and this \
+             kernel has no FUSE_NOTIFY_INC_EPOCH: a name created outside the mount may stay \
+             hidden until the negative timeout (negative_timeout=0 avoids it)"
+        );
+    }
+
+    /// Serves reports until every sender is gone.
+    fn run(mut self, rx: Receiver<Report>) {
+        self.probe_epoch();
+        while let Ok(report) = rx.recv() {
+            self.handle(report);
+            while let Ok(report) = rx.try_recv() {
+                self.handle(report);
+            }
+            self.flush();
+        }
+    }
 }
 
 /// Sends invalidations to the kernel from its own thread.
 pub struct NotifyInvalidator {
     queue: Sender<Report>,
+    learnt: Arc<Learnt>,
 }
 
 impl NotifyInvalidator {
-    /// Starts the sending thread; it ends when the invalidator is dropped.
-    pub fn start(kernel: Arc<dyn Kernel>, stats: Arc<Stats>) -> std::io::Result<NotifyInvalidator> {
+    /// Starts the sending thread; it ends when the invalidator is dropped. `kernel` is where
+    /// notifications go; `misses` is where the request path notes its negative replies.
+    pub fn start(
+        kernel: Arc<dyn Kernel>,
+        misses: Arc<Misses>,
+        stats: Arc<Stats>,
+    ) -> io::Result<NotifyInvalidator> {
         let (tx, rx) = channel::<Report>();
+        let learnt = Arc::new(Learnt::default());
+        let sending = Sending::new(kernel, misses, stats, learnt.clone());
         std::thread::Builder::new()
             .name("memofs-notify".into())
-            .spawn(move || {
-                for report in rx {
-                    let (event, result) = match &report {
-                        Report::Entry(parent, name) => {
-                            (Event::InvalEntry, kernel.inval_entry(*parent, name))
-                        }
-                        Report::Deleted(parent, child, name) => {
-                            (Event::InvalEntry, kernel.delete(*parent, *child, name))
-                        }
-                        Report::Inode(ino) => (Event::InvalInode, kernel.inval_inode(*ino, 0, 0)),
-                        Report::Everything => (Event::IncEpoch, kernel.inc_epoch()),
-                    };
-                    match result {
-                        Ok(()) => stats.event(event),
-                        // ENOENT: the kernel did not have the entry or inode cached; nothing to do.
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => stats.event(event),
-                        Err(e) => {
-                            stats.event(Event::InvalFailed);
-                            log::debug!("invalidation failed: {e}");
-                        }
-                    }
-                }
-            })?;
-        Ok(NotifyInvalidator { queue: tx })
+            .spawn(move || sending.run(rx))?;
+        Ok(NotifyInvalidator { queue: tx, learnt })
     }
 
     fn send(&self, r: Report) {
         let _ = self.queue.send(r);
+    }
+
+    /// Drops every name the kernel caches, or what can be named without the epoch (see the
+    /// module documentation); waits for the sending thread's answer.
+    pub fn invalidate_all(&self) -> Invalidated {
+        let (tx, rx) = channel();
+        self.send(Report::All(tx));
+        rx.recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| Invalidated {
+                epoch: false,
+                names: 0,
+                not_done: Some("the notification thread did not answer".into()),
+            })
+    }
+
+    /// `memofs stats` lines for what the kernel was found to do.
+    pub fn features(&self) -> Vec<(String, String)> {
+        let epoch = match self.learnt.epoch.load(Ordering::Relaxed) {
+            YES => "yes",
+            NO => {
+                "no (memofs invalidate drops the remembered misses only; lost host events \
+                   leave names cached until their timeouts)"
+            }
+            _ => "not known yet",
+        };
+        let negative = format!(
+            "{} cached misses dropped by name, {} answered ENOENT (fallback: the entry epoch)",
+            self.learnt.misses_dropped.load(Ordering::Relaxed),
+            self.learnt.misses_enoent.load(Ordering::Relaxed)
+        );
+        vec![
+            ("inc_epoch".into(), epoch.into()),
+            ("negative_entry_invalidation".into(), negative),
+        ]
     }
 }
 
@@ -77,5 +400,250 @@ impl Invalidator for NotifyInvalidator {
 
     fn everything(&self) {
         self.send(Report::Everything);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::os::fd::BorrowedFd;
+    use std::sync::Mutex;
+
+    /// A model of the kernel's entry cache: cached names (positive or negative) and whether
+    /// it finds negative ones by name, has the epoch notification, and what it was sent.
+    #[derive(Default)]
+    struct Model {
+        cached: Mutex<HashSet<(Ino, OsString)>>,
+        keeps_negative: bool,
+        negative: Mutex<HashSet<(Ino, OsString)>>,
+        has_epoch: bool,
+        epochs: Mutex<u32>,
+        sent: Mutex<Vec<String>>,
+    }
+
+    impl Model {
+        /// A kernel that keeps misses named by `inval_entry` or not, with the epoch or not.
+        fn new(keeps_negative: bool, has_epoch: bool) -> Model {
+            Model {
+                keeps_negative,
+                has_epoch,
+                ..Model::default()
+            }
+        }
+
+        fn cache_miss(&self, parent: Ino, name: &str) {
+            let key = (parent, OsString::from(name));
+            self.cached.lock().unwrap().insert(key.clone());
+            self.negative.lock().unwrap().insert(key);
+        }
+    }
+
+    impl Kernel for Model {
+        fn open_backing(&self, _fd: BorrowedFd<'_>) -> io::Result<u32> {
+            Err(io::Error::from_raw_os_error(libc::ENOSYS))
+        }
+
+        fn close_backing(&self, _id: u32) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+            self.sent
+                .lock()
+                .unwrap()
+                .push(format!("entry {parent} {name:?}"));
+            let key = (parent, name.to_os_string());
+            if self.keeps_negative && self.negative.lock().unwrap().contains(&key) {
+                return Err(io::Error::from_raw_os_error(libc::ENOENT));
+            }
+            if self.cached.lock().unwrap().remove(&key) {
+                self.negative.lock().unwrap().remove(&key);
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(libc::ENOENT))
+            }
+        }
+
+        fn delete(&self, parent: Ino, _child: Ino, name: &OsStr) -> io::Result<()> {
+            self.inval_entry(parent, name)
+        }
+
+        fn inval_inode(&self, ino: Ino, _offset: i64, _len: i64) -> io::Result<()> {
+            self.sent.lock().unwrap().push(format!("inode {ino}"));
+            Ok(())
+        }
+
+        fn inc_epoch(&self) -> io::Result<()> {
+            if !self.has_epoch {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            *self.epochs.lock().unwrap() += 1;
+            self.cached.lock().unwrap().clear();
+            self.negative.lock().unwrap().clear();
+            Ok(())
+        }
+    }
+
+    fn sending(model: &Arc<Model>, timeout: u64) -> (Sending<Model>, Arc<Misses>, Arc<Stats>) {
+        let misses = Arc::new(Misses::new(Duration::from_secs(timeout)));
+        let stats = Arc::new(Stats::new());
+        let s = Sending::new(
+            model.clone(),
+            misses.clone(),
+            stats.clone(),
+            Arc::new(Learnt::default()),
+        );
+        s.probe_epoch();
+        (s, misses, stats)
+    }
+
+    fn event(stats: &Stats, name: &str) -> u64 {
+        stats
+            .snapshot()
+            .events
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// One batch: the reports, then the end of the batch.
+    fn batch(s: &mut Sending<Model>, reports: Vec<Report>) {
+        for r in reports {
+            s.handle(r);
+        }
+        s.flush();
+    }
+
+    fn entry(parent: Ino, name: &str) -> Report {
+        Report::Entry(parent, name.into())
+    }
+
+    #[test]
+    fn a_kept_miss_falls_back_to_the_epoch_once_per_batch() {
+        let model = Arc::new(Model::new(true, true));
+        let (mut s, misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.lock().unwrap();
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+        }
+        batch(&mut s, vec![entry(1, "a"), entry(1, "b")]);
+        assert!(
+            model.cached.lock().unwrap().is_empty(),
+            "the epoch dropped them"
+        );
+        assert_eq!(
+            *model.epochs.lock().unwrap() - probes,
+            1,
+            "one epoch per batch"
+        );
+        assert_eq!(event(&stats, "inval_fallback"), 2);
+        assert_eq!(event(&stats, "inval_failed"), 0);
+        assert_eq!(s.learnt.misses_enoent.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn names_never_answered_with_a_miss_need_no_fallback() {
+        let model = Arc::new(Model::new(true, true));
+        let (mut s, _misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.lock().unwrap();
+        // A host create nobody looked up: ENOENT, nothing cached, nothing more to do.
+        batch(&mut s, vec![entry(1, "fresh")]);
+        assert_eq!(*model.epochs.lock().unwrap(), probes);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+        assert_eq!(event(&stats, "inval_entry"), 1);
+    }
+
+    #[test]
+    fn kernels_that_drop_misses_by_name_need_no_fallback() {
+        let model = Arc::new(Model::new(false, true));
+        let (mut s, misses, stats) = sending(&model, 3600);
+        let probes = *model.epochs.lock().unwrap();
+        model.cache_miss(1, "a");
+        misses.note(1, OsStr::new("a"));
+        batch(&mut s, vec![entry(1, "a")]);
+        assert!(model.cached.lock().unwrap().is_empty());
+        assert_eq!(*model.epochs.lock().unwrap(), probes);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+        assert_eq!(s.learnt.misses_dropped.load(Ordering::Relaxed), 1);
+        // The record is spent: a second report of the same name needs nothing.
+        batch(&mut s, vec![entry(1, "a")]);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+    }
+
+    #[test]
+    fn expired_misses_need_no_fallback() {
+        let model = Arc::new(Model::new(true, true));
+        let (mut s, misses, stats) = sending(&model, 1);
+        misses.note_at(1, OsStr::new("a"), Instant::now() - Duration::from_secs(2));
+        batch(&mut s, vec![entry(1, "a")]);
+        assert_eq!(event(&stats, "inval_fallback"), 0);
+    }
+
+    #[test]
+    fn no_record_without_a_negative_timeout() {
+        let misses = Misses::new(Duration::ZERO);
+        misses.note(1, OsStr::new("a"));
+        assert!(!misses.take(1, OsStr::new("a"), Instant::now()));
+    }
+
+    #[test]
+    fn a_full_record_treats_every_enoent_as_a_possible_kept_miss() {
+        let misses = Misses::new(Duration::from_secs(60));
+        let now = Instant::now();
+        for i in 0..MISSES_CAPACITY {
+            misses.note_at(1, OsStr::new(&format!("n{i}")), now);
+        }
+        misses.note_at(1, OsStr::new("last"), now);
+        assert!(misses.take(1, OsStr::new("last"), now));
+        assert!(
+            misses.take(7, OsStr::new("never noted"), now),
+            "a forgotten miss may be any name"
+        );
+        assert!(!misses.take(7, OsStr::new("x"), now + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn without_an_epoch_everything_drops_the_remembered_misses_and_says_what_it_could_not() {
+        let model = Arc::new(Model::new(false, false));
+        let (mut s, misses, _stats) = sending(&model, 3600);
+        assert!(s.learnt.epoch.load(Ordering::Relaxed) == NO);
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+        }
+        let done = s.all(Instant::now());
+        assert_eq!(done.names, 2);
+        assert!(!done.epoch && done.did_something());
+        assert!(done.not_done.unwrap().contains("INC_EPOCH"));
+        assert!(model.cached.lock().unwrap().is_empty());
+        let nothing = s.all(Instant::now());
+        assert!(!nothing.did_something(), "{nothing:?}");
+    }
+
+    #[test]
+    fn with_an_epoch_everything_drops_every_name() {
+        let model = Arc::new(Model::new(false, true));
+        let (mut s, _misses, stats) = sending(&model, 3600);
+        model.cached.lock().unwrap().insert((1, "positive".into()));
+        let done = s.all(Instant::now());
+        assert!(done.epoch && done.not_done.is_none());
+        assert!(model.cached.lock().unwrap().is_empty());
+        assert_eq!(event(&stats, "inc_epoch"), 1, "the probe is not counted");
+    }
+
+    #[test]
+    fn a_kept_miss_without_an_epoch_is_counted_and_warned_once() {
+        let model = Arc::new(Model::new(true, false));
+        let (mut s, misses, stats) = sending(&model, 3600);
+        for name in ["a", "b"] {
+            model.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+            batch(&mut s, vec![entry(1, name)]);
+        }
+        assert_eq!(event(&stats, "inval_fallback"), 2);
+        assert!(s.warned);
+        assert_eq!(event(&stats, "inc_epoch"), 0);
     }
 }

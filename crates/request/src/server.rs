@@ -12,7 +12,7 @@ use memofs_core::{
 };
 
 use crate::backing::Backings;
-use crate::invalidate::NotifyInvalidator;
+use crate::invalidate::{Misses, NotifyInvalidator};
 use crate::kernel::Kernel;
 use crate::privs::{kill_suidgid, privileged};
 use crate::reply::{OpenOut, ReplyOut};
@@ -56,6 +56,9 @@ pub struct Server<B: Backend> {
     stats: Arc<Stats>,
     kernel: Option<Arc<dyn Kernel>>,
     invalidator: Option<Arc<NotifyInvalidator>>,
+    /// Names answered with a negative entry, for the invalidator's fallback (see
+    /// [`crate::invalidate`]); kept only where something changes behind the kernel's back.
+    misses: Arc<Misses>,
     backings: Backings,
 }
 
@@ -151,6 +154,7 @@ impl<B: Backend> Server<B> {
     /// The request layer for `backend` under `plan`, counting into `stats`. Call
     /// [`Server::start`] once INIT is done and before the first request.
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
+        let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
         Server {
             backend,
             plan,
@@ -158,6 +162,7 @@ impl<B: Backend> Server<B> {
             stats,
             kernel: None,
             invalidator: None,
+            misses,
             backings: Backings::default(),
         }
     }
@@ -192,6 +197,7 @@ impl<B: Backend> Server<B> {
         }
         let invalidator = Arc::new(NotifyInvalidator::start(
             kernel.clone(),
+            self.misses.clone(),
             self.stats.clone(),
         )?);
         self.backend.attach_invalidator(invalidator.clone());
@@ -201,8 +207,8 @@ impl<B: Backend> Server<B> {
     }
 
     /// Where invalidations go (for `memofs invalidate`), once started.
-    pub fn invalidator(&self) -> Option<Arc<dyn Invalidator>> {
-        self.invalidator.clone().map(|i| i as Arc<dyn Invalidator>)
+    pub fn invalidator(&self) -> Option<Arc<NotifyInvalidator>> {
+        self.invalidator.clone()
     }
 
     /// Handles one request; every request that wants a reply gets exactly one through `out`
@@ -302,6 +308,9 @@ impl<B: Backend> Server<B> {
             Err(Errno::ENOENT) => match self.plan.cache.negative() {
                 Some(neg) => {
                     self.stats.event(Event::NegativeReply);
+                    if !self.plan.sole_writer {
+                        self.misses.note(parent, name);
+                    }
                     out.entry(&neg);
                 }
                 None => out.error(Errno::ENOENT),

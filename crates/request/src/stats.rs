@@ -31,6 +31,9 @@ pub enum Event {
     IncEpoch,
     /// Invalidations the kernel refused.
     InvalFailed,
+    /// Entry invalidations of a name the kernel may still cache as missing although it
+    /// answered `ENOENT` (see [`crate::invalidate`]): the entry epoch was incremented.
+    InvalFallback,
     /// A busy-polling request thread saw the next request arrive.
     BusyPollHit,
     /// A busy-polling thread's window ended with nothing to read.
@@ -48,6 +51,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "inval_inode",
     "inc_epoch",
     "inval_failed",
+    "inval_fallback",
     "busy_poll_hits",
     "busy_poll_misses",
 ];

@@ -237,6 +237,23 @@ pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
     .map(drop)
 }
 
+/// Whether the kernel has `fchmodat2` with `AT_EMPTY_PATH`, asked without touching a file:
+/// on descriptor -1 a kernel that has both answers `EBADF` (flags are checked first: `EINVAL`
+/// without `AT_EMPTY_PATH`; `ENOSYS` without the call; seccomp profiles may answer `EPERM`).
+pub(crate) fn has_chmod_fd() -> bool {
+    // SAFETY: no memory is passed but the empty C string; descriptor -1 is never open.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            -1,
+            EMPTY.as_ptr(),
+            0,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+}
+
 /// `utimensat(fd, "", times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: sets the times of the
 /// object itself. `UTIME_OMIT` / `UTIME_NOW` go in `tv_nsec`.
 pub(crate) fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> Result<()> {

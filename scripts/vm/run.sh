@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# run.sh KERNEL-ID...: boots each pinned Debian kernel (scripts/vm/kernels.tsv) in a QEMU guest
+# under TCG (1 vCPU, 1 GiB, no network) with a busybox initramfs holding memofs, the e2e test
+# binaries and their libraries, runs the plan (scripts/vm/plan.txt) as root there, and reports
+# PASS/FAIL/SKIP per test (scripts/vm/report.awk). Exit 0 when nothing failed.
+#
+# A guest that cannot be run here (no QEMU, the kernel cannot be downloaded) is reported as
+# skipped, unless MEMOFS_VM_REQUIRED=1 (CI sets it), which makes that a failure.
+# Environment: MEMOFS_VM_CACHE (downloads; default ~/.cache/memofs-vm), MEMOFS_VM_TIMEOUT
+# (seconds per guest, default 600; the whole plan takes about 45 s), MEMOFS_VM_BINARY_TIMEOUT
+# (per test binary in the guest, default 300), MEMOFS_VM_PLAN (a plan file instead of
+# plan.txt), CARGO.
+# Does not take the build lock: callers do (`flock /tmp/memofs-build.lock make vm-test ...`).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+cd "$top"
+[ $# -gt 0 ] || { echo "usage: scripts/vm/run.sh KERNEL-ID... (ids in scripts/vm/kernels.tsv)" >&2; exit 1; }
+CARGO=${CARGO:-cargo}
+limit=${MEMOFS_VM_TIMEOUT:-600}
+per_binary=${MEMOFS_VM_BINARY_TIMEOUT:-300}
+plan=${MEMOFS_VM_PLAN:-$here/plan.txt}
+required=${MEMOFS_VM_REQUIRED:-0}
+work=$top/target/vm
+
+# A guest that cannot run: skipped here, a failure where it is required.
+cannot() {
+    local id=$1
+    shift
+    if [ "$required" = 1 ]; then
+        echo "FAIL vm $id: cannot run the guest: $*"
+        echo "vm-$id: 0 passed, 1 failed, 0 skipped"
+        return 1
+    fi
+    echo "SKIP vm $id: cannot run the guest here: $*"
+    echo "vm-$id: 0 passed, 0 failed, 1 skipped"
+}
+
+# The binaries the plan names, built: "NAME PATH" lines.
+build() {
+    echo "vm: building memofs and the e2e test binaries" >&2
+    "$CARGO" build -q -p memofs >&2
+    "$CARGO" test -q -p memofs-e2e --no-run --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kinds = m["target"]["kind"]
+    # Integration tests, and real binaries (not the unit-test harness built of a binary).
+    if "test" in kinds or ("bin" in kinds and not m["profile"]["test"]):
+        print(m["target"]["name"], m["executable"])
+'
+}
+
+# Copies `bin` into the initramfs tree `root` as `dest`, stripped, with the libraries ldd lists.
+install_binary() {
+    local root=$1 bin=$2 dest=$3
+    mkdir -p "$root/$(dirname "$dest")"
+    strip --strip-debug -o "$root/$dest" "$bin"
+    ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+        [ -e "$root$lib" ] || cp -L --parents "$lib" "$root"
+    done
+}
+
+# Builds the initramfs for kernel directory `kdir` in `out`; prints its path.
+initramfs() {
+    local kdir=$1 out=$2 root=$2/root
+    rm -rf "$root"
+    mkdir -p "$root"/{bin,vm/bin,lib/modules,etc,proc,sys,dev,tmp}
+    cp "$(command -v busybox)" "$root/bin/busybox"
+    cp "$here/init.sh" "$root/init"
+    chmod 755 "$root/init"
+    echo "$per_binary" >"$root/vm/per-binary-limit"
+    printf 'root:x:0:0:root:/:/bin/sh\n' >"$root/etc/passwd"
+    printf 'root:x:0:\n' >"$root/etc/group"
+    install_binary "$root" "$top/target/debug/memofs" bin/memofs
+    grep -v '^#' "$plan" | awk 'NF' >"$root/vm/plan"
+    awk '{ print $1, $2 }' "$root/vm/plan" >"$out/planned"
+    local mode name path
+    while read -r mode name; do
+        path=$(awk -v n="$name" '$1 == n { print $2; exit }' "$out/binaries")
+        [ -n "$path" ] || { echo "vm: the plan names $name, which cargo did not build" >&2; return 1; }
+        [ -e "$root/vm/bin/$name" ] || install_binary "$root" "$path" "vm/bin/$name"
+    done <"$out/planned"
+    # The fuse module, where this kernel has FUSE as a module (6.1).
+    local ko
+    ko=$(find "$kdir" -name 'fuse.ko*' | head -n1)
+    case "$ko" in
+        "") ;;
+        *.xz) xz -dc "$ko" >"$root/lib/modules/fuse.ko" ;;
+        *.zst) zstd -qdc "$ko" >"$root/lib/modules/fuse.ko" ;;
+        *) cp "$ko" "$root/lib/modules/fuse.ko" ;;
+    esac
+    (cd "$root" && find . | cpio -o -H newc --quiet) >"$out/initrd.cpio"
+    echo "$out/initrd.cpio"
+}
+
+# Boots kernel `id` and reports; returns non-zero if a test failed.
+run_one() {
+    local id=$1 kdir kernel out initrd start status
+    command -v qemu-system-x86_64 >/dev/null || { cannot "$id" "qemu-system-x86_64 is not installed (bash scripts/setup.sh installs it)"; return; }
+    command -v busybox >/dev/null || { cannot "$id" "busybox is not installed (apt-get install busybox-static)"; return; }
+    local got=0
+    kdir=$("$here/fetch.sh" "$id") || got=$?
+    case $got in
+        0) ;;
+        2) cannot "$id" "the kernel package could not be fetched (see above)"; return ;;
+        *) echo "vm-$id: 0 passed, 1 failed, 0 skipped"; return 1 ;;
+    esac
+    kernel=$(find "$kdir" -name 'vmlinuz*' -type f | head -n1)
+    [ -n "$kernel" ] || { cannot "$id" "no vmlinuz in the package unpacked at $kdir"; return; }
+    out=$work/$id
+    mkdir -p "$out"
+    cp "$work/binaries" "$out/binaries"
+    initrd=$(initramfs "$kdir" "$out")
+    : >"$out/console.log"
+    : >"$out/output.log"
+    echo "vm $id: booting $(basename "$kernel") (QEMU TCG; time limit ${limit}s; log in $out)" >&2
+    start=$(date +%s)
+    status=0
+    timeout -k 10 "$limit" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1G \
+        -nodefaults -no-reboot -display none -nic none \
+        -kernel "$kernel" -initrd "$initrd" \
+        -append "console=ttyS0 panic=-1 oops=panic loglevel=4" \
+        -serial "file:$out/console.log" -serial "file:$out/output.log" \
+        >"$out/qemu.log" 2>&1 </dev/null || status=$?
+    echo "vm $id: guest ran $(($(date +%s) - start))s$([ "$status" = 124 ] && echo ", stopped at the time limit")" >&2
+    if grep -q 'Kernel panic' "$out/console.log"; then
+        echo "vm $id: the guest kernel panicked; its console:" >&2
+        tail -n 40 "$out/console.log" >&2
+    fi
+    awk -v kernel="$id" -v planned="$out/planned" -f "$here/report.awk" "$out/output.log"
+}
+
+mkdir -p "$work"
+if command -v qemu-system-x86_64 >/dev/null; then
+    build >"$work/binaries"
+fi
+failed=0
+for id in "$@"; do
+    run_one "$id" || failed=1
+done
+exit $failed
