@@ -2,13 +2,14 @@
 #   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build and mount (mem backend)
 #   make test                                              every test, as CI runs them
 #   make bench                                             the seeds' experiments (report in bench/results)
+#   make bench-real                                        real programs on real trees (fetches inputs once)
 
 CARGO ?= cargo
 MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
 
-.PHONY: setup build mount umount test lint unit memcheck e2e pytest bench clean
+.PHONY: setup build mount umount test lint unit memcheck e2e pytest bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -53,6 +54,10 @@ test: setup lint unit memcheck e2e pytest
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds
+
+bench-real: setup build
+	bench/memofs-bench fetch real
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real
 
 clean:
 	$(CARGO) clean

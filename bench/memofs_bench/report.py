@@ -93,6 +93,8 @@ def markdown(c: Combined, plots: dict[str, Path], outdir: Path, title: str,
         by_wl.setdefault(wl, []).append(text)
     for wl in c.workloads():
         lines += ["", f"## {wl}", ""]
+        for text in compare.summaries(c, wl):
+            lines += [text, ""]
         if wl in by_wl:
             lines += ["```", "\n\n".join(by_wl[wl]), "```"]
         else:
