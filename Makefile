@@ -4,13 +4,14 @@
 #   make bench                                             the seeds' experiments (report in bench/results)
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
+#   make bench-real                                        real programs on real trees (fetches inputs once)
 
 CARGO ?= cargo
 MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
 
-.PHONY: setup build mount umount test lint unit memcheck e2e pytest vm-test vm-test-ci vm-test-all bench clean
+.PHONY: setup build mount umount test lint unit memcheck e2e pytest vm-test vm-test-ci vm-test-all bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -72,6 +73,10 @@ test: setup lint unit memcheck e2e pytest vm-test-ci
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds
+
+bench-real: setup build
+	bench/memofs-bench fetch real
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real
 
 clean:
 	$(CARGO) clean

@@ -7,7 +7,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from . import compare, results, targets
+from . import compare, inputs, results, targets
 from .report import write_report
 from .runner import PLACEMENTS, Runner
 from .stats import STATISTICS
@@ -25,6 +25,12 @@ SEED_PARAMS = {
     "loopdd": {"size": "256M", "bs": "1M,4k", "loops": "2"},
     "lat-mmap": {"sizes": "64M,128M,256M,512M,1G", "iters": "3"},
 }
+
+
+# the real family on every data path: tmpfs (baseline), memofs with kernel-backed data, with
+# its own page store, its passthrough backend over tmpfs, and libfuse's passthrough_ll
+REAL_TARGETS = "tmpfs,memofs,memofs:-o passthrough=off,memofs-pt,passthrough_ll"
+CHECK_FAILED = 1
 
 
 class UsageError(Exception):
@@ -114,6 +120,10 @@ def execute(workloads: list[Workload], specs: list[str], args, overrides, title:
     print(compare.render(c, args.stats))
     report = write_report(c, out, title, args.stats, intro, plots=not args.no_plots)
     print(f"results: {out / results.FILENAME}\nreport:  {report}")
+    if runner.check_failures:
+        print(f"memofs-bench: {runner.check_failures} CHECK(S) FAILED: a filesystem gave a "
+              "wrong result (see the errors above and the report's Problems)", file=sys.stderr)
+        return CHECK_FAILED
     return 0
 
 
@@ -150,6 +160,43 @@ def cmd_seeds(args) -> int:
              "- 002 (tmpfs / page allocator overhead): `loopdd`, `lat-mmap`"]
     rc = execute(workloads, specs, args, overrides, "memofs-bench: the seed experiments", intro)
     return rc or (USAGE_ERROR if bad else 0)
+
+
+def cmd_real(args) -> int:
+    w = registry()["real"]
+    specs, bad = select_targets(args.targets or [REAL_TARGETS])
+    for p in bad:
+        print(f"memofs-bench: error: {p}", file=sys.stderr)
+    if not specs:
+        return USAGE_ERROR
+    intro = ["Real programs on real trees (pinned releases; see `bench/README.md`), each step "
+             "timed on its own and its result checked. Requests per step come from "
+             "`memofs stats --json` (memofs targets only)."]
+    rc = execute([w], specs, args, parse_params(args.param, [w]),
+                 "memofs-bench: real workloads", intro)
+    return rc or (USAGE_ERROR if bad else 0)
+
+
+def cmd_fetch(args) -> int:
+    """Run the preparation (download, verify, repack) of workloads that have one, for their
+    normal and their quick parameters, so later runs need no network."""
+    workloads, bad = select_workloads(args.workloads or ["all"])
+    for n in bad:
+        print(f"memofs-bench: error: unknown workload {n!r}", file=sys.stderr)
+    failed = False
+    for w in workloads:
+        if w.prepare is None:
+            continue
+        for quick in (False, True):
+            try:
+                w.prepare(w.param_values({}, quick))
+            except Exception as e:  # report every workload's problem, then fail
+                print(f"memofs-bench: {w.name}: {e}", file=sys.stderr)
+                failed = True
+                break
+        else:
+            print(f"{w.name}: inputs ready in {inputs.inputs_dir()}")
+    return USAGE_ERROR if bad else (1 if failed else 0)
 
 
 def cmd_compare(args) -> int:
@@ -198,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     seeds = sub.add_parser("seeds", help="the three seed experiments with a Markdown report")
     common(seeds)
+    real = sub.add_parser("real", help="the real workload family on tmpfs, memofs (both data "
+                                       "modes), memofs-pt and passthrough_ll")
+    common(real)
+    fetch = sub.add_parser("fetch", help="download, verify and prepare workload inputs "
+                                         "(the real family's releases) into the cache")
+    fetch.add_argument("workloads", nargs="*", metavar="WORKLOAD")
     cmp = sub.add_parser("compare", help="mmtests-style tables (and plots) from saved results")
     cmp.add_argument("dirs", nargs="+", metavar="DIR")
     cmp.add_argument("--stats", type=lambda s: s.split(","), default=None)
@@ -217,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
               f"known: {', '.join(STATISTICS)}, mean", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return {"list": cmd_list, "run": cmd_run, "seeds": cmd_seeds,
-                "compare": cmd_compare}[args.command](args)
+        return {"list": cmd_list, "run": cmd_run, "seeds": cmd_seeds, "real": cmd_real,
+                "fetch": cmd_fetch, "compare": cmd_compare}[args.command](args)
     except UsageError as e:
         print(f"memofs-bench: error: {e}", file=sys.stderr)
         return USAGE_ERROR

@@ -141,9 +141,82 @@ def tables(c: Combined, stats: Sequence[str] | None = None,
     return out
 
 
+def _num(v: float, integers: bool) -> str:
+    return f"{v:.0f}" if integers else f"{v:.3f}"
+
+
+def summary_table(c: Combined, key: str) -> str:
+    """Markdown table of one metric: a row per parameter, a column per target, cells the
+    median over rounds and, where the baseline (first target) has samples, the ratio to its
+    median (`1.80x`: 1.8 times the baseline's value)."""
+    m, data = c.metrics[key], c.values(key)
+    targets = [t for t in c.targets if t in data]
+    base = data.get(c.targets[0], {}) if c.targets else {}
+    ints = all(float(v).is_integer() for per in data.values() for xs in per.values() for v in xs)
+    lines = [f"{m['title']} [{m['unit']}]: median over rounds"
+             + (f" (ratio to {c.targets[0]})" if base else ""), "",
+             "| " + " | ".join([m.get("param_name") or "param", *targets]) + " |",
+             "|" + "---|" * (len(targets) + 1)]
+    for p in c.params(key):
+        cells = [p]
+        for t in targets:
+            xs = data[t].get(p)
+            if not xs:
+                cells.append("-")
+                continue
+            med = st.median(xs)
+            ref = st.median(base[p]) if base.get(p) else None
+            cells.append(_num(med, ints) + (f" ({med / ref:.2f}x)" if ref and t != c.targets[0] else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def ops_table(c: Combined, key: str, top: int = 4) -> str | None:
+    """Markdown table of the per-opcode detail of a metric's samples (e.g. FUSE requests by
+    opcode), from the median round of each target and parameter; None if there is none."""
+    rows: dict[str, dict[str, list[dict]]] = {}
+    for s in c.samples:
+        if s["metric"] == key and isinstance(s.get("detail"), dict) and "ops" in s["detail"]:
+            rows.setdefault(s["param"], {}).setdefault(s["target"], []).append(s)
+    if not rows:
+        return None
+    targets = [t for t in c.targets if any(t in r for r in rows.values())]
+    lines = [f"{c.metrics[key]['title']} by opcode (the round with the median total; "
+             f"the {top} largest)", "",
+             "| " + " | ".join([c.metrics[key].get("param_name") or "param", *targets]) + " |",
+             "|" + "---|" * (len(targets) + 1)]
+    for p in c.params(key):
+        cells = [p]
+        for t in targets:
+            got = sorted(rows.get(p, {}).get(t, []), key=lambda s: s["value"])
+            if not got:
+                cells.append("-")
+                continue
+            ops = got[(len(got) - 1) // 2]["detail"]["ops"]
+            best = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
+            text = ", ".join(f"{op} {n}" for op, n in best[:top])
+            cells.append(text + (f", +{len(best) - top} more" if len(best) > top else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summaries(c: Combined, workload: str | None = None) -> list[str]:
+    """The median/ratio tables (and opcode tables) of every metric marked `summary`."""
+    out = []
+    for key, m in c.metrics.items():
+        if m.get("summary") and c.values(key) and workload in (None, m["workload"]):
+            out.append(summary_table(c, key))
+            ops = ops_table(c, key)
+            if ops:
+                out.append(ops)
+    return out
+
+
 def render(c: Combined, stats: Sequence[str] | None = None) -> str:
     parts = [HEADER, ""]
     for _, _, text in tables(c, stats):
+        parts += [text, ""]
+    for text in summaries(c):
         parts += [text, ""]
     if c.errors:
         parts.append("Problems during the run(s):")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,11 +96,32 @@ def capture() -> dict:
         "cc": _first_line(["cc", "--version"]),
         "fusermount3": _first_line(["fusermount3", "--version"]),
         "bindfs": _first_line(["bindfs", "--version"]),
+        "nofile_limit": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
     }
+
+
+# Servers that keep a descriptor per inode the kernel holds (memofs-pt, passthrough_ll) need
+# one per file of a large tree; systemd's default hard limit is 524288, some sandboxes have
+# 20000. Raised for the servers the harness starts (they raise their soft limit themselves).
+NOFILE_HARD = 1 << 20
+
+
+def raise_nofile_limit() -> str | None:
+    """Raise the hard RLIMIT_NOFILE (inherited by the servers started) to NOFILE_HARD, or
+    as far as fs.nr_open allows; the soft limit is left alone. A note if it could not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(NOFILE_HARD, int(_read("/proc/sys/fs/nr_open") or NOFILE_HARD))
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, want))
+        except (OSError, ValueError) as e:
+            return f"cannot raise the descriptor limit to {want} ({e}): FUSE servers that " \
+                   f"keep one per inode may fail on large trees (hard limit {hard})"
+    return None
 
 
 def summary_lines(env: dict) -> list[str]:
     keys = ["time", "kernel", "cpu_model", "online_cpus", "memory_kib", "runner_affinity",
-            "thp", "free_page_reporting", "repo_commit", "memofs_binary", "memofs_version",
+            "thp", "free_page_reporting", "nofile_limit", "repo_commit", "memofs_binary", "memofs_version",
             "perf", "cc"]
     return [f"{k}: {env.get(k)}" for k in keys if k in env]

@@ -55,7 +55,9 @@ def _panel(ax, c: Combined, key: str) -> None:
                         linestyle="-" if ordinal and len(xs) > 1 else "none")
     ax.set_xlim(-0.5, len(params) - 0.5)
     ax.set_xticks(range(len(params)))
-    ax.set_xticklabels(params, rotation=30 if len(params) > 6 else 0)
+    many = len(params) > 12      # long lists of named steps: steeper, right-aligned labels
+    ax.set_xticklabels(params, rotation=60 if many else 30 if len(params) > 6 else 0,
+                       ha="right" if many else "center")
     ax.set_xlabel(m.get("param_name") or "")
     direction = "higher" if m["higher_better"] else "lower"
     ax.set_ylabel(f"{compare.central(m)} {m['unit']} ({direction} is better)")
@@ -93,6 +95,8 @@ def markdown(c: Combined, plots: dict[str, Path], outdir: Path, title: str,
         by_wl.setdefault(wl, []).append(text)
     for wl in c.workloads():
         lines += ["", f"## {wl}", ""]
+        for text in compare.summaries(c, wl):
+            lines += [text, ""]
         if wl in by_wl:
             lines += ["```", "\n\n".join(by_wl[wl]), "```"]
         else:

@@ -15,7 +15,7 @@ from typing import Sequence
 from . import env as envmod
 from . import mounts, results
 from .targets import TargetError, make_target
-from .tools import BenchError, ToolMissing
+from .tools import BenchError, CheckFailed, ToolMissing
 from .workloads import Context, Part, Workload, missing_tools
 
 PLACEMENTS = {
@@ -85,10 +85,12 @@ class Runner:
         self.quick, self.placement, self.quiet = quick, placement, quiet
         overrides = overrides or {}
         self.params = {w.name: w.param_values(overrides.get(w.name, {}), quick) for w in workloads}
+        self.nofile_note = envmod.raise_nofile_limit()   # before the environment is captured
         client, server, note = _placement_cpus(placement)
         self.client_cpus, self.server_cpus = client, server
         self.failed_targets: set[str] = set()
         self.skipped_parts: set[tuple[str, str]] = set()
+        self.check_failures = 0
         self.doc = {
             "format": results.FORMAT, "created": envmod.now(), "finished": None,
             "interrupted": False, "command": list(command), "env": envmod.capture(),
@@ -102,6 +104,7 @@ class Runner:
         }
         for w in workloads:
             self.doc["metrics"].update(w.metric_docs(self.params[w.name]))
+        self.doc["env"]["nofile_note"] = self.nofile_note
 
     # -- recording ------------------------------------------------------------------------
     def error(self, target, workload, part, rnd, message: str) -> None:
@@ -121,7 +124,10 @@ class Runner:
         old_affinity = os.sched_getaffinity(0)
         mounts.install_signal_handlers()
         with Console(total, self.quiet) as self.console:
+            if self.nofile_note:
+                self.console.log(f"note: {self.nofile_note}", "yellow")
             self._check_tools()
+            self._prepare()
             self.save()
             try:
                 for rnd in range(self.reps):
@@ -151,6 +157,19 @@ class Runner:
                     self.error(None, w.name, part.name, None,
                                f"skipped on every target: {', '.join(missing)} not installed")
 
+    def _prepare(self) -> None:
+        """Each workload's one-time preparation (inputs fetched and verified), before any
+        round; a workload whose preparation fails is skipped on every target."""
+        for w in self.workloads:
+            if w.prepare is None or all((w.name, p.name) in self.skipped_parts for p in w.parts):
+                continue
+            self.console.status(f"preparing {w.name}")
+            try:
+                w.prepare(self.params[w.name])
+            except (BenchError, OSError, subprocess.SubprocessError, ValueError) as e:
+                self.skipped_parts.update((w.name, p.name) for p in w.parts)
+                self.error(None, w.name, None, None, f"preparation failed, skipped: {e}")
+
     def _one(self, w: Workload, spec: str, rnd: int, workdir: Path) -> None:
         if spec in self.failed_targets:
             return
@@ -172,7 +191,7 @@ class Runner:
                 if part.needs_source and target.backing is None:
                     continue    # e.g. host-side changes on a target with no host directory
                 if (w.name, part.name) not in self.skipped_parts:
-                    self._part(w, part, spec, mnt, rnd, target.backing)
+                    self._part(w, part, spec, mnt, rnd, target)
                     self.save()
             stats = target.server_stats()
             if stats is not None:
@@ -189,19 +208,24 @@ class Runner:
             for pid in target.server_pids():
                 mounts.set_affinity_all_threads(pid, self.server_cpus)
 
-    def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int,
-              source: Path | None = None) -> None:
-        ctx = Context(mnt=mnt, params=self.params[w.name], source=source,
+    def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int, target) -> None:
+        ctx = Context(mnt=mnt, params=self.params[w.name], source=target.backing,
                       status=lambda s: self.console.status(
-                          f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"))
+                          f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"),
+                      stats=target.server_stats)
         try:
-            for metric, label, value in part.run(ctx):
-                self.doc["samples"].append({"metric": w.key(metric), "target": spec,
-                                            "param": label, "value": value, "round": rnd,
-                                            "time": envmod.now()})
+            for metric, label, value, *detail in part.run(ctx):
+                sample = {"metric": w.key(metric), "target": spec, "param": label,
+                          "value": value, "round": rnd, "time": envmod.now()}
+                if detail:
+                    sample["detail"] = detail[0]
+                self.doc["samples"].append(sample)
         except ToolMissing as e:
             self.skipped_parts.add((w.name, part.name))
             self.error(spec, w.name, part.name, rnd, f"{e} (part skipped from now on)")
+        except CheckFailed as e:
+            self.check_failures += 1
+            self.error(spec, w.name, part.name, rnd, f"CHECK FAILED: {e}")
         except (BenchError, TargetError, OSError, subprocess.SubprocessError, ValueError,
                 IndexError) as e:
             self.error(spec, w.name, part.name, rnd, f"{type(e).__name__}: {e}")

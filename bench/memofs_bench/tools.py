@@ -22,6 +22,12 @@ class ToolMissing(BenchError):
     pass
 
 
+class CheckFailed(BenchError):
+    """A workload's result is wrong (a file's content, a count, a build that does not run):
+    the filesystem gave a wrong answer. Recorded like any failure, and it makes the run's
+    exit status 1."""
+
+
 def cache_dir() -> Path:
     d = os.environ.get("MEMOFS_BENCH_CACHE")
     if d:
@@ -73,13 +79,20 @@ def helper_threads(name: str) -> Path:
 
 
 def run(cmd: Sequence[str], timeout: float | None = None, check: bool = True,
-        **kw) -> subprocess.CompletedProcess:
+        env_update: dict[str, str | None] | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run with LC_ALL=C; `env_update` sets variables (None removes one)."""
     env = dict(os.environ, LC_ALL="C")
+    for k, v in (env_update or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=env, **kw)
     if check and r.returncode != 0:
         msg = (r.stderr or r.stdout).strip().splitlines()
+        said = " ... ".join(dict.fromkeys([msg[0], msg[-1]])) if msg else ""
         raise BenchError(f"`{shlex.join(map(str, cmd))}` exited {r.returncode}"
-                         + (f": {msg[-1]}" if msg else ""))
+                         + (f": {said}" if said else ""))
     return r
 
 

@@ -8,6 +8,11 @@ import pytest
 # make `import memofs_bench` work from any cwd without installing the package
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from memofs_bench import inputs  # noqa: E402
+
+# The real family's downloads stay in the user's inputs cache (tests never fetch them).
+INPUTS = str(inputs.inputs_dir())
+
 
 def pytest_collection_modifyitems(config, items):
     """Smoke tests mount tmpfs and compile C helpers: skip them, saying why, where that is
@@ -27,3 +32,4 @@ def pytest_collection_modifyitems(config, items):
 def _isolated_cache(tmp_path_factory, monkeypatch):
     # compiled helpers and the tree tarball go into one cache shared by the session's tests
     monkeypatch.setenv("MEMOFS_BENCH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("MEMOFS_BENCH_INPUTS", INPUTS)

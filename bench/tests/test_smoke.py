@@ -14,6 +14,8 @@ from memofs_bench.targets import make_target
 from memofs_bench.workloads import Metric, Part, Workload, registry
 
 pytestmark = pytest.mark.smoke
+# the real family needs downloaded inputs: its own smoke test is in test_real.py
+SMOKE = {n: w for n, w in registry().items() if n != "real"}
 
 
 def our_mounts():
@@ -33,7 +35,7 @@ def no_leftover_mounts():
 def smoke_doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke")
     before = our_mounts()
-    doc = Runner(list(registry().values()), ["tmpfs"], reps=2, out=out, quick=True,
+    doc = Runner(list(SMOKE.values()), ["tmpfs"], reps=2, out=out, quick=True,
                  quiet=True).execute()
     assert our_mounts() == before, "a mount was left behind"
     doc["_out"] = out
@@ -44,9 +46,9 @@ def samples(doc, key):
     return [s for s in doc["samples"] if s["metric"] == key]
 
 
-@pytest.mark.parametrize("name", list(registry()))
+@pytest.mark.parametrize("name", list(SMOKE))
 def test_workload_smoke_on_tmpfs(smoke_doc, name):
-    w = registry()[name]
+    w = SMOKE[name]
     missing = {e["part"] for e in smoke_doc["errors"]
                if e["workload"] == name and "not installed" in e["message"]}
     assert missing <= ({"perf-pipe"} if name == "messaging" else set()), smoke_doc["errors"]
@@ -101,7 +103,7 @@ def test_results_saved_and_comparable(smoke_doc, capsys):
     text = capsys.readouterr().out
     assert "Amean     untar" in text and "Hmean     1000" in text and "Procs     1M" in text
     assert {p.name for p in (out / "plots").glob("*.png")} == \
-        {f"{n}.png" for n, w in registry().items() if not all(p.needs_source for p in w.parts)}
+        {f"{n}.png" for n, w in SMOKE.items() if not all(p.needs_source for p in w.parts)}
     assert "![loopdd](plots/loopdd.png)" in (out / "report.md").read_text()
 
 
@@ -202,3 +204,37 @@ def test_fuse_peer_mounts_and_unmounts(tmp_path, spec, tool):
     assert mounts.mount_entry(mnt) is None
     assert not Path(f"/proc/{server}").exists() or \
         Path(f"/proc/{server}/stat").read_text().split()[2] == "Z"
+
+
+def test_failed_check_sets_exit_status_1(tmp_path, monkeypatch, capsys):
+    from memofs_bench.tools import CheckFailed
+
+    def wrong(ctx):
+        yield "m", "", 1.0
+        raise CheckFailed("grep found 3 lines, expected 4")
+
+    fake = _fake("wrong", wrong)
+    monkeypatch.setattr(cli, "registry", lambda: {"wrong": fake})
+    rc = cli.main(["run", "wrong", "-t", "tmpfs", "--out", str(tmp_path), "-q", "--no-plots",
+                   "--reps", "1"])
+    assert rc == 1 and "CHECK(S) FAILED" in capsys.readouterr().err
+    doc = results.load(tmp_path)
+    assert doc["errors"][0]["message"] == "CHECK FAILED: grep found 3 lines, expected 4"
+    assert len(doc["samples"]) == 1
+
+
+def test_failed_preparation_skips_the_workload(tmp_path):
+    from memofs_bench.tools import BenchError
+
+    def ok(ctx):
+        yield "m", "", 1.0
+
+    def no_inputs(params):
+        raise BenchError("download refused")
+
+    w = _fake("needs-inputs", ok)
+    w.prepare = no_inputs
+    doc = Runner([w, _fake("plain", ok)], ["tmpfs"], 1, tmp_path, quiet=True).execute()
+    assert [e["message"] for e in doc["errors"]] == \
+        ["preparation failed, skipped: download refused"]
+    assert {s["metric"] for s in doc["samples"]} == {"plain/m"}

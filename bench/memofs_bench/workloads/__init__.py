@@ -1,9 +1,11 @@
 """Workloads: each module defines WORKLOAD, a Workload with its parameters, the metrics it
 reports (unit, and whether higher or lower is better) and the parts that produce them.
 
-A part is a generator `run(ctx)` yielding `(metric, param label, value)`; it runs on a freshly
-mounted target with ctx.mnt as its directory. Parameters are strings (lists are comma separated)
-with a normal default and a tiny `quick` value for smoke runs.
+A part is a generator `run(ctx)` yielding `(metric, param label, value)` or
+`(metric, param label, value, detail)` (detail: a JSON-able dict kept with the sample); it runs
+on a freshly mounted target with ctx.mnt as its directory. Parameters are strings (lists are
+comma separated) with a normal default and a tiny `quick` value for smoke runs. A workload's
+`prepare(params)`, if any, runs once before the rounds (downloads, tarballs), untimed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Metric:
     higher_better: bool
     param_name: str = ""      # what the per-row parameter is, e.g. "groups"
     row_label: str | None = None   # mmtests label for the central rows (e.g. "Procs")
+    summary: bool = False     # also report medians and ratios to the baseline per row
 
 
 @dataclass
@@ -56,6 +59,7 @@ class Workload:
     params: list[Param]
     metrics: list[Metric]
     parts: list[Part]
+    prepare: Callable[[dict], None] | None = None
 
     def param_values(self, overrides: dict[str, str], quick: bool) -> dict[str, str]:
         vals = {p.name: (p.quick if quick else p.default) for p in self.params}
@@ -78,7 +82,7 @@ class Workload:
             out[self.key(m.name)] = {"workload": self.name, "metric": m.name, "title": m.title,
                                      "unit": m.unit, "higher_better": m.higher_better,
                                      "param_name": m.param_name, "row_label": m.row_label,
-                                     "params": order}
+                                     "summary": m.summary, "params": order}
         return out
 
 
@@ -89,6 +93,7 @@ class Context:
     source: Path | None = None          # the host directory behind the mount, if any
     status: Callable[[str], None] = lambda s: None
     notes: list[str] = field(default_factory=list)
+    stats: Callable[[], dict | None] = lambda: None   # the server's own counters, if it has any
 
     def ints(self, name: str) -> list[int]:
         return [int(x) for x in split_list(self.params[name])]
@@ -125,8 +130,8 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import (atime_read, coherence, lat_mmap, loopdd, memory, messaging, stat_missing,
-                   tree)
+    from . import (atime_read, coherence, lat_mmap, loopdd, memory, messaging, real,
+                   stat_missing, tree)
     ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
-          lat_mmap.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD, memory.WORKLOAD]
+          lat_mmap.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD, memory.WORKLOAD, real.WORKLOAD]
     return {w.name: w for w in ws}

@@ -78,14 +78,14 @@ def steps(ctx: Context):
     ctx.status("find")
     secs, r = ctx.timed(["find", "src", "-type", "f"])
     if len(r.stdout.splitlines()) != files:
-        raise tools.BenchError(f"find saw {len(r.stdout.splitlines())} files, expected {files}")
+        raise tools.CheckFailed(f"find saw {len(r.stdout.splitlines())} files, expected {files}")
     yield "time", "find", secs
 
     ctx.drop_caches() if drop else None
     ctx.status("grep -r")
     secs, r = ctx.timed(["grep", "-r", "-l", MARKER, "src"])
     if len(r.stdout.splitlines()) != expect_marked:
-        raise tools.BenchError(f"grep found {len(r.stdout.splitlines())} files, "
+        raise tools.CheckFailed(f"grep found {len(r.stdout.splitlines())} files, "
                                f"expected {expect_marked}")
     yield "time", "grep", secs
 
@@ -93,7 +93,7 @@ def steps(ctx: Context):
     ctx.status("rm -rf")
     secs, _ = ctx.timed(["rm", "-rf", "src"])
     if (ctx.mnt / "src").exists():
-        raise tools.BenchError("rm -rf left src behind")
+        raise tools.CheckFailed("rm -rf left src behind")
     yield "time", "rm", secs
 
 
