@@ -4,12 +4,12 @@
 //! `security.capability` before every write; in exchange the server clears the privilege
 //! bits itself, when the kernel flags a request (a write, a truncate or an `O_TRUNC` open by
 //! a caller without `CAP_FSETID`), and for requests that change data without such a flag
-//! (fallocate, copy_file_range by an unprivileged caller). A chown's clearing is the
-//! backend's, as it is a host filesystem's in `chown(2)`.
+//! (fallocate, copy_file_range by an unprivileged caller), and after every chown of a
+//! non-directory (as Linux's `chown_common` does for FIFOs, sockets and devices too).
 
 use std::ffi::OsStr;
 
-use memofs_core::{Backend, Caller, Errno, FileKind, Ino, Result, SetAttr};
+use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Result, SetAttr};
 
 /// The name of file capabilities.
 const CAPS: &str = "security.capability";
@@ -37,6 +37,13 @@ pub fn kill_suidgid<B: Backend>(backend: &B, caller: &Caller, ino: Ino) -> Resul
     if attr.kind != FileKind::Regular {
         return Ok(false);
     }
+    kill_privs(backend, caller, &attr)
+}
+
+/// Clears setuid/setgid (see [`killed_mode`]) and `security.capability` on the inode whose
+/// attributes are `attr`, whatever its kind. Returns true if anything changed.
+pub fn kill_privs<B: Backend>(backend: &B, caller: &Caller, attr: &Attr) -> Result<bool> {
+    let ino = attr.ino;
     let mode = attr.perm as u32;
     let new = killed_mode(mode);
     let mut changed = false;

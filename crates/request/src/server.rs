@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use memofs_core::plan::MountPlan;
 use memofs_core::{
-    Attr, Backend, Caller, DirEntry, Entry, Errno, Ino, Invalidator, Result, StatFs,
+    Attr, Backend, Caller, DirEntry, Entry, Errno, FileKind, Ino, Invalidator, Result, SetAttr,
+    StatFs,
 };
 
 use crate::backing::Backings;
 use crate::invalidate::{Misses, NotifyInvalidator};
 use crate::kernel::Kernel;
-use crate::privs::{kill_suidgid, privileged};
+use crate::privs::{kill_privs, kill_suidgid, privileged};
 use crate::reply::{OpenOut, ReplyOut};
 use crate::request::{Kind, Op, Request};
 use crate::stats::{Event, Stats};
@@ -319,6 +320,35 @@ impl<B: Backend> Server<B> {
         }
     }
 
+    /// SETATTR. A chown (and `chown(f, -1, -1)`, which arrives as a SETATTR that sets
+    /// nothing) clears setuid, setgid and capabilities of a non-directory, as Linux's
+    /// `chown_common` does; a truncate the kernel flags clears them on a regular file. The
+    /// reply carries the new attributes, so the kernel needs no invalidation.
+    fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr, kill: bool) -> Result<Attr> {
+        let b = &*self.backend;
+        let mut set = *set;
+        if set
+            == (SetAttr {
+                fh: set.fh,
+                ..SetAttr::default()
+            })
+        {
+            set.uid = Some(b.getattr(ino)?.uid);
+        }
+        let attr = b.setattr(caller, ino, &set)?;
+        let chown = set.uid.is_some() || set.gid.is_some();
+        let killed = if chown && attr.kind != FileKind::Directory {
+            kill_privs(b, caller, &attr)?
+        } else {
+            kill && kill_suidgid(b, caller, ino)?
+        };
+        if killed {
+            b.getattr(ino)
+        } else {
+            Ok(attr)
+        }
+    }
+
     fn readdir(&self, ino: Ino, fh: u64, offset: u64, plus: bool, out: &mut dyn ReplyOut) {
         let policy = self.plan.cache;
         let r = self.backend.readdir(ino, fh, offset, plus, &mut |e| {
@@ -360,14 +390,9 @@ impl<B: Backend> Server<B> {
             Op::Setattr {
                 ref set,
                 kill_suidgid: kill,
-            } => {
-                let mut r = b.setattr(caller, ino, set);
-                // The reply carries the new attributes: no invalidation needed.
-                if r.is_ok() && kill && matches!(kill_suidgid(b, caller, ino), Ok(true)) {
-                    r = b.getattr(ino);
-                }
-                answer(out, r, |out, a| out.attr(&a, cache.attr_timeout));
-            }
+            } => answer(out, self.setattr(caller, ino, set, kill), |out, a| {
+                out.attr(&a, cache.attr_timeout)
+            }),
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
             Op::Symlink { name, target } => {
                 self.entry_reply(out, b.symlink(caller, ino, name, target))

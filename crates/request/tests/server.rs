@@ -740,3 +740,51 @@ fn unsupported_opcodes_are_enosys() {
         Reply::Error(Errno::ENOSYS)
     );
 }
+
+#[test]
+fn a_chown_clears_privileges_of_non_directories_only() {
+    let s = setup(&[], false, Granted::default());
+    let chown = SetAttr {
+        uid: Some(5),
+        ..SetAttr::default()
+    };
+    s.ask(
+        2,
+        USER,
+        Op::Setattr {
+            set: chown,
+            kill_suidgid: false,
+        },
+    );
+    assert_eq!(
+        s.fake.calls(),
+        ["chmod 2 755", "removexattr 2 security.capability"]
+    );
+    s.fake.perms.lock().unwrap().insert(1, 0o6777);
+    s.ask(
+        1,
+        USER,
+        Op::Setattr {
+            set: chown,
+            kill_suidgid: false,
+        },
+    );
+    assert_eq!(s.fake.calls().len(), 2, "a directory keeps its set-id bits");
+    // chown(f, -1, -1) sets nothing and still counts as a chown.
+    s.fake.perms.lock().unwrap().insert(2, 0o4755);
+    let nothing = SetAttr {
+        fh: Some(42),
+        ..SetAttr::default()
+    };
+    match s.ask(
+        2,
+        USER,
+        Op::Setattr {
+            set: nothing,
+            kill_suidgid: false,
+        },
+    ) {
+        Reply::Attr(a, _) => assert_eq!(a.perm, 0o755),
+        r => panic!("{r:?}"),
+    }
+}
