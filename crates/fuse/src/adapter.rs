@@ -98,12 +98,13 @@ impl<B: Backend> Adapter<B> {
         self.invalidator.clone()
     }
 
-    /// Clears setuid, and setgid when group-executable, on a regular file, and drops its
-    /// `security.capability`: what a write, truncate or chown by an unprivileged caller must
-    /// do. Returns true if anything changed.
+    /// Clears setuid, and setgid when group-executable, on anything but a directory, and drops
+    /// its `security.capability`: what a write or truncate by an unprivileged caller, and any
+    /// chown, must do (Linux's `chown_common` kills them on every non-directory: FIFOs,
+    /// sockets and device nodes too). Returns true if anything changed.
     fn kill_suidgid(&self, caller: &Caller, ino: Ino) -> Result<bool> {
         let attr = self.backend.getattr(ino)?;
-        if attr.kind != memofs_core::FileKind::Regular {
+        if attr.kind == memofs_core::FileKind::Directory {
             return Ok(false);
         }
         let mode = attr.perm as u32;
