@@ -103,6 +103,11 @@ impl PassthroughFs {
     /// so a truncate's timestamp update does not override explicit times). The host's ctime
     /// cannot be set and `set.ctime` is ignored. Runs with the server's credentials: the
     /// kernel has checked the caller's permission (`default_permissions`).
+    ///
+    /// A SETATTR that sets nothing is what `chown(path, -1, -1)` sends (the kernel keeps the
+    /// ctime update to itself without writeback cache): it becomes the same chown on the
+    /// host, which updates ctime there (and clears set-id bits on non-directories), as Linux
+    /// does on tmpfs.
     pub(crate) fn set_attr(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
         let fd = inode.fd.as_fd();
         // Refuse what cannot be done before changing anything.
@@ -116,7 +121,11 @@ impl PassthroughFs {
                 _ => return Err(Errno::EINVAL),
             }
         }
-        if set.uid.is_some() || set.gid.is_some() {
+        let nothing = SetAttr {
+            fh: set.fh,
+            ..SetAttr::default()
+        } == *set;
+        if set.uid.is_some() || set.gid.is_some() || nothing {
             sys::at::chown_fd(fd, set.uid, set.gid)?;
         }
         if let Some(mode) = set.mode {

@@ -254,6 +254,32 @@ fn setattr_chmod_chown_truncate_utimens() {
 }
 
 #[test]
+fn a_setattr_that_sets_nothing_is_chown_minus_one_on_the_host() {
+    // What the kernel sends for chown(f, -1, -1): Linux updates ctime and clears setuid (and
+    // a group-executable setgid) on anything but a directory.
+    let (_t, export, fs) = setup("chown-none");
+    let (attr, o) = fs
+        .create(&ROOT, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(attr.ino, o.fh).unwrap();
+    let set = SetAttr {
+        mode: Some(0o6755),
+        ..SetAttr::default()
+    };
+    let before = fs.setattr(&ROOT, attr.ino, &set).unwrap();
+    assert_eq!(before.perm, 0o6755);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let after = fs.setattr(&ROOT, attr.ino, &SetAttr::default()).unwrap();
+    assert!(after.ctime > before.ctime, "ctime moves on");
+    assert_eq!(after.perm, 0o755, "set-id bits cleared");
+    assert_eq!(
+        std::fs::metadata(export.join("f")).unwrap().mode() & 0o7777,
+        0o755
+    );
+    assert_eq!((after.uid, after.gid), (before.uid, before.gid));
+}
+
+#[test]
 fn mkdir_mknod_symlink_readlink_unlink_rmdir() {
     let (_t, export, fs) = setup("nodes");
     let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o750, 0).unwrap();
