@@ -8,7 +8,7 @@ MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
 
-.PHONY: setup build mount umount test lint unit memcheck e2e pytest bench clean
+.PHONY: setup build mount umount test lint unit memcheck e2e conformance pytest bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -46,10 +46,17 @@ memcheck:
 	$(CARGO) test --no-run -p memofs-mem -p memofs-core 2>&1 | grep -o 'target/debug/deps/[a-z_]*-[0-9a-f]*' | sort -u | \
 	  while read t; do echo "valgrind $$t"; valgrind -q --error-exitcode=1 --leak-check=no $$t -q --test-threads=1 || exit 1; done
 
+# pjdfstest (installed by scripts/setup.sh) on kernel tmpfs and on memofs (mem backend in
+# both data modes, passthrough backend), all with allow_other: fails on every test case tmpfs
+# passes and memofs does not (tests/e2e/tests/conformance.rs).
+conformance:
+	$(CARGO) build -p memofs
+	$(CARGO) test -p memofs-e2e --test conformance
+
 pytest:
 	python3 -m pytest bench/tests -q
 
-test: setup lint unit memcheck e2e pytest
+test: setup lint unit memcheck e2e conformance pytest
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind; do
+for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind libacl1-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -18,6 +18,15 @@ fi
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found: install Rust >= 1.85 (rustup), then run this again" >&2
     exit 1
+fi
+
+# The POSIX conformance suite (`make conformance`): the Rust port of pjdfstest, built from its
+# source on crates.io (it links libacl, hence libacl1-dev above) into cargo's bin directory.
+PJDFSTEST_VERSION=0.2.2
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+if [ "$("$CARGO_BIN/pjdfstest" --version 2>/dev/null)" != "pjdfstest $PJDFSTEST_VERSION" ]; then
+    echo "setup: building pjdfstest $PJDFSTEST_VERSION (cargo install, about a minute)"
+    cargo install -q --root "${CARGO_HOME:-$HOME/.cargo}" pjdfstest --version "$PJDFSTEST_VERSION" --locked
 fi
 
 PY=${PYTHON:-python3}
