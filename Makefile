@@ -11,7 +11,7 @@ MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
 
-.PHONY: setup build mount umount test lint unit memcheck e2e pytest vm-test vm-test-ci vm-test-all bench bench-real clean
+.PHONY: setup build mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -49,6 +49,13 @@ memcheck:
 	$(CARGO) test --no-run -p memofs-mem -p memofs-core 2>&1 | grep -o 'target/debug/deps/[a-z_]*-[0-9a-f]*' | sort -u | \
 	  while read t; do echo "valgrind $$t"; valgrind -q --error-exitcode=1 --leak-check=no $$t -q --test-threads=1 || exit 1; done
 
+# pjdfstest (installed by scripts/setup.sh) on kernel tmpfs and on memofs (mem backend in
+# both data modes, passthrough backend), all with allow_other: fails on every test case tmpfs
+# passes and memofs does not (tests/e2e/tests/conformance.rs).
+conformance:
+	$(CARGO) build -p memofs
+	$(CARGO) test -p memofs-e2e --test conformance
+
 pytest:
 	python3 -m pytest bench/tests -q
 
@@ -69,7 +76,7 @@ vm-test-ci:
 vm-test-all:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)
 
-test: setup lint unit memcheck e2e pytest vm-test-ci
+test: setup lint unit memcheck e2e conformance pytest vm-test-ci
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds

@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-# qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh).
-for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind \
+# qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
+# libacl1-dev: pjdfstest links libacl.
+for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -20,6 +21,15 @@ fi
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found: install Rust >= 1.85 (rustup), then run this again" >&2
     exit 1
+fi
+
+# The POSIX conformance suite (`make conformance`): the Rust port of pjdfstest, built from its
+# source on crates.io (it links libacl, hence libacl1-dev above) into cargo's bin directory.
+PJDFSTEST_VERSION=0.2.2
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+if [ "$("$CARGO_BIN/pjdfstest" --version 2>/dev/null)" != "pjdfstest $PJDFSTEST_VERSION" ]; then
+    echo "setup: building pjdfstest $PJDFSTEST_VERSION (cargo install, about a minute)"
+    cargo install -q --root "${CARGO_HOME:-$HOME/.cargo}" pjdfstest --version "$PJDFSTEST_VERSION" --locked
 fi
 
 PY=${PYTHON:-python3}

@@ -7,6 +7,7 @@
 //! * [`user`]: run a closure with the credentials of another user (per-thread).
 //! * [`rng`]: a small deterministic PRNG, so a seed reproduces a run.
 //! * [`tree`]: walk a tree and describe it, for comparisons.
+//! * [`conformance`]: pjdfstest's output per test case, compared with kernel tmpfs's.
 //! * [`checks`]: helpers of the reliability tests (polling, `memofs stats` usage, server RSS,
 //!   tree consistency, `*at()` calls).
 //!
@@ -20,6 +21,7 @@
 
 pub mod checks;
 pub mod cli;
+pub mod conformance;
 pub mod diffops;
 pub mod map;
 pub mod mount;

@@ -231,6 +231,31 @@ fn chown_through_the_export_clears_setuid_and_setgid() {
     }
 }
 
+#[test]
+fn chown_to_the_same_owner_updates_ctime_as_on_tmpfs() {
+    let Some((host, m)) = export() else {
+        skip!("needs root to mount")
+    };
+    ok!(fs::create_dir(m.join("d")));
+    ok!(fs::write(m.join("f"), b""));
+    for name in ["d", "f"] {
+        let p = m.join(name);
+        let before = ok!(fs::metadata(&p));
+        sys::wait_clock_past((before.ctime(), before.ctime_nsec()));
+        ok!(sys::chown(&p, u32::MAX, u32::MAX), "chown {name} -1 -1");
+        for (q, what) in [
+            (p.clone(), "through the mount"),
+            (host.join(name), "on the host"),
+        ] {
+            let after = ok!(fs::metadata(&q));
+            assert!(
+                (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+                "chown({name}, -1, -1) updates ctime {what}"
+            );
+        }
+    }
+}
+
 /// `security.capability` granting `cap_net_raw+ep` (revision 2, little endian).
 const CAPS: [u8; 20] = [
     0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,

@@ -289,6 +289,51 @@ fn writing_clears_setuid_and_setgid() {
 }
 
 #[test]
+fn chown_clears_setuid_and_setgid_on_every_non_directory() {
+    let m = need_mount!();
+    let other_group = 5555;
+    let nodes: [(&str, u32, u64); 5] = [
+        ("file", libc::S_IFREG, 0),
+        ("fifo", libc::S_IFIFO, 0),
+        ("socket", libc::S_IFSOCK, 0),
+        ("chardev", libc::S_IFCHR, sys::makedev(1, 3)),
+        ("blockdev", libc::S_IFBLK, sys::makedev(7, 0)),
+    ];
+    for (name, kind, dev) in nodes {
+        let p = m.join(name);
+        ok!(sys::mknod(&p, kind | 0o644, dev), "mknod {name}");
+        ok!(sys::chown(&p, USER1.0, USER1.1));
+        // The owner gives it to another of its groups.
+        ok!(sys::chmod(&p, 0o6555));
+        let q = p.clone();
+        as_user(USER1.0, USER1.1, &[USER1.1, other_group], move || {
+            ok!(
+                sys::chown(&q, u32::MAX, other_group),
+                "chown {name} as its owner"
+            )
+        });
+        let md = ok!(fs::symlink_metadata(&p));
+        assert_eq!(
+            (md.mode() & 0o7777, md.gid()),
+            (0o0555, other_group),
+            "{name} 06555 after its owner chowns it to another of its groups"
+        );
+        // Root's chown clears them too.
+        ok!(sys::chmod(&p, 0o6555));
+        ok!(sys::chown(&p, 0, 0), "chown {name} as root");
+        let mode = ok!(fs::symlink_metadata(&p)).mode() & 0o7777;
+        assert_eq!(mode, 0o0555, "{name} 06555 after root chowns it");
+    }
+    // Directories keep them.
+    let d = m.join("dir");
+    ok!(fs::create_dir(&d));
+    ok!(sys::chmod(&d, 0o6755));
+    ok!(sys::chown(&d, USER1.0, USER1.1));
+    let mode = ok!(fs::metadata(&d)).mode() & 0o7777;
+    assert_eq!(mode, 0o6755, "a directory keeps setuid/setgid across chown");
+}
+
+#[test]
 fn without_allow_other_other_users_are_refused() {
     if !is_root() {
         skip!("needs root to mount and to switch users");
