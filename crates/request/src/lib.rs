@@ -21,6 +21,7 @@
 mod backing;
 pub mod invalidate;
 mod ioctl;
+mod keep;
 pub mod kernel;
 pub mod privs;
 pub mod reply;

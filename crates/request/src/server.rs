@@ -14,6 +14,7 @@ use memofs_core::{
 
 use crate::backing::Backings;
 use crate::invalidate::{Misses, NotifyInvalidator};
+use crate::keep::Keeper;
 use crate::kernel::Kernel;
 use crate::privs::{kill_privs, kill_suidgid, privileged};
 use crate::reply::{OpenOut, ReplyOut};
@@ -60,6 +61,8 @@ pub struct Server<B: Backend> {
     /// Names answered with a negative entry, for the invalidator's fallback (see
     /// [`crate::invalidate`]); kept only where something changes behind the kernel's back.
     misses: Arc<Misses>,
+    /// Which kernel caches may outlive an open (see [`crate::keep`]).
+    keeper: Keeper,
     backings: Backings,
 }
 
@@ -156,6 +159,7 @@ impl<B: Backend> Server<B> {
     /// [`Server::start`] once INIT is done and before the first request.
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
         let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
+        let keeper = Keeper::new(plan.atime);
         Server {
             backend,
             plan,
@@ -164,6 +168,7 @@ impl<B: Backend> Server<B> {
             kernel: None,
             invalidator: None,
             misses,
+            keeper,
             backings: Backings::default(),
         }
     }
@@ -284,18 +289,44 @@ impl<B: Backend> Server<B> {
     }
 
     /// How an open file of `ino` is served: through a backing file if the backend lends
-    /// one and passthrough was granted, else through the server.
+    /// one and passthrough was granted, else through the server, keeping the pages the
+    /// kernel has from earlier opens when nothing but the mount changes the file and no
+    /// read could move atime now (see [`crate::keep`]).
     fn open_out(&self, ino: Ino, fh: u64) -> OpenOut {
         let backing_id = self
             .kernel
             .as_deref()
             .and_then(|k| self.backings.open(&*self.backend, k, ino, fh));
+        let served = backing_id.is_none() && !self.plan.direct_io;
+        let keep_cache = served && self.plan.sole_writer && self.keep(ino);
         OpenOut {
             fh,
             noflush: true,
             direct_io: backing_id.is_none() && self.plan.direct_io,
+            keep_cache,
             backing_id,
             ..OpenOut::default()
+        }
+    }
+
+    /// Whether the kernel may keep its copy of `ino` now; if so, it is dropped again when
+    /// relatime's day is up.
+    fn keep(&self, ino: Ino) -> bool {
+        let Ok(attr) = self.backend.getattr(ino) else {
+            return false;
+        };
+        let keep = self.keeper.may_keep(&attr);
+        if keep {
+            self.relatime_refresh(&attr);
+        }
+        keep
+    }
+
+    /// See [`Keeper::served`].
+    fn relatime_refresh(&self, attr: &Attr) {
+        if let Some(inv) = &self.invalidator {
+            let inv: Arc<dyn Invalidator> = inv.clone();
+            self.keeper.served(attr, &inv);
         }
     }
 
@@ -357,8 +388,42 @@ impl<B: Backend> Server<B> {
         });
         match r {
             Ok(()) => out.dir_done(),
-            Err(e) => out.error(e),
+            Err(e) => return out.error(e),
         }
+        // A listing the kernel keeps (see `opendir`): drop it when relatime's day is up.
+        if offset == 0 && self.kept_listings() {
+            if let Ok(attr) = self.backend.getattr(ino) {
+                self.relatime_refresh(&attr);
+            }
+        }
+    }
+
+    /// After a request that moved the times of `ino` without changing any entry (SETATTR,
+    /// SETXATTR, REMOVEXATTR): a directory whose listing the kernel keeps must have it dropped
+    /// if relatime now wants the next listing to reach the server. Sent before the reply, so
+    /// the caller's next listing already finds the cache gone (the notification takes no lock
+    /// the request holds: the kernel only bumps the inode's attribute version and drops the
+    /// directory's pages).
+    fn times_moved(&self, ino: Ino) {
+        if !self.kept_listings() {
+            return;
+        }
+        let Ok(attr) = self.backend.getattr(ino) else {
+            return;
+        };
+        if attr.kind == FileKind::Directory && !self.keeper.may_keep(&attr) {
+            if let Some(k) = &self.kernel {
+                let _ = k.inval_inode(ino, 0, 0);
+            }
+        }
+    }
+
+    /// Whether the kernel keeps directory listings: the backend is the only writer (so the
+    /// kernel drops a listing whenever it changes) and no atime rule forbids it. Then OPENDIR
+    /// is answered `ENOSYS`, once: the kernel stops sending OPENDIR and RELEASEDIR and keeps
+    /// every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
+    fn kept_listings(&self) -> bool {
+        self.plan.sole_writer && self.keeper.listings_kept()
     }
 
     fn listxattr(&self, caller: &Caller, ino: Ino, size: u32, out: &mut dyn ReplyOut) {
@@ -390,9 +455,13 @@ impl<B: Backend> Server<B> {
             Op::Setattr {
                 ref set,
                 kill_suidgid: kill,
-            } => answer(out, self.setattr(caller, ino, set, kill), |out, a| {
-                out.attr(&a, cache.attr_timeout)
-            }),
+            } => {
+                let r = self.setattr(caller, ino, set, kill);
+                if r.is_ok() {
+                    self.times_moved(ino);
+                }
+                answer(out, r, |out, a| out.attr(&a, cache.attr_timeout))
+            }
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
             Op::Symlink { name, target } => {
                 self.entry_reply(out, b.symlink(caller, ino, name, target))
@@ -484,6 +553,7 @@ impl<B: Backend> Server<B> {
                 }
                 answer(out, b.release(ino, fh), |out, ()| out.empty());
             }
+            Op::Opendir { .. } if self.kept_listings() => out.error(Errno::ENOSYS),
             Op::Opendir { flags } => answer(out, b.opendir(caller, ino, flags), |out, o| {
                 out.opened(&OpenOut {
                     fh: o.fh,
@@ -505,12 +575,19 @@ impl<B: Backend> Server<B> {
                 if r.is_ok() && acl_kill_sgid {
                     r = clear_setgid(b, caller, ino);
                 }
+                if r.is_ok() {
+                    self.times_moved(ino);
+                }
                 answer(out, r, |out, ()| out.empty());
             }
             Op::Getxattr { name, size } => xattr_reply(out, size, b.getxattr(ino, name)),
             Op::Listxattr { size } => self.listxattr(caller, ino, size, out),
             Op::Removexattr { name } => {
-                answer(out, b.removexattr(caller, ino, name), |out, ()| out.empty())
+                let r = b.removexattr(caller, ino, name);
+                if r.is_ok() {
+                    self.times_moved(ino);
+                }
+                answer(out, r, |out, ()| out.empty())
             }
             Op::Access => answer(out, b.getattr(ino), |out, _| out.empty()),
             Op::Ioctl { cmd, input, .. } => answer(
