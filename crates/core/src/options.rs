@@ -20,6 +20,18 @@ pub enum PassthroughMode {
     Off,
 }
 
+/// `-o io_uring=`: whether requests come through FUSE-over-io_uring ring entries instead of
+/// `/dev/fuse` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UringMode {
+    /// Where the kernel offers it (Linux 6.14+ with `fuse.enable_uring` set).
+    Auto,
+    /// Required: the mount fails where the kernel does not offer it.
+    On,
+    /// Never.
+    Off,
+}
+
 /// `-o watch=`: how the passthrough backend learns about changes made on the host, behind
 /// the kernel's back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,6 +134,8 @@ pub struct MountOptions {
     pub busy_poll: Duration,
     /// Kernel passthrough for file data.
     pub passthrough: PassthroughMode,
+    /// FUSE-over-io_uring.
+    pub io_uring: UringMode,
     /// Host-change watcher (passthrough backend).
     pub watch: WatchMode,
     /// Large folios for kernel-backed file data (mem backend).
@@ -307,6 +321,11 @@ pub fn option_docs() -> Vec<OptionDoc> {
             "kernel FUSE passthrough for file data",
         ),
         d(
+            "io_uring=auto|on|off",
+            "auto".into(),
+            "requests through FUSE-over-io_uring ring entries where the kernel offers them (Linux 6.14+, fuse.enable_uring=Y)",
+        ),
+        d(
             "huge=never|within_size|always|advise",
             DEFAULT_HUGE.as_str().into(),
             "large folios for kernel-backed file data, as tmpfs's huge= (mem backend)",
@@ -411,6 +430,7 @@ pub fn parse_options<S: AsRef<str>>(
         threads: default_threads(),
         busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
         passthrough: PassthroughMode::Auto,
+        io_uring: UringMode::Auto,
         watch: WatchMode::Auto,
         huge: DEFAULT_HUGE,
         kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
@@ -546,6 +566,14 @@ pub fn parse_options<S: AsRef<str>>(
                         "auto" => PassthroughMode::Auto,
                         "on" => PassthroughMode::On,
                         "off" => PassthroughMode::Off,
+                        _ => return Err(err(opt, "expected auto, on or off")),
+                    }
+                }
+                "io_uring" => {
+                    o.io_uring = match need()? {
+                        "auto" => UringMode::Auto,
+                        "on" => UringMode::On,
+                        "off" => UringMode::Off,
                         _ => return Err(err(opt, "expected auto, on or off")),
                     }
                 }
@@ -700,6 +728,7 @@ mod tests {
             "writeback=maybe",
             "passthrough=yes",
             "watch=dnotify",
+            "io_uring=yes",
             "huge=yes",
             "huge",
             "noatime=1",

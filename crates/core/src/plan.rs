@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::atime::AtimePolicy;
 use crate::cache::CachePolicy;
-use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, WatchMode};
+use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, UringMode, WatchMode};
 use crate::types::Capabilities;
 
 /// Which backend serves the mount.
@@ -63,6 +63,8 @@ pub struct MountPlan {
     pub passthrough: Passthrough,
     /// Ask for the kernel's writeback cache (never together with passthrough).
     pub writeback: bool,
+    /// Requests through FUSE-over-io_uring ring entries.
+    pub io_uring: UringMode,
     /// Every read and write reaches the server.
     pub direct_io: bool,
     /// The backend keeps POSIX ACLs: the kernel enforces them and leaves the umask to the
@@ -107,6 +109,7 @@ impl MountPlan {
                 PassthroughMode::On => Passthrough::Required,
             },
             writeback: opts.writeback,
+            io_uring: opts.io_uring,
             direct_io: opts.direct_io,
             posix_acl: false,
             sole_writer: false,

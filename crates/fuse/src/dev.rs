@@ -24,7 +24,7 @@ use crate::gate::Gate;
 use crate::init::MAX_WRITE;
 
 /// The request threads of a started channel.
-pub struct Serving(Vec<std::thread::JoinHandle<io::Result<()>>>);
+pub struct Serving(pub(crate) Vec<std::thread::JoinHandle<io::Result<()>>>);
 
 impl Serving {
     /// Waits until every request thread has ended (the connection is over).

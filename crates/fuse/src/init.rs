@@ -1,6 +1,7 @@
 //! The INIT handshake: what memofs asks of the kernel, from the mount plan, and what the
 //! kernel granted.
 
+use memofs_core::options::UringMode;
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_request::Granted;
 use zerocopy::{FromZeros, IntoBytes};
@@ -43,6 +44,10 @@ pub struct Negotiated {
     pub minor: u32,
     /// The kernel offered FUSE passthrough (whether or not the plan asked for it).
     pub passthrough_offered: bool,
+    /// Requests come through io_uring ring entries.
+    pub uring: bool,
+    /// The kernel offered FUSE-over-io_uring.
+    pub uring_offered: bool,
 }
 
 /// Why INIT could not complete.
@@ -52,6 +57,8 @@ pub enum InitError {
     Version(u32, u32),
     /// The plan requires FUSE passthrough, which the kernel did not offer.
     NoPassthrough,
+    /// The plan requires FUSE-over-io_uring, which the kernel did not offer.
+    NoUring,
 }
 
 impl std::fmt::Display for InitError {
@@ -64,6 +71,10 @@ impl std::fmt::Display for InitError {
             InitError::NoPassthrough => write!(
                 f,
                 "passthrough=on, but this kernel does not offer FUSE passthrough (Linux 6.9+, root): mount with passthrough=auto or off"
+            ),
+            InitError::NoUring => write!(
+                f,
+                "io_uring=on, but this kernel does not offer FUSE-over-io_uring: it needs Linux 6.14+ and the module parameter set by root for the whole host (echo Y > /sys/module/fuse/parameters/enable_uring; memofs never sets it), or mount with io_uring=auto or off"
             ),
         }
     }
@@ -96,10 +107,16 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.posix_acl {
         wanted |= init::POSIX_ACL | init::DONT_MASK;
     }
+    if plan.io_uring != UringMode::Off {
+        wanted |= init::OVER_IO_URING;
+    }
     let flags = wanted & offered;
     let has = |f| flags & f != 0;
     if plan.passthrough == Passthrough::Required && !has(init::PASSTHROUGH) {
         return Err(InitError::NoPassthrough);
+    }
+    if plan.io_uring == UringMode::On && !has(init::OVER_IO_URING) {
+        return Err(InitError::NoUring);
     }
     let mut out = abi::fuse_init_out::new_zeroed();
     out.major = abi::KERNEL_VERSION;
@@ -135,6 +152,8 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
         },
         minor,
         passthrough_offered: offered & init::PASSTHROUGH != 0,
+        uring: has(init::OVER_IO_URING),
+        uring_offered: offered & init::OVER_IO_URING != 0,
     })
 }
 

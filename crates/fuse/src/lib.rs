@@ -9,6 +9,8 @@
 //!   [`busy_poll`] deciding which thread reads and how it waits; [`blocking`] for requests
 //!   that may wait for a disk); [`device`]: the descriptors, notifications and passthrough
 //!   backing files.
+//! - [`uring`]: the io_uring channel (FUSE over io_uring, Linux 6.14+): one ring per CPU
+//!   queue, with `/dev/fuse` still read for FORGET and INTERRUPT.
 //! - [`control`]: the socket behind `memofs stats` and `memofs invalidate`.
 //!
 //! What a request means is not decided here but in `memofs-request`.
@@ -26,6 +28,7 @@ pub mod gate;
 pub mod init;
 pub mod mount;
 pub mod mountinfo;
+pub mod uring;
 
 use std::fmt;
 use std::io;
@@ -120,6 +123,8 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, SetupError> {
 /// A live mount, ready to serve.
 pub struct Session<B: Backend> {
     server: Arc<Server<B>>,
+    /// Requests come through io_uring ring entries.
+    uring: bool,
     /// What INIT found, for `memofs stats`.
     features: Vec<(String, String)>,
     fd: OwnedFd,
@@ -178,7 +183,19 @@ fn features(n: &init::Negotiated) -> Vec<(String, String)> {
         }
         (false, false) => "no (needs Linux 6.9+ and root): the server serves file data",
     };
+    let transport = match (n.uring, n.uring_offered) {
+        (true, _) => format!(
+            "io_uring: {} queues of {} entries, /dev/fuse for FORGET and INTERRUPT",
+            uring::possible_cpus().map_or(0, |c| c.len()),
+            uring::DEPTH
+        ),
+        (false, true) => "/dev/fuse (the kernel offers io_uring; io_uring=off)".into(),
+        (false, false) => {
+            "/dev/fuse (no FUSE-over-io_uring: Linux 6.14+ with fuse.enable_uring=Y)".into()
+        }
+    };
     vec![
+        ("transport".into(), transport),
         ("fuse_passthrough".into(), passthrough.into()),
         ("protocol".into(), format!("7.{}", n.minor)),
     ]
@@ -215,6 +232,7 @@ fn start<B: Backend>(
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
     Ok(Session {
+        uring: negotiated.uring,
         features: features(&negotiated),
         server: Arc::new(server),
         fd,
@@ -275,10 +293,24 @@ impl<B: Backend> Session<B> {
     /// a GETATTR reply that races a notification is discarded, so an early permission check
     /// on a busy export could fail with `EACCES`. Returns once that is done: the mount is
     /// ready for every user.
+    ///
+    /// With io_uring, the ring queues serve the requests and one `/dev/fuse` thread the
+    /// FORGETs and INTERRUPTs that still come that way.
     pub fn serve(self) -> io::Result<dev::Serving> {
-        let threads = self.server.plan().threads;
+        let mut threads = self.server.plan().threads;
+        let mut ring = Vec::new();
+        if self.uring {
+            let channel = Arc::new(uring::UringChannel::new(
+                self.server.clone(),
+                self.proto,
+                self.fd.try_clone()?,
+            ));
+            ring = channel.start()?;
+            threads = 1;
+        }
         let channel = Arc::new(DevChannel::new(self.server, self.proto, threads, self.poll));
-        let serving = channel.start(self.fd, threads)?;
+        let mut serving = channel.start(self.fd, threads)?;
+        serving.0.extend(ring);
         std::fs::metadata(&self.mountpoint)?;
         Ok(serving)
     }

@@ -1,0 +1,479 @@
+//! The io_uring channel (FUSE over io_uring, Linux 6.14+, module parameter
+//! `fuse.enable_uring`).
+//!
+//! After INIT grants `FUSE_OVER_IO_URING`, the kernel holds every request until each possible
+//! CPU has a queue with at least one registered ring entry, then delivers requests through
+//! the entries of the queue of the CPU that issued them. Each queue here is one thread with
+//! its own ring (128-byte SQEs) and [`DEPTH`] entries; an entry is a header buffer
+//! (`fuse_uring_req_header`: the request's `fuse_in_header`, its per-opcode struct, and the
+//! commit id and payload size) and a payload buffer (names, data). A thread registers its
+//! entries (`FUSE_IO_URING_CMD_REGISTER`), and for each completion decodes the request with
+//! the decoder `/dev/fuse` uses, hands it to the request layer, writes the reply into the same
+//! entry and commits it, which also asks for the next request on it
+//! (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`): one system call per request, no wakeup of another
+//! thread. FORGET, INTERRUPT and notifications still use `/dev/fuse`, so one `/dev/fuse`
+//! thread keeps reading (see [`crate::Session::serve`]).
+//!
+//! Requests that may wait for a disk (FSYNC) run on [`crate::blocking`]'s threads; their
+//! answer comes back to the queue's thread through a channel and an eventfd the ring polls,
+//! because only that thread submits to its ring.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use memofs_core::{Backend, Errno};
+use memofs_request::{Handled, Op, ReplyOut, Server};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use crate::abi;
+use crate::blocking::Blocking;
+use crate::decode::{decode, Args, Proto};
+use crate::encode::{Encoder, ReplySink};
+use crate::init::MAX_WRITE;
+
+/// Ring entries per queue: requests one CPU's callers can have at the server at once.
+pub const DEPTH: usize = 4;
+/// `FUSE_IO_URING_CMD_REGISTER`.
+const CMD_REGISTER: u32 = 1;
+/// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`.
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// A payload buffer: the largest request or reply (`max(8192, max_write, max_pages * 4096)`).
+const PAYLOAD: usize = MAX_WRITE as usize;
+/// The `user_data` of the eventfd poll that brings answers from other threads.
+const WAKE: u64 = u64::MAX;
+
+/// The CPUs the kernel may route requests from (`/sys/devices/system/cpu/possible`): a
+/// queue is needed for each, or the mount hangs.
+pub fn possible_cpus() -> io::Result<Vec<usize>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let bad = || io::Error::other(format!("cannot parse the possible CPUs '{}'", text.trim()));
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        cpus.extend(a..=b);
+    }
+    Ok(cpus)
+}
+
+/// One ring entry's buffers. The header buffer holds the request header, the per-opcode
+/// struct and the ring's own bookkeeping (`fuse_uring_req_header`, 288 bytes).
+struct Slot {
+    header: Box<abi::fuse_uring_req_header>,
+    payload: Vec<u8>,
+    /// The two buffers as REGISTER takes them; read by the kernel while the SQE is issued.
+    iov: Box<[libc::iovec; 2]>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        let mut header = Box::new(abi::fuse_uring_req_header::new_zeroed());
+        let mut payload = vec![0u8; PAYLOAD];
+        let iov = Box::new([
+            libc::iovec {
+                iov_base: header.as_mut_bytes().as_mut_ptr().cast(),
+                iov_len: std::mem::size_of::<abi::fuse_uring_req_header>(),
+            },
+            libc::iovec {
+                iov_base: payload.as_mut_ptr().cast(),
+                iov_len: payload.len(),
+            },
+        ]);
+        Slot {
+            header,
+            payload,
+            iov,
+        }
+    }
+
+    /// Writes a reply into the slot: the `fuse_out_header` in the header buffer, `parts`
+    /// back to back at the start of the payload, and their length as `payload_sz`.
+    fn put_reply(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        let mut len = 0;
+        for p in parts {
+            let n = p.len().min(self.payload.len() - len);
+            self.payload[len..len + n].copy_from_slice(&p[..n]);
+            len += n;
+        }
+        let out = abi::fuse_out_header {
+            len: (16 + len) as u32,
+            error,
+            unique,
+        };
+        self.header.in_out[..16].copy_from_slice(out.as_bytes());
+        self.header.ring_ent_in_out.payload_sz = len as u32;
+    }
+}
+
+/// A reply written straight into a slot (the request borrowed nothing from it).
+struct SlotSink<'a>(&'a mut Slot);
+
+impl ReplySink for SlotSink<'_> {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        self.0.put_reply(unique, error, parts);
+    }
+}
+
+/// A reply kept aside while the request still borrows the slot's payload.
+#[derive(Default)]
+struct Staged {
+    unique: u64,
+    error: i32,
+    bytes: Vec<u8>,
+}
+
+impl ReplySink for Staged {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        self.unique = unique;
+        self.error = error;
+        self.bytes.clear();
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+    }
+}
+
+/// The io_uring channel of one mount.
+pub struct UringChannel<B: Backend> {
+    server: Arc<Server<B>>,
+    proto: Proto,
+    /// A duplicate of the session's `/dev/fuse` descriptor, which ring commands name.
+    dev: OwnedFd,
+    blocking: Blocking,
+}
+
+/// An answer computed off the queue's thread: slot, request, result.
+type Answer = (usize, u64, i32);
+
+fn sqe_register(fd: RawFd, qid: u16, slot: &Slot, index: usize) -> squeue::Entry128 {
+    let req = abi::fuse_uring_cmd_req {
+        flags: 0,
+        commit_id: 0,
+        qid,
+        padding: [0; 6],
+    };
+    let mut cmd = [0u8; 80];
+    cmd[..req.as_bytes().len()].copy_from_slice(req.as_bytes());
+    let mut e = opcode::UringCmd80::new(types::Fd(fd), CMD_REGISTER)
+        .addr(Some(slot.iov.as_ptr() as u64))
+        .cmd(cmd)
+        .build()
+        .user_data(index as u64);
+    // The kernel wants `sqe->len` = 2 (the two iovecs), which the builder cannot set: the
+    // 32-bit `len` is at byte 24 of the SQE.
+    // SAFETY: `Entry128` is `repr(C)` over the kernel's 128-byte `io_uring_sqe` layout; byte
+    // 24..28 is `len`, inside the entry, and the write is unaligned-safe.
+    unsafe {
+        let p = (&mut e as *mut squeue::Entry128).cast::<u8>();
+        p.add(24).cast::<u32>().write_unaligned(2);
+    }
+    e
+}
+
+fn sqe_commit(fd: RawFd, qid: u16, commit_id: u64, index: usize) -> squeue::Entry128 {
+    let req = abi::fuse_uring_cmd_req {
+        flags: 0,
+        commit_id,
+        qid,
+        padding: [0; 6],
+    };
+    let mut cmd = [0u8; 80];
+    cmd[..req.as_bytes().len()].copy_from_slice(req.as_bytes());
+    opcode::UringCmd80::new(types::Fd(fd), CMD_COMMIT_AND_FETCH)
+        .cmd(cmd)
+        .build()
+        .user_data(index as u64)
+}
+
+fn sqe_wake(efd: RawFd) -> squeue::Entry128 {
+    opcode::PollAdd::new(types::Fd(efd), libc::POLLIN as u32)
+        .build()
+        .user_data(WAKE)
+        .into()
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes integer arguments; the result is checked before it is owned.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Keeps the calling thread on `cpu`, where the requests of this queue come from (best
+/// effort: a CPU outside the allowed set leaves the thread where it may run).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads
+    // the set for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+impl<B: Backend> UringChannel<B> {
+    /// A channel for `server` on `dev`, a duplicate of the session descriptor (INIT granted
+    /// the ring).
+    pub fn new(server: Arc<Server<B>>, proto: Proto, dev: OwnedFd) -> Self {
+        UringChannel {
+            server,
+            proto,
+            dev,
+            blocking: Blocking::default(),
+        }
+    }
+
+    /// Starts one queue thread per possible CPU.
+    pub fn start(self: Arc<Self>) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
+        let mut threads = Vec::new();
+        for cpu in possible_cpus()? {
+            let me = self.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("memofs-ring-{cpu}"))
+                    .spawn(move || me.queue(cpu))?,
+            );
+        }
+        Ok(threads)
+    }
+
+    /// One queue: registers its entries, then serves requests until the connection ends.
+    fn queue(&self, cpu: usize) -> io::Result<()> {
+        pin_to(cpu);
+        let qid = cpu as u16;
+        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
+            IoUring::builder().build((2 * DEPTH + 2) as u32)?;
+        let mut slots: Vec<Slot> = (0..DEPTH).map(|_| Slot::new()).collect();
+        let wake = eventfd()?;
+        let (tx, rx) = channel::<Answer>();
+        let mut pending: Vec<squeue::Entry128> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| sqe_register(self.dev.as_raw_fd(), qid, s, i))
+            .collect();
+        pending.push(sqe_wake(wake.as_raw_fd()));
+        let mut live = DEPTH;
+        let mut scratch = Vec::new();
+        let mut staged = Staged::default();
+        while live > 0 {
+            {
+                let mut sq = ring.submission();
+                for e in pending.drain(..) {
+                    // SAFETY: every buffer an entry names (iovecs, header and payload
+                    // buffers) lives in `slots`, which outlives the ring.
+                    if unsafe { sq.push(&e) }.is_err() {
+                        return Err(io::Error::other("io_uring submission queue full"));
+                    }
+                }
+            }
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            let done: Vec<(u64, i32)> = ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
+            for (data, res) in done {
+                if data == WAKE {
+                    let mut buf = [0u8; 8];
+                    // SAFETY: reads 8 bytes into a live buffer from the eventfd.
+                    unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+                    self.answers(qid, &rx, &mut slots, &mut pending);
+                    pending.push(sqe_wake(wake.as_raw_fd()));
+                    continue;
+                }
+                let i = data as usize;
+                match res {
+                    0 => {
+                        let commit =
+                            self.request(&mut slots[i], i, &tx, &wake, &mut scratch, &mut staged);
+                        if let Some(commit_id) = commit {
+                            pending.push(sqe_commit(self.dev.as_raw_fd(), qid, commit_id, i));
+                        }
+                    }
+                    e if e == -libc::EAGAIN || e == -libc::EINTR => {
+                        pending.push(sqe_register(self.dev.as_raw_fd(), qid, &slots[i], i));
+                    }
+                    e if e == -libc::ENOTCONN
+                        || e == -libc::ECONNABORTED
+                        || e == -libc::ECANCELED =>
+                    {
+                        live -= 1;
+                    }
+                    e => {
+                        log::warn!(
+                            "ring queue {qid}: entry {i} failed ({})",
+                            io::Error::from_raw_os_error(-e)
+                        );
+                        live -= 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the answers computed on other threads.
+    fn answers(
+        &self,
+        qid: u16,
+        rx: &Receiver<Answer>,
+        slots: &mut [Slot],
+        pending: &mut Vec<squeue::Entry128>,
+    ) {
+        for (i, unique, error) in rx.try_iter() {
+            slots[i].put_reply(unique, error, &[]);
+            pending.push(sqe_commit(self.dev.as_raw_fd(), qid, unique, i));
+        }
+    }
+
+    /// Handles the request in slot `i`; returns the commit id to commit it with now, or
+    /// `None` if it is answered later from another thread.
+    fn request(
+        &self,
+        slot: &mut Slot,
+        i: usize,
+        tx: &Sender<Answer>,
+        wake: &OwnedFd,
+        scratch: &mut Vec<u8>,
+        staged: &mut Staged,
+    ) -> Option<u64> {
+        let header = *slot.header;
+        let commit_id = header.ring_ent_in_out.commit_id;
+        let h = match abi::fuse_in_header::read_from_prefix(&header.in_out) {
+            Ok((h, _)) => h,
+            Err(_) => return Some(commit_id),
+        };
+        let payload_sz = (header.ring_ent_in_out.payload_sz as usize).min(slot.payload.len());
+        let handled = if payload_sz == 0 {
+            // Nothing borrowed from the payload: the reply goes straight into it.
+            let args = Args::split(&header.op_in, &[]);
+            let mut sink = SlotSink(slot);
+            self.handle(&h, args, scratch, &mut sink)
+        } else {
+            let args = Args::split(&header.op_in, &slot.payload[..payload_sz]);
+            let handled = self.handle(&h, args, scratch, staged);
+            slot.put_reply(staged.unique, staged.error, &[&staged.bytes]);
+            handled
+        };
+        match handled {
+            None => Some(commit_id),
+            Some(job) => {
+                let (tx, efd, unique) = (tx.clone(), wake.as_raw_fd(), h.unique);
+                self.blocking.run(move || {
+                    let error = job().err().map_or(0, |e: Errno| -e.0);
+                    let _ = tx.send((i, unique, error));
+                    let one = 1u64.to_ne_bytes();
+                    // SAFETY: writes 8 bytes from a live buffer to the queue's eventfd, which
+                    // lives as long as the queue thread that drains this channel.
+                    unsafe { libc::write(efd, one.as_ptr().cast(), 8) };
+                });
+                None
+            }
+        }
+    }
+
+    /// Decodes and handles one request, answering through `sink`; returns the job to run
+    /// off the thread when the request layer deferred it.
+    fn handle(
+        &self,
+        h: &abi::fuse_in_header,
+        args: Args<'_>,
+        scratch: &mut Vec<u8>,
+        sink: &mut dyn ReplySink,
+    ) -> Option<Box<dyn FnOnce() -> memofs_core::Result<()> + Send>> {
+        let req = match decode(h, args, self.proto) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("malformed ring request (opcode {}): {e:?}", h.opcode);
+                Encoder::new(h.unique, scratch, sink).error(e);
+                return None;
+            }
+        };
+        log::debug!(
+            "ring request {} from pid {}: {:?} on {}",
+            req.unique,
+            req.caller.pid,
+            req.op,
+            req.nodeid
+        );
+        let mut enc = Encoder::new(req.unique, scratch, sink);
+        if let Op::Readdir { size, plus, .. } = req.op {
+            enc = enc.for_readdir(size, plus);
+        }
+        match self.server.handle(&req, &mut enc) {
+            Handled::Done => {
+                if !req.op.wants_reply() {
+                    // Every delivered request is committed, noreply ones with an empty answer.
+                    sink.send(req.unique, 0, &[]);
+                }
+                None
+            }
+            Handled::Blocking(job) => Some(job),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_entries_carry_the_iovecs_and_len_2() {
+        let slot = Slot::new();
+        let e = sqe_register(5, 3, &slot, 7);
+        // SAFETY: an Entry128 is 128 plain bytes (repr(C) over io_uring_sqe).
+        let b: [u8; 128] = unsafe { std::mem::transmute(e) };
+        assert_eq!(b[0], 46, "IORING_OP_URING_CMD");
+        assert_eq!(i32::from_ne_bytes(b[4..8].try_into().unwrap()), 5);
+        assert_eq!(
+            u32::from_ne_bytes(b[8..12].try_into().unwrap()),
+            CMD_REGISTER
+        );
+        assert_eq!(
+            u32::from_ne_bytes(b[12..16].try_into().unwrap()),
+            0,
+            "__pad1"
+        );
+        assert_eq!(
+            u64::from_ne_bytes(b[16..24].try_into().unwrap()),
+            slot.iov.as_ptr() as u64
+        );
+        assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(b[32..40].try_into().unwrap()), 7);
+        let req = abi::fuse_uring_cmd_req::read_from_bytes(&b[48..72]).unwrap();
+        assert_eq!((req.qid, req.commit_id), (3, 0));
+        assert_eq!(slot.iov[0].iov_len, 288);
+        assert_eq!(slot.iov[1].iov_len, PAYLOAD);
+    }
+
+    #[test]
+    fn replies_land_in_the_slot() {
+        let mut slot = Slot::new();
+        slot.put_reply(9, -2, &[b"ab", b"cde"]);
+        let out = abi::fuse_out_header::read_from_bytes(&slot.header.in_out[..16]).unwrap();
+        assert_eq!((out.unique, out.error, out.len), (9, -2, 21));
+        assert_eq!(slot.header.ring_ent_in_out.payload_sz, 5);
+        assert_eq!(&slot.payload[..5], b"abcde");
+        // payload_sz sits at byte 272 of the header, where the kernel reads it.
+        assert_eq!(
+            u32::from_ne_bytes(slot.header.as_bytes()[272..276].try_into().unwrap()),
+            5
+        );
+    }
+
+    #[test]
+    fn possible_cpus_parse() {
+        let cpus = possible_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        assert_eq!(cpus[0], 0);
+    }
+}
