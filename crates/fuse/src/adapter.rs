@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use memofs_core::{
     Attr, Backend, CachePolicy, Caller, Errno, Ino, Invalidator, Result, SetAttr, Timestamp,
@@ -23,6 +23,7 @@ use crate::blocking::Blocking;
 use crate::busy_poll::BusyPoll;
 use crate::config::TransportConfig;
 use crate::convert::{errno, file_attr, file_type, negative_attr, time_set};
+use crate::fileattr;
 use crate::gate::Gate;
 use crate::stats::{Event, Op, Stats};
 
@@ -310,7 +311,12 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
             | InitFlags::FUSE_ASYNC_DIO
             // The server clears setuid/setgid on write, truncate and chown, so the kernel
             // need not look up security.capability before every write.
-            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            // Backends apply the caller's umask themselves (or a default ACL instead).
+            | InitFlags::FUSE_DONT_MASK;
+        if self.backend.capabilities().posix_acl {
+            wanted |= InitFlags::FUSE_POSIX_ACL;
+        }
         if self.config.passthrough {
             // Passthrough and the writeback cache exclude each other; passthrough wins.
             if config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
@@ -875,6 +881,26 @@ impl<B: Backend> fuser::Filesystem for Adapter<B> {
                 ino_in.0, fh_in.0, offset_in, ino_out.0, fh_out.0, offset_out, len,
             ) {
                 Ok(n) => reply.written(n.min(u32::MAX as u64) as u32),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    /// The inode-flag ioctls (`chattr`/`lsattr`, see [`crate::fileattr`]).
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.timed(req, Op::Ioctl, || {
+            match fileattr::ioctl(&*self.backend, &caller(req), ino.0, cmd, in_data) {
+                Ok(out) => reply.ioctl(0, &out[..out.len().min(out_size as usize)]),
                 Err(e) => reply.error(errno(e)),
             }
         });

@@ -13,6 +13,7 @@ pub mod busy_poll;
 pub mod config;
 pub mod control;
 pub mod convert;
+mod fileattr;
 pub mod gate;
 pub mod invalidator;
 pub mod mountinfo;

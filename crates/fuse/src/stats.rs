@@ -47,10 +47,11 @@ pub enum Op {
     Fallocate,
     Lseek,
     CopyFileRange,
+    Ioctl,
 }
 
 /// Number of opcodes.
-pub const N_OPS: usize = Op::CopyFileRange as usize + 1;
+pub const N_OPS: usize = Op::Ioctl as usize + 1;
 
 /// Opcode names, in `Op` order.
 pub const OP_NAMES: [&str; N_OPS] = [
@@ -87,6 +88,7 @@ pub const OP_NAMES: [&str; N_OPS] = [
     "FALLOCATE",
     "LSEEK",
     "COPY_FILE_RANGE",
+    "IOCTL",
 ];
 
 const BUCKETS: usize = 40;
