@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr git python3-venv gcc make valgrind; do
+for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv gcc make valgrind; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

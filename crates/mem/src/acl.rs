@@ -29,12 +29,18 @@ const HEADER: usize = 4;
 const ENTRY: usize = 8;
 const UNDEFINED_ID: u32 = u32::MAX;
 
-const USER_OBJ: u16 = 0x01;
-const USER: u16 = 0x02;
-const GROUP_OBJ: u16 = 0x04;
-const GROUP: u16 = 0x08;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
+/// Entry tag (`e_tag`) of the owner.
+pub const USER_OBJ: u16 = 0x01;
+/// Entry tag of a named user.
+pub const USER: u16 = 0x02;
+/// Entry tag of the owning group.
+pub const GROUP_OBJ: u16 = 0x04;
+/// Entry tag of a named group.
+pub const GROUP: u16 = 0x08;
+/// Entry tag of the mask.
+pub const MASK: u16 = 0x10;
+/// Entry tag of everyone else.
+pub const OTHER: u16 = 0x20;
 
 /// Read, write and execute: the only permission bits an entry may have.
 const RWX: u16 = 0o7;

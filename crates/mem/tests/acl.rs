@@ -5,16 +5,12 @@ mod common;
 
 use common::{fs, n, C};
 use memofs_core::{Backend, Caller, Errno, SetAttr, ROOT_INO};
+use memofs_mem::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
 use memofs_mem::{MemConfig, MemFs};
 
 const ACCESS: &str = "system.posix_acl_access";
 const DEFAULT: &str = "system.posix_acl_default";
 const U: u32 = u32::MAX;
-const USER_OBJ: u16 = 0x01;
-const USER: u16 = 0x02;
-const GROUP_OBJ: u16 = 0x04;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
 
 fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     let mut v = 2u32.to_le_bytes().to_vec();
