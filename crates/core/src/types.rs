@@ -227,6 +227,28 @@ pub mod rename_flags {
     pub const WHITEOUT: u32 = libc::RENAME_WHITEOUT;
 }
 
+/// Inode flags as `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS` carry them (`linux/fs.h`; libc does
+/// not define them).
+pub mod inode_flags {
+    /// Writes are synchronous (`chattr +S`).
+    pub const SYNC: u32 = 0x0000_0008;
+    /// Immutable: no change of data, name, attributes or xattrs (`chattr +i`).
+    pub const IMMUTABLE: u32 = 0x0000_0010;
+    /// Append-only: writers must append, nothing may truncate, rename or unlink it
+    /// (`chattr +a`).
+    pub const APPEND: u32 = 0x0000_0020;
+    /// Not for dump(8) (`chattr +d`).
+    pub const NODUMP: u32 = 0x0000_0040;
+    /// atime is never updated (`chattr +A`).
+    pub const NOATIME: u32 = 0x0000_0080;
+    /// Directory updates are synchronous (`chattr +D`).
+    pub const DIRSYNC: u32 = 0x0001_0000;
+    /// DAX (`chattr +x`).
+    pub const DAX: u32 = 0x0200_0000;
+    /// New inodes inherit the directory's project id (`chattr +P`).
+    pub const PROJINHERIT: u32 = 0x2000_0000;
+}
+
 /// Counters a backend exposes for `memofs stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendUsage {

@@ -27,6 +27,9 @@ const ALWAYS: u64 = init::ASYNC_READ
     | init::ASYNC_DIO
     | init::SETXATTR_EXT
     | init::INIT_EXT
+    // Every backend applies the caller's umask itself (or a default ACL instead of it), so
+    // the kernel must not apply it first.
+    | init::DONT_MASK
     // The server clears setuid/setgid on write, truncate and chown, so the kernel need not
     // look up security.capability before every write.
     | init::HANDLE_KILLPRIV_V2;
@@ -105,7 +108,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
         wanted |= init::WRITEBACK_CACHE;
     }
     if plan.posix_acl {
-        wanted |= init::POSIX_ACL | init::DONT_MASK;
+        wanted |= init::POSIX_ACL;
     }
     if plan.io_uring != UringMode::Off {
         wanted |= init::OVER_IO_URING;

@@ -342,6 +342,28 @@ impl KernelFile {
         Ok(())
     }
 
+    /// Sets or clears `FS_NOATIME_FL` on the data file, so that the kernel, which serves
+    /// its reads, leaves its atime alone as `chattr +A` asks.
+    pub fn set_noatime(&self, on: bool) -> Result<()> {
+        const NOATIME: libc::c_int = memofs_core::inode_flags::NOATIME as libc::c_int;
+        let file = self.file()?;
+        let mut flags: libc::c_int = 0;
+        // SAFETY: FS_IOC_GETFLAGS writes one int to the pointer; the descriptor is open.
+        if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) } != 0 {
+            return Err(Errno::last());
+        }
+        flags = if on {
+            flags | NOATIME
+        } else {
+            flags & !NOATIME
+        };
+        // SAFETY: FS_IOC_SETFLAGS reads one int from the pointer; the descriptor is open.
+        if unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) } != 0 {
+            return Err(Errno::last());
+        }
+        Ok(())
+    }
+
     /// Reads up to `len` bytes at `offset` into `buf` (cleared first).
     pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>) -> Result<()> {
         buf.clear();

@@ -64,6 +64,8 @@ pub struct Inode {
     pub meta: Mutex<Meta>,
     /// Hard links; 0 means the inode has no lookup path (a pseudo inode).
     pub nlink: AtomicU32,
+    /// Inode flags (`FS_IOC_GETFLAGS` bits and internal ones; see [`crate::iflags`]).
+    pub(crate) flags: AtomicU32,
     lookups: AtomicU64,
     opens: AtomicU64,
     atime: AtomicI64,
@@ -170,14 +172,14 @@ impl Inode {
     /// The atime choke point: the only place where reads and readdir update atime.
     ///
     /// An inode with no lookup path (unlinked but open, or internal) returns at once: no
-    /// clock read, no store, no lock. Otherwise the policy decides; the store is one atomic,
+    /// clock read, no store, no lock. Otherwise the policy (and `chattr +A`) decides; the store is one atomic,
     /// so readers of the same file never serialize on the inode to record an access.
     pub fn touch_atime(&self, policy: &AtimePolicy) {
         if self.nlink.load(Ordering::Relaxed) == 0 {
             return;
         }
         let is_dir = self.kind == FileKind::Directory;
-        if policy.never(is_dir) || self.kernel_times_kept() {
+        if policy.never(is_dir) || self.kernel_times_kept() || self.noatime() {
             return;
         }
         let now = Timestamp::now();
@@ -305,6 +307,7 @@ impl InodeTable {
                 gid: owner.gid,
             }),
             nlink: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
             lookups: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             atime: AtomicI64::new(now.0),

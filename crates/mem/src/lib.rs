@@ -5,7 +5,8 @@
 //! nodes, FIFOs and sockets carry no data. [`inode`] holds what every kind shares
 //! (attributes, timestamps, link and lookup counts, the atime choke point) and the inode
 //! table; [`namespace`] implements the operations that change names; [`xattr`] extended
-//! attributes; [`limits`] the `size=`/`nr_inodes=` accounting.
+//! attributes, [`acl`] the POSIX ACLs among them; [`iflags`] the inode flags (`chattr`);
+//! [`limits`] the `size=`/`nr_inodes=` accounting.
 //!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
@@ -19,8 +20,10 @@
 //! Counters (`nlink`, lookup and open counts, timestamps, usage) are atomics and need no lock.
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod backing;
 pub mod dir;
+pub mod iflags;
 pub mod inode;
 pub mod limits;
 mod namespace;

@@ -11,12 +11,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memofs_core::{
-    rename_flags, Caller, Errno, FileKind, Ino, Result, Timestamp, NAME_MAX, ROOT_INO,
+    inode_flags, rename_flags, Caller, Errno, FileKind, Ino, Result, Timestamp, NAME_MAX, ROOT_INO,
 };
 
 use crate::dir::Directory;
 use crate::inode::{Inode, NodeData, Owner};
-use crate::MemFs;
+use crate::regular::RegularFile;
+use crate::{acl, iflags, xattr, MemFs};
+
+/// What a new inode is made of, besides its name.
+pub(crate) struct NewInode {
+    /// The requested mode, with the kind bits.
+    pub mode: u32,
+    /// The caller's umask, applied unless the directory has a default ACL; `None` for
+    /// symlinks, whose mode is fixed and which take no ACL.
+    pub umask: Option<u32>,
+    /// Device number (device nodes).
+    pub rdev: u32,
+    /// The contents.
+    pub data: NodeData,
+}
 
 /// Rejects names the kernel would never send and the ones no filesystem may hold.
 pub(crate) fn check_name(name: &OsStr) -> Result<()> {
@@ -66,15 +80,68 @@ impl MemFs {
         }
     }
 
+    /// Makes the inode `spec` describes for directory `pinode` (whose entries the caller
+    /// has locked, or at least checked): charges it, gives it its owner, its mode after
+    /// the directory's default ACL or the umask, its inherited ACLs and flags. It has no
+    /// name, no link and no lookup reference yet.
+    fn make_inode(&self, caller: &Caller, pinode: &Inode, spec: NewInode) -> Result<Arc<Inode>> {
+        pinode.check_writable()?;
+        let inherited = match spec.umask {
+            Some(umask) => {
+                let default = pinode.xattrs.lock().value(acl::DEFAULT).map(<[u8]>::to_vec);
+                acl::inherit(default.as_deref(), spec.mode, umask)?
+            }
+            None => acl::Inherited {
+                mode: spec.mode,
+                access: None,
+                default: None,
+            },
+        };
+        let acls = [
+            (acl::ACCESS, inherited.access),
+            (acl::DEFAULT, inherited.default),
+        ];
+        let sym_bytes = match &spec.data {
+            NodeData::Symlink(s) => s.charged_bytes(),
+            _ => 0,
+        };
+        let acl_bytes: u64 = acls
+            .iter()
+            .filter_map(|(name, v)| Some(xattr::cost(name, v.as_ref()?)))
+            .sum();
+        let flags = pinode.iflags() & iflags::INHERITED;
+        if let (true, NodeData::File(RegularFile::Kernel(k))) =
+            (flags & inode_flags::NOATIME != 0, &spec.data)
+        {
+            k.set_noatime(true)?;
+        }
+        self.limits.charge_inode()?;
+        if let Err(e) = self.charge_meta(sym_bytes + acl_bytes) {
+            self.limits.uncharge_inode();
+            return Err(e);
+        }
+        let (owner, mode) = Self::new_owner(caller, pinode, inherited.mode);
+        let inode = self
+            .table
+            .insert(mode, spec.rdev, owner, spec.data, Timestamp::now());
+        inode.flags.store(flags, Ordering::Release);
+        let mut x = inode.xattrs.lock();
+        for (name, value) in &acls {
+            if let Some(v) = value {
+                x.set(name, v);
+            }
+        }
+        drop(x);
+        Ok(inode)
+    }
+
     /// Creates a new inode called `name` in `parent`; the kernel gets one lookup reference.
     pub(crate) fn create_node(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
-        mode: u32,
-        rdev: u32,
-        data: NodeData,
+        spec: NewInode,
     ) -> Result<Arc<Inode>> {
         check_name(name)?;
         let pinode = self.table.get(parent)?;
@@ -85,18 +152,7 @@ impl MemFs {
         if dir.get(name).is_some() {
             return Err(Errno::EEXIST);
         }
-        let sym_bytes = match &data {
-            NodeData::Symlink(s) => s.charged_bytes(),
-            _ => 0,
-        };
-        self.limits.charge_inode()?;
-        if let Err(e) = self.charge_meta(sym_bytes) {
-            self.limits.uncharge_inode();
-            return Err(e);
-        }
-        let (owner, mode) = Self::new_owner(caller, &pinode, mode);
-        let now = Timestamp::now();
-        let inode = self.table.insert(mode, rdev, owner, data, now);
+        let inode = self.make_inode(caller, &pinode, spec)?;
         inode.nlink.store(
             if inode.kind == FileKind::Directory {
                 2
@@ -108,7 +164,30 @@ impl MemFs {
         inode.inc_lookup(1);
         dir.insert(name, inode.ino, inode.kind);
         sync_nlink_locked(&pinode, &dir);
-        pinode.touch_modified(now);
+        pinode.touch_modified(Timestamp::now());
+        Ok(inode)
+    }
+
+    /// Creates an inode with no name in directory `parent` (`O_TMPFILE`; `linkable` unless
+    /// `O_EXCL`); the kernel gets one lookup reference. The directory does not change.
+    pub(crate) fn create_unnamed(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        spec: NewInode,
+        linkable: bool,
+    ) -> Result<Arc<Inode>> {
+        let pinode = self.table.get(parent)?;
+        let dir = pinode.dir()?.read();
+        if dir.removed {
+            return Err(Errno::ENOENT);
+        }
+        let inode = self.make_inode(caller, &pinode, spec)?;
+        drop(dir);
+        if linkable {
+            inode.flags.fetch_or(iflags::LINKABLE, Ordering::AcqRel);
+        }
+        inode.inc_lookup(1);
         Ok(inode)
     }
 
@@ -157,7 +236,12 @@ impl MemFs {
         if dir.get(new_name).is_some() {
             return Err(Errno::EEXIST);
         }
-        if inode.nlink.load(Ordering::SeqCst) == 0 {
+        pinode.check_writable()?;
+        inode.check_changeable()?;
+        // An unlinked inode gets no name again, but for an O_TMPFILE one's first.
+        if inode.nlink.load(Ordering::SeqCst) == 0
+            && inode.flags.fetch_and(!iflags::LINKABLE, Ordering::AcqRel) & iflags::LINKABLE == 0
+        {
             return Err(Errno::ENOENT);
         }
         dir.insert(new_name, inode.ino, inode.kind);
@@ -178,6 +262,8 @@ impl MemFs {
                 return Err(Errno::EISDIR);
             }
             let victim = self.table.get(slot.ino)?;
+            pinode.check_changeable()?;
+            victim.check_changeable()?;
             dir.remove(name);
             victim.drop_link();
             let now = Timestamp::now();
@@ -204,6 +290,8 @@ impl MemFs {
                 return Err(Errno::ENOTDIR);
             }
             let victim = self.table.get(slot.ino)?;
+            pinode.check_changeable()?;
+            victim.check_changeable()?;
             {
                 let mut vdir = victim.dir()?.write();
                 if !vdir.is_empty() {
@@ -223,8 +311,11 @@ impl MemFs {
         Ok(())
     }
 
+    /// RENAME. With `RENAME_WHITEOUT` the source name is left to a whiteout, a 0:0
+    /// character device with mode 0 owned by the caller (as `shmem_whiteout` makes it).
     pub(crate) fn do_rename(
         &self,
+        caller: &Caller,
         parent: Ino,
         name: &OsStr,
         new_parent: Ino,
@@ -233,9 +324,9 @@ impl MemFs {
     ) -> Result<()> {
         let exchange = flags & rename_flags::EXCHANGE != 0;
         let noreplace = flags & rename_flags::NOREPLACE != 0;
-        if flags & !(rename_flags::EXCHANGE | rename_flags::NOREPLACE) != 0
-            || (exchange && noreplace)
-        {
+        let whiteout = flags & rename_flags::WHITEOUT != 0;
+        let known = rename_flags::EXCHANGE | rename_flags::NOREPLACE | rename_flags::WHITEOUT;
+        if flags & !known != 0 || (exchange && (noreplace || whiteout)) {
             return Err(Errno::EINVAL);
         }
         check_name(new_name)?;
@@ -316,6 +407,13 @@ impl MemFs {
                 return Err(Errno::EINVAL);
             }
         }
+        pinode.check_changeable()?;
+        src_inode.check_changeable()?;
+        npinode.check_writable()?;
+        if let Some(d) = &dst_inode {
+            npinode.check_changeable()?;
+            d.check_changeable()?;
+        }
         let now = Timestamp::now();
         if exchange {
             let (dst, dst_inode) = (
@@ -351,10 +449,26 @@ impl MemFs {
                     _ => {}
                 }
             }
+            let whiteout = match whiteout {
+                true => Some(self.make_inode(
+                    caller,
+                    &pinode,
+                    NewInode {
+                        mode: libc::S_IFCHR,
+                        umask: Some(0),
+                        rdev: 0,
+                        data: NodeData::Special,
+                    },
+                )?),
+                false => None,
+            };
             if let (Some(d), Some(victim)) = (dst, &dst_inode) {
                 if d.kind == FileKind::Directory {
                     let mut vdir = victim.dir()?.write();
                     if !vdir.is_empty() {
+                        if let Some(w) = &whiteout {
+                            self.evict_if_dead(w);
+                        }
                         return Err(Errno::ENOTEMPTY);
                     }
                     vdir.removed = true;
@@ -370,6 +484,10 @@ impl MemFs {
                 target.replace(new_name, src.ino, src.kind);
             } else {
                 target.insert(new_name, src.ino, src.kind);
+            }
+            if let Some(w) = whiteout {
+                w.nlink.store(1, Ordering::SeqCst);
+                pdir.insert(name, w.ino, w.kind);
             }
             if !same && src.kind == FileKind::Directory {
                 src_inode.dir()?.write().parent = new_parent;

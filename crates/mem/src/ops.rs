@@ -6,14 +6,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use memofs_core::{
-    Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino, Opened,
-    Result, SetAttr, StatFs, TimeSet, Timestamp, NAME_MAX,
+    inode_flags, Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino,
+    Opened, Result, SetAttr, StatFs, TimeSet, Timestamp, NAME_MAX,
 };
 
+use crate::acl::{self, Acl, AclType};
 use crate::inode::{Inode, NodeData};
+use crate::namespace::NewInode;
 use crate::regular::{RegularFile, PAGE_SIZE};
 use crate::symlink::Symlink;
-use crate::MemFs;
+use crate::{iflags, xattr, MemFs};
 
 /// Largest chunk `copy_file_range` moves at once.
 const COPY_CHUNK: u64 = 1 << 20;
@@ -21,6 +23,7 @@ const COPY_CHUNK: u64 = 1 << 20;
 impl MemFs {
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
+        inode.check_open(flags)?;
         // Linux truncates even for O_RDONLY|O_TRUNC (the kernel checked write permission).
         if flags & libc::O_TRUNC != 0 {
             file.truncate(&self.limits, 0)?;
@@ -33,6 +36,90 @@ impl MemFs {
         Ok(Opened {
             fh: flags as u32 as u64,
         })
+    }
+
+    /// A regular file to create with `mode` under the caller's `umask`.
+    fn new_file_spec(&self, mode: u32, umask: u32) -> Result<NewInode> {
+        Ok(NewInode {
+            mode: libc::S_IFREG | (mode & 0o7777),
+            umask: Some(umask),
+            rdev: 0,
+            data: NodeData::File(self.new_regular()?),
+        })
+    }
+
+    /// Sets (`value` = `Some`) or removes an ACL, with what that does to the mode (see
+    /// [`crate::acl`]). As for tmpfs: a default ACL is for directories only (`EACCES`,
+    /// but removing one from anything else succeeds), removing an absent ACL succeeds, and
+    /// `XATTR_CREATE`/`XATTR_REPLACE` do not apply.
+    fn set_acl(
+        &self,
+        caller: &Caller,
+        inode: &Inode,
+        ty: AclType,
+        value: Option<&[u8]>,
+    ) -> Result<()> {
+        let acl = match value {
+            Some(v) => Acl::from_xattr(v)?,
+            None => None,
+        };
+        if ty == AclType::Default && inode.kind != FileKind::Directory {
+            return match acl {
+                Some(_) => Err(Errno::EACCES),
+                None => Ok(()),
+            };
+        }
+        inode.check_changeable()?;
+        let in_group = ty == AclType::Default || {
+            let gid = inode.meta.lock().gid;
+            acl::caller_in_group(caller, gid)
+        };
+        let mut meta = inode.meta.lock();
+        let mut mode = meta.mode;
+        let mut keep = acl;
+        if ty == AclType::Access {
+            if let Some(a) = &keep {
+                let (m, not_equiv) = a.equiv_mode(mode);
+                mode = m;
+                keep = keep.filter(|_| not_equiv);
+            }
+            // posix_acl_update_mode: set by someone outside the file's group.
+            if !in_group {
+                mode &= !libc::S_ISGID;
+            }
+        }
+        let value = keep.map(|a| a.to_xattr());
+        {
+            let name = ty.name();
+            let mut x = inode.xattrs.lock();
+            let old = x.value(name).map_or(0, |v| xattr::cost(name, v));
+            let new = value.as_ref().map_or(0, |v| xattr::cost(name, v));
+            if new > old {
+                self.charge_meta(new - old)?;
+            } else {
+                self.uncharge_meta(old - new);
+            }
+            match &value {
+                Some(v) => x.set(name, v),
+                None => {
+                    let _ = x.remove(name);
+                }
+            }
+        }
+        meta.mode = mode;
+        drop(meta);
+        inode.set_ctime(Timestamp::now());
+        Ok(())
+    }
+}
+
+/// Rewrites `inode`'s access ACL, if any, for its new mode (`posix_acl_chmod`); the
+/// caller holds the `meta` lock, so the ACL's size does not change.
+fn chmod_acl(inode: &Inode, mode: u32) {
+    let mut x = inode.xattrs.lock();
+    if let Some(Ok(Some(mut a))) = x.value(acl::ACCESS).map(Acl::from_xattr) {
+        a.chmod(mode);
+        x.set(acl::ACCESS, &a.to_xattr());
     }
 }
 
@@ -57,6 +144,7 @@ impl Backend for MemFs {
 
     fn setattr(&self, _caller: &Caller, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let inode = self.table.get(ino)?;
+        inode.check_setattr(set)?;
         let now = Timestamp::now();
         if let Some(size) = set.size {
             // As tmpfs: a truncate updates mtime and ctime even when the size stays.
@@ -67,6 +155,7 @@ impl Backend for MemFs {
             let mut meta = inode.meta.lock();
             if let Some(mode) = set.mode {
                 meta.mode = (meta.mode & libc::S_IFMT) | (mode & 0o7777);
+                chmod_acl(&inode, meta.mode);
             }
             if let Some(uid) = set.uid {
                 meta.uid = uid;
@@ -111,7 +200,6 @@ impl Backend for MemFs {
         umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        let mode = mode & !(umask & 0o777);
         let data = match FileKind::from_mode(mode) {
             Some(FileKind::Regular) => NodeData::File(self.new_regular()?),
             Some(
@@ -124,16 +212,13 @@ impl Backend for MemFs {
             FileKind::from_mode(mode),
             Some(FileKind::CharDevice | FileKind::BlockDevice)
         );
-        Ok(self
-            .create_node(
-                caller,
-                parent,
-                name,
-                mode,
-                if special { rdev } else { 0 },
-                data,
-            )?
-            .attr())
+        let spec = NewInode {
+            mode,
+            umask: Some(umask),
+            rdev: if special { rdev } else { 0 },
+            data,
+        };
+        Ok(self.create_node(caller, parent, name, spec)?.attr())
     }
 
     fn mkdir(
@@ -144,10 +229,13 @@ impl Backend for MemFs {
         mode: u32,
         umask: u32,
     ) -> Result<Attr> {
-        let mode = libc::S_IFDIR | (mode & 0o7777 & !(umask & 0o777));
-        Ok(self
-            .create_node(caller, parent, name, mode, 0, NodeData::new_dir(parent))?
-            .attr())
+        let spec = NewInode {
+            mode: libc::S_IFDIR | (mode & 0o7777),
+            umask: Some(umask),
+            rdev: 0,
+            data: NodeData::new_dir(parent),
+        };
+        Ok(self.create_node(caller, parent, name, spec)?.attr())
     }
 
     fn unlink(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<()> {
@@ -166,22 +254,25 @@ impl Backend for MemFs {
         if t.len() >= PAGE_SIZE as usize {
             return Err(Errno::ENAMETOOLONG);
         }
-        let data = NodeData::Symlink(Symlink::new(t));
-        Ok(self
-            .create_node(caller, parent, name, libc::S_IFLNK | 0o777, 0, data)?
-            .attr())
+        let spec = NewInode {
+            mode: libc::S_IFLNK | 0o777,
+            umask: None,
+            rdev: 0,
+            data: NodeData::Symlink(Symlink::new(t)),
+        };
+        Ok(self.create_node(caller, parent, name, spec)?.attr())
     }
 
     fn rename(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         parent: Ino,
         name: &OsStr,
         new_parent: Ino,
         new_name: &OsStr,
         flags: u32,
     ) -> Result<()> {
-        self.do_rename(parent, name, new_parent, new_name, flags)
+        self.do_rename(caller, parent, name, new_parent, new_name, flags)
     }
 
     fn link(&self, _caller: &Caller, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
@@ -202,15 +293,8 @@ impl Backend for MemFs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
-        let mode = libc::S_IFREG | (mode & 0o7777 & !(umask & 0o777));
-        match self.create_node(
-            caller,
-            parent,
-            name,
-            mode,
-            0,
-            NodeData::File(self.new_regular()?),
-        ) {
+        let spec = self.new_file_spec(mode, umask)?;
+        match self.create_node(caller, parent, name, spec) {
             Ok(inode) => {
                 let opened = self.open_file(&inode, flags & !libc::O_TRUNC)?;
                 Ok((inode.attr(), opened))
@@ -223,6 +307,27 @@ impl Backend for MemFs {
                 Ok((inode.attr(), opened))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    fn tmpfile(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        let spec = self.new_file_spec(mode, umask)?;
+        let linkable = flags & libc::O_EXCL == 0;
+        let inode = self.create_unnamed(caller, parent, spec, linkable)?;
+        let open_flags = flags & !(libc::O_TMPFILE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        match self.open_file(&inode, open_flags) {
+            Ok(opened) => Ok((inode.attr(), opened)),
+            Err(e) => {
+                self.forget(inode.ino, 1);
+                Err(e)
+            }
         }
     }
 
@@ -343,7 +448,7 @@ impl Backend for MemFs {
 
     fn setxattr(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         ino: Ino,
         name: &OsStr,
         value: &[u8],
@@ -351,6 +456,11 @@ impl Backend for MemFs {
     ) -> Result<()> {
         let inode = self.table.get(ino)?;
         let name = name.as_bytes();
+        if let Some(ty) = AclType::of(name) {
+            return self.set_acl(caller, &inode, ty, Some(value));
+        }
+        xattr::check_name(name)?;
+        inode.check_changeable()?;
         {
             let mut x = inode.xattrs.lock();
             let (old, new) = x.plan_set(name, value, flags)?;
@@ -375,9 +485,15 @@ impl Backend for MemFs {
         Ok(self.table.get(ino)?.xattrs.lock().list())
     }
 
-    fn removexattr(&self, _caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
+    fn removexattr(&self, caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
         let inode = self.table.get(ino)?;
-        let freed = inode.xattrs.lock().remove(name.as_bytes())?;
+        let name = name.as_bytes();
+        if let Some(ty) = AclType::of(name) {
+            return self.set_acl(caller, &inode, ty, None);
+        }
+        xattr::check_name(name)?;
+        inode.check_changeable()?;
+        let freed = inode.xattrs.lock().remove(name)?;
         self.uncharge_meta(freed);
         inode.set_ctime(Timestamp::now());
         Ok(())
@@ -385,6 +501,7 @@ impl Backend for MemFs {
 
     fn fallocate(&self, ino: Ino, _fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let inode = self.table.get(ino)?;
+        inode.check_fallocate(mode)?;
         inode
             .file()?
             .fallocate(&self.limits, offset, length, mode)?;
@@ -408,6 +525,7 @@ impl Backend for MemFs {
         offset_out: u64,
         len: u64,
     ) -> Result<u64> {
+        self.table.get(ino_out)?.check_writable()?;
         let mut buf = Vec::new();
         let mut done = 0u64;
         while done < len {
@@ -466,7 +584,39 @@ impl Backend for MemFs {
         Capabilities {
             backing_fds: self.store.is_some(),
             sole_writer: true,
-            posix_acl: false,
+            posix_acl: true,
         }
+    }
+
+    fn get_flags(&self, ino: Ino) -> Result<u32> {
+        let inode = self.table.get(ino)?;
+        match inode.kind {
+            FileKind::Regular | FileKind::Directory => Ok(inode.visible_flags()),
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    /// As tmpfs: immutable, append-only, no-dump and no-atime; anything else is
+    /// `EOPNOTSUPP`. ctime changes even when the flags do not.
+    fn set_flags(&self, _caller: &Caller, ino: Ino, flags: u32) -> Result<()> {
+        let inode = self.table.get(ino)?;
+        if !matches!(inode.kind, FileKind::Regular | FileKind::Directory) {
+            return Err(Errno::ENOTTY);
+        }
+        if flags & !iflags::SUPPORTED != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let meta = inode.meta.lock();
+        let noatime = flags & inode_flags::NOATIME != 0;
+        if let (true, NodeData::File(RegularFile::Kernel(k))) =
+            (noatime != inode.noatime(), &inode.data)
+        {
+            // The kernel updates the data file's atime itself.
+            k.set_noatime(noatime)?;
+        }
+        inode.set_visible_flags(flags);
+        drop(meta);
+        inode.set_ctime(Timestamp::now());
+        Ok(())
     }
 }

@@ -1,10 +1,11 @@
-//! Extended attributes: `user.`, `trusted.` and `security.` namespaces, as tmpfs.
+//! Extended attributes: `user.`, `trusted.` and `security.` namespaces, and the two POSIX
+//! ACLs of the `system.` namespace (whose meaning [`crate::acl`] gives them), as tmpfs.
 
 use std::collections::BTreeMap;
 
 use memofs_core::{Errno, Result};
 
-/// Namespaces stored; others (e.g. `system.` ACLs) are `EOPNOTSUPP`.
+/// Namespaces stored; other names, but for the ACLs, are `EOPNOTSUPP`.
 const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
 
 /// Largest value, as the VFS (`XATTR_SIZE_MAX`).
@@ -23,7 +24,8 @@ struct Stored {
     charged: u64,
 }
 
-fn cost(name: &[u8], value: &[u8]) -> u64 {
+/// Bytes an attribute is charged against `size=`.
+pub fn cost(name: &[u8], value: &[u8]) -> u64 {
     (name.len() + value.len()) as u64
 }
 
@@ -35,6 +37,9 @@ pub fn check_name(name: &[u8]) -> Result<()> {
         } else {
             Errno::ERANGE
         });
+    }
+    if crate::acl::AclType::of(name).is_some() {
+        return Ok(());
     }
     match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
         Some(ns) if name.len() > ns.len() => Ok(()),
@@ -50,7 +55,8 @@ impl Xattrs {
         self.value(name).ok_or(Errno::ENODATA)
     }
 
-    fn value(&self, name: &[u8]) -> Option<&[u8]> {
+    /// Value of `name`, if set (no name check).
+    pub fn value(&self, name: &[u8]) -> Option<&[u8]> {
         Some(&self.inner.as_ref()?.map.get(name)?[..])
     }
 
@@ -116,10 +122,7 @@ mod tests {
     #[test]
     fn flags_namespaces_and_accounting() {
         let mut x = Xattrs::default();
-        assert_eq!(
-            x.plan_set(b"system.posix_acl_access", b"", 0),
-            Err(Errno::EOPNOTSUPP)
-        );
+        assert_eq!(x.plan_set(b"system.other", b"", 0), Err(Errno::EOPNOTSUPP));
         assert_eq!(x.plan_set(b"user.", b"v", 0), Err(Errno::EINVAL));
         assert_eq!(
             x.plan_set(b"user.a", b"v", libc::XATTR_REPLACE),

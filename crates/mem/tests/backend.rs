@@ -1,7 +1,5 @@
 //! In-process tests of the mem backend through the `Backend` trait: no mount.
 
-use std::ffi::OsStr;
-
 use memofs_core::atime::AtimeMode;
 use memofs_core::{
     rename_flags, AtimePolicy, Backend, Caller, Errno, FileKind, SetAttr, TimeSet, Timestamp,
@@ -9,36 +7,8 @@ use memofs_core::{
 };
 use memofs_mem::{MemConfig, MemFs};
 
-const C: Caller = Caller {
-    uid: 1000,
-    gid: 1000,
-    pid: 1,
-};
-const PAGE: u64 = 4096;
-
-fn fs() -> MemFs {
-    MemFs::new(MemConfig::default()).unwrap()
-}
-
-fn n(s: &str) -> &OsStr {
-    OsStr::new(s)
-}
-
-fn names(fs: &MemFs, dir: u64) -> Vec<String> {
-    let mut out = Vec::new();
-    fs.readdir(dir, 0, 0, false, &mut |e| {
-        out.push(e.name.to_string_lossy().into_owned());
-        true
-    })
-    .unwrap();
-    out
-}
-
-fn read_all(fs: &MemFs, ino: u64) -> Vec<u8> {
-    let mut buf = Vec::new();
-    fs.read(ino, 0, 0, u32::MAX, &mut buf).unwrap();
-    buf
-}
+mod common;
+use common::{fs, kernel_fs, n, names, read_all, C, PAGE};
 
 #[test]
 fn create_write_read_unlink_frees_everything() {
@@ -532,25 +502,6 @@ fn concurrent_writers_and_renamers_keep_counts_consistent() {
     }
     assert_eq!(files, 800);
     assert_eq!(fs.usage().bytes_used, 800 * 2 * PAGE);
-}
-
-/// The kernel-backed store (root only): same answers through the trait, data in the kernel.
-fn kernel_fs(size: u64, atime: AtimeMode) -> Option<MemFs> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: the kernel-backed store needs root");
-        return None;
-    }
-    let config = MemConfig {
-        size_limit: size,
-        kernel_data: true,
-        atime: AtimePolicy {
-            mode: atime,
-            nodiratime: false,
-        },
-        ..Default::default()
-    };
-    Some(MemFs::new(config).expect("private tmpfs"))
 }
 
 #[test]

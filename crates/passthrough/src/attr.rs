@@ -143,6 +143,32 @@ impl PassthroughFs {
         self.attr(inode)
     }
 
+    /// A read-only descriptor of `inode` for the inode-flags ioctls, which need an open
+    /// file: only regular files and directories, as through FUSE (`ENOTTY` otherwise).
+    fn open_for_flags(&self, inode: &Inode) -> Result<OwnedFd> {
+        match inode.kind {
+            FileKind::Regular => self
+                .proc
+                .reopen(inode.fd.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK),
+            FileKind::Directory => {
+                sys::at::openat(inode.fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)
+            }
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    /// The host inode's flags (`FS_IOC_GETFLAGS`).
+    pub(crate) fn inode_flags(&self, inode: &Inode) -> Result<u32> {
+        sys::io::get_flags(self.open_for_flags(inode)?.as_fd())
+    }
+
+    /// Sets the host inode's flags (`FS_IOC_SETFLAGS`), with the server's credentials: the
+    /// kernel has checked ownership and `CAP_LINUX_IMMUTABLE` for the caller, and the host
+    /// enforces what the flags mean.
+    pub(crate) fn set_inode_flags(&self, inode: &Inode, flags: u32) -> Result<()> {
+        sys::io::set_flags(self.open_for_flags(inode)?.as_fd(), flags)
+    }
+
     /// Truncates the regular file `inode` through the open handle `fh` when given, else
     /// through a short-lived write-only re-open.
     fn truncate(&self, inode: &Inode, fh: Option<u64>, size: u64) -> Result<()> {

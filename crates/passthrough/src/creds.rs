@@ -8,12 +8,20 @@
 //! `CAP_FOWNER`, `CAP_FSETID`, `CAP_MKNOD`, ...) from the thread's effective set, and moving
 //! back to 0 restores them.
 //!
+//! The umask is per filesystem context (`fs_struct`), which a process's threads share: a
+//! request thread that creates inodes first gets a context of its own (`unshare(CLONE_FS)`,
+//! once per thread) and then sets the caller's umask around each creating call
+//! ([`CallerUmask`]), passing the mode as the caller asked. The host then applies the
+//! parent's default ACL, or else the umask, exactly as it would for the caller, and never
+//! the server's own umask.
+//!
 //! FUSE does not tell the server the caller's supplementary groups, so the host sees only
 //! `fsgid`: a caller whose access comes from a supplementary group is refused by the host
 //! for the operations run this way. Only operations where the host's check or ownership
 //! matters switch (see [`crate`]); the kernel has already checked the rest with
 //! `default_permissions`, including supplementary groups.
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use memofs_core::Caller;
@@ -77,6 +85,70 @@ impl Drop for AsCaller {
     }
 }
 
+/// While alive, the thread's umask is the caller's. Not `Send`, as [`AsCaller`].
+pub(crate) struct CallerUmask {
+    old: libc::mode_t,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+thread_local! {
+    /// Whether this thread has a filesystem context of its own: `None` until tried.
+    static OWN_FS: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Gives this thread its own filesystem context (umask, current and root directory), once;
+/// false if the kernel refused (then the umask is the process's).
+fn own_fs() -> bool {
+    OWN_FS.with(|own| {
+        if let Some(done) = own.get() {
+            return done;
+        }
+        // SAFETY: unshare(CLONE_FS) only copies this thread's fs_struct; no memory is shared
+        // with the call.
+        let done = unsafe { libc::unshare(libc::CLONE_FS) } == 0;
+        if !done {
+            log::warn!(
+                "passthrough: no per-thread umask ({}): new files also get the server's umask",
+                std::io::Error::last_os_error()
+            );
+        }
+        own.set(Some(done));
+        done
+    })
+}
+
+impl CallerUmask {
+    /// Sets this thread's umask to `umask` until the guard drops; `None` when the thread
+    /// cannot have its own (the caller must then mask the mode itself).
+    pub(crate) fn set(umask: u32) -> Option<CallerUmask> {
+        if !own_fs() {
+            return None;
+        }
+        // SAFETY: umask only changes this thread's (now private) filesystem context.
+        let old = unsafe { libc::umask((umask & 0o777) as libc::mode_t) };
+        Some(CallerUmask {
+            old,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// The mode to pass to a creating call made under `guard` (from [`CallerUmask::set`]):
+    /// as asked when the host applies the umask, masked here otherwise.
+    pub(crate) fn mode(guard: &Option<CallerUmask>, mode: u32, umask: u32) -> u32 {
+        match guard {
+            Some(_) => mode,
+            None => mode & !(umask & 0o777),
+        }
+    }
+}
+
+impl Drop for CallerUmask {
+    fn drop(&mut self) {
+        // SAFETY: as in `set`.
+        unsafe { libc::umask(self.old) };
+    }
+}
+
 /// This thread's current `(fsuid, fsgid)`.
 pub(crate) fn current() -> (u32, u32) {
     (setfsuid(QUERY), setfsgid(QUERY))
@@ -109,6 +181,29 @@ mod tests {
         let g = AsCaller::switch(&Caller { uid, gid, pid: 0 });
         assert!(g.old.is_none());
         assert_eq!(current(), (uid, gid));
+    }
+
+    #[test]
+    fn umask_is_per_thread_and_restored() {
+        // SAFETY: umask(2) with a valid mask; reads the value back at once.
+        let process = || unsafe {
+            let u = libc::umask(0o022);
+            libc::umask(u);
+            u
+        };
+        let before = process();
+        std::thread::spawn(move || {
+            let guard = CallerUmask::set(0o077);
+            assert!(guard.is_some(), "unshare(CLONE_FS) works in a thread");
+            assert_eq!(process(), 0o077);
+            assert_eq!(CallerUmask::mode(&guard, 0o666, 0o077), 0o666);
+            drop(guard);
+            assert_eq!(process(), before);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(process(), before, "the process's umask is untouched");
+        assert_eq!(CallerUmask::mode(&None, 0o666, 0o027), 0o640);
     }
 
     #[test]

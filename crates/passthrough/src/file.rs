@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
 
+use crate::creds::CallerUmask;
 use crate::handles::OpenFile;
 use crate::inode::Inode;
 use crate::sys;
@@ -94,36 +95,71 @@ impl PassthroughFs {
         self.open_inode(&inode, self.file_flags(flags))
     }
 
-    /// CREATE, with the caller's credentials. The file is created with `O_EXCL`; if the name
-    /// exists (made on the host after the kernel cached it as missing) and the caller did
-    /// not ask for `O_EXCL`, the existing file is opened as `open(2)` would, still with the
-    /// caller's credentials since the kernel did not check this file.
+    /// CREATE, with the caller's credentials and umask. The file is created with `O_EXCL`;
+    /// if the name exists (made on the host after the kernel cached it as missing) and the
+    /// caller did not ask for `O_EXCL`, the existing file is opened as `open(2)` would, still
+    /// with the caller's credentials since the kernel did not check this file.
     pub(crate) fn create_file(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
         let dir = self.table.get(parent)?;
         let name = crate::name::component(name)?;
         let exclusive = flags & libc::O_EXCL != 0;
         let flags = self.file_flags(flags);
-        let create = |f: i32| {
-            let f = (f & CREATE_FLAGS) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-            sys::at::openat2(dir.fd.as_fd(), &name, f, mode & 0o7777, self.resolve)
-        };
         let changes = self.table.host_changes();
-        let created = {
-            let _creds = self.as_caller(caller);
-            self.open_noatime(false, flags, create)
-        };
+        let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let created = self.create_as_caller(caller, &dir, &name, (mode, umask), flags | how);
         match created {
             Ok(fd) => self.register_created(fd, flags, changes),
             Err(Errno::EEXIST) if !exclusive => self.open_existing(caller, &dir, &name, flags),
             Err(e) => Err(e),
         }
+    }
+
+    /// TMPFILE: `openat(parent, ".", O_TMPFILE)` on the host with the caller's credentials
+    /// and umask. The inode enters the table with no name; LINK can give it one (unless
+    /// `O_EXCL`), as `linkat(fd, "", AT_EMPTY_PATH)` would.
+    pub(crate) fn tmpfile_file(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        let dir = self.table.get(parent)?;
+        let exclusive = flags & libc::O_EXCL;
+        let flags = self.file_flags(flags) & !libc::O_TRUNC;
+        let changes = self.table.host_changes();
+        let how = libc::O_TMPFILE | exclusive;
+        let created = self.create_as_caller(caller, &dir, c".", (mode, umask), flags | how)?;
+        self.register_created(created, flags, changes)
+    }
+
+    /// Opens `name` in `dir` with `flags` (the creating ones included, kept whatever
+    /// [`CREATE_FLAGS`] says) as the caller, with the caller's umask and `(mode, umask)`.
+    fn create_as_caller(
+        &self,
+        caller: &Caller,
+        dir: &Inode,
+        name: &CStr,
+        (mode, umask): (u32, u32),
+        flags: i32,
+    ) -> Result<OwnedFd> {
+        let how = flags & (libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_TMPFILE);
+        let _creds = self.as_caller(caller);
+        let guard = CallerUmask::set(umask);
+        let mode = CallerUmask::mode(&guard, mode, umask) & 0o7777;
+        self.open_noatime(false, flags & !how, |f| {
+            let f = (f & CREATE_FLAGS) | how;
+            sys::at::openat2(dir.fd.as_fd(), name, f, mode, self.resolve)
+        })
     }
 
     /// Enters a file just created through `fd` into the inode table (its `O_PATH`

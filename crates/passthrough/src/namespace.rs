@@ -14,6 +14,7 @@ use std::sync::Arc;
 use memofs_core::{rename_flags, Attr, Caller, Errno, Ino, Result, ROOT_INO};
 
 use crate::attr::{attr_of, host_dev};
+use crate::creds::CallerUmask;
 use crate::fd::ProcSelf;
 use crate::inode::{HostId, Inode};
 use crate::name::{self, Lookup};
@@ -100,30 +101,35 @@ impl PassthroughFs {
         Ok(self.lookup_name(&dir, &name)?.1)
     }
 
-    /// MKNOD (`rdev` in the kernel's FUSE encoding).
+    /// MKNOD (`rdev` in the kernel's FUSE encoding), under the caller's `umask`.
     pub(crate) fn mknod_node(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
         self.make_node(caller, parent, name, |dir, name| {
+            let guard = CallerUmask::set(umask);
+            let mode = CallerUmask::mode(&guard, mode, umask);
             sys::at::mknodat(dir, name, mode, host_dev(rdev))
         })
     }
 
-    /// MKDIR.
+    /// MKDIR, under the caller's `umask`.
     pub(crate) fn mkdir_node(
         &self,
         caller: &Caller,
         parent: Ino,
         name: &OsStr,
         mode: u32,
+        umask: u32,
     ) -> Result<Attr> {
         self.make_node(caller, parent, name, |dir, name| {
-            sys::at::mkdirat(dir, name, mode)
+            let guard = CallerUmask::set(umask);
+            sys::at::mkdirat(dir, name, CallerUmask::mode(&guard, mode, umask))
         })
     }
 

@@ -46,7 +46,7 @@ impl Backend for PassthroughFs {
         umask: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        self.mknod_node(caller, parent, name, mode & !(umask & 0o777), rdev)
+        self.mknod_node(caller, parent, name, mode, umask, rdev)
     }
 
     fn mkdir(
@@ -57,7 +57,7 @@ impl Backend for PassthroughFs {
         mode: u32,
         umask: u32,
     ) -> Result<Attr> {
-        self.mkdir_node(caller, parent, name, mode & !(umask & 0o777))
+        self.mkdir_node(caller, parent, name, mode, umask)
     }
 
     fn unlink(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<()> {
@@ -101,7 +101,18 @@ impl Backend for PassthroughFs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
-        self.create_file(caller, parent, name, mode & !(umask & 0o777), flags)
+        self.create_file(caller, parent, name, mode, umask, flags)
+    }
+
+    fn tmpfile(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        self.tmpfile_file(caller, parent, mode, umask, flags)
     }
 
     fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
@@ -235,6 +246,14 @@ impl Backend for PassthroughFs {
             }
             Err(_) => false,
         }
+    }
+
+    fn get_flags(&self, ino: Ino) -> Result<u32> {
+        self.inode_flags(&*self.table.get(ino)?)
+    }
+
+    fn set_flags(&self, _caller: &Caller, ino: Ino, flags: u32) -> Result<()> {
+        self.set_inode_flags(&*self.table.get(ino)?, flags)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1,82 +1,81 @@
-//! The ioctls a FUSE server sees: the kernel's `fileattr` calls (`chattr`, `lsattr`,
-//! `FS_IOC_GETFLAGS`/`SETFLAGS`, `FS_IOC_FSGETXATTR`/`FSSETXATTR` on a file or directory of
-//! the mount arrive as these four), mapped onto the backend's inode flags.
+//! The inode-flag ioctls the kernel sends as FUSE_IOCTL (`chattr`, `lsattr`, `xfs_io
+//! lsattr/chattr`): `FS_IOC_GETFLAGS`/`FS_IOC_SETFLAGS` carry the flags as they are,
+//! `FS_IOC_FSGETXATTR`/`FS_IOC_FSSETXATTR` a `struct fsxattr` whose `fsx_xflags` translate to
+//! and from them as the kernel's `fileattr_fill_flags`/`fileattr_fill_xflags` do. Both map
+//! onto [`Backend::get_flags`]/[`Backend::set_flags`]; extent sizes, project ids and xflags
+//! with no flag equivalent are `EOPNOTSUPP`, as on tmpfs. Other commands are `ENOTTY`.
 
+use memofs_core::inode_flags::{APPEND, DAX, IMMUTABLE, NOATIME, NODUMP, PROJINHERIT, SYNC};
 use memofs_core::{Backend, Caller, Errno, Ino, Result};
 
-/// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`).
-const GETFLAGS: u32 = 0x8008_6601;
-/// `FS_IOC_SETFLAGS` (`_IOW('f', 2, long)`).
-const SETFLAGS: u32 = 0x4008_6602;
-/// `FS_IOC_FSGETXATTR` (`_IOR('X', 31, struct fsxattr)`).
-const FSGETXATTR: u32 = 0x801c_581f;
-/// `FS_IOC_FSSETXATTR` (`_IOW('X', 32, struct fsxattr)`).
-const FSSETXATTR: u32 = 0x401c_5820;
-/// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid, cowextsize, 8 pad bytes.
+const FS_IOC_GETFLAGS: u32 = libc::FS_IOC_GETFLAGS as u32;
+const FS_IOC_SETFLAGS: u32 = libc::FS_IOC_SETFLAGS as u32;
+/// `_IOR('X', 31, struct fsxattr)`.
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `_IOW('X', 32, struct fsxattr)`.
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+
+/// Size of `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 spare bytes.
 const FSXATTR_SIZE: usize = 28;
 
-/// `FS_*_FL` inode flags and the `FS_XFLAG_*` flags that mean the same.
-const FLAG_PAIRS: [(u32, u32); 5] = [
-    (0x0000_0008, 0x0000_0020), // FS_SYNC_FL, FS_XFLAG_SYNC
-    (0x0000_0010, 0x0000_0008), // FS_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE
-    (0x0000_0020, 0x0000_0010), // FS_APPEND_FL, FS_XFLAG_APPEND
-    (0x0000_0040, 0x0000_0080), // FS_NODUMP_FL, FS_XFLAG_NODUMP
-    (0x0000_0080, 0x0000_0040), // FS_NOATIME_FL, FS_XFLAG_NOATIME
+/// Each flag with its `FS_XFLAG_*` twin (`FS_COMMON_FL` and `FS_XFLAG_COMMON`).
+const XFLAGS: [(u32, u32); 7] = [
+    (SYNC, 0x20),
+    (IMMUTABLE, 0x08),
+    (APPEND, 0x10),
+    (NODUMP, 0x80),
+    (NOATIME, 0x40),
+    (DAX, 0x8000),
+    (PROJINHERIT, 0x200),
 ];
 
 fn to_xflags(flags: u32) -> u32 {
-    FLAG_PAIRS
+    XFLAGS
         .iter()
         .filter(|(f, _)| flags & f != 0)
         .fold(0, |x, (_, xf)| x | xf)
 }
 
-fn from_xflags(xflags: u32) -> Result<u32> {
-    let known = FLAG_PAIRS.iter().fold(0, |x, (_, xf)| x | xf);
-    if xflags & !known != 0 {
-        return Err(Errno::EOPNOTSUPP);
-    }
-    Ok(FLAG_PAIRS
-        .iter()
-        .filter(|(_, xf)| xflags & xf != 0)
-        .fold(0, |f, (fl, _)| f | fl))
+fn u32_at(data: &[u8], at: usize) -> Result<u32> {
+    let bytes = data.get(at..at + 4).ok_or(Errno::EINVAL)?;
+    Ok(u32::from_ne_bytes(bytes.try_into().expect("4 bytes")))
 }
 
-fn u32_at(input: &[u8], at: usize) -> Result<u32> {
-    input
-        .get(at..at + 4)
-        .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or_default()))
-        .ok_or(Errno::EINVAL)
-}
-
-/// Runs ioctl `cmd` with `input` on inode `ino`; returns the output argument.
-pub(crate) fn ioctl<B: Backend>(
+/// Runs the ioctl `cmd` with input `data` on inode `ino`; returns the output bytes.
+pub(crate) fn ioctl<B: Backend + ?Sized>(
     backend: &B,
     caller: &Caller,
     ino: Ino,
     cmd: u32,
-    input: &[u8],
+    data: &[u8],
 ) -> Result<Vec<u8>> {
     match cmd {
-        GETFLAGS => Ok(backend.get_flags(ino)?.to_ne_bytes().to_vec()),
-        SETFLAGS => backend
-            .set_flags(caller, ino, u32_at(input, 0)?)
-            .map(|()| Vec::new()),
-        FSGETXATTR => {
+        FS_IOC_GETFLAGS => Ok(backend.get_flags(ino)?.to_ne_bytes().to_vec()),
+        FS_IOC_SETFLAGS => backend
+            .set_flags(caller, ino, u32_at(data, 0)?)
+            .map(|()| vec![]),
+        FS_IOC_FSGETXATTR => {
             let mut out = vec![0u8; FSXATTR_SIZE];
             out[..4].copy_from_slice(&to_xflags(backend.get_flags(ino)?).to_ne_bytes());
             Ok(out)
         }
-        FSSETXATTR => {
-            // extsize, projid and cowextsize (offsets 4, 12, 16) have no meaning here.
-            if [4, 12, 16]
-                .iter()
-                .any(|&at| u32_at(input, at).is_ok_and(|v| v != 0))
-            {
+        FS_IOC_FSSETXATTR => {
+            let xflags = u32_at(data, 0)?;
+            let (extsize, projid, cowextsize) =
+                (u32_at(data, 4)?, u32_at(data, 12)?, u32_at(data, 16)?);
+            let common = XFLAGS.iter().fold(0, |x, (_, xf)| x | xf);
+            if xflags & !common != 0 || extsize != 0 || projid != 0 || cowextsize != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
-            let flags = from_xflags(u32_at(input, 0)?)?;
-            backend.set_flags(caller, ino, flags).map(|()| Vec::new())
+            // As the VFS does: flags with no xflag twin stay as they are.
+            let all_common = XFLAGS.iter().fold(0, |x, (f, _)| x | f);
+            let mut flags = backend.get_flags(ino)? & !all_common;
+            for (f, xf) in XFLAGS {
+                if xflags & xf != 0 {
+                    flags |= f;
+                }
+            }
+            backend.set_flags(caller, ino, flags).map(|()| vec![])
         }
         _ => Err(Errno::ENOTTY),
     }
@@ -87,10 +86,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn xflags_map_both_ways() {
-        let all = 0x08 | 0x10 | 0x20 | 0x40 | 0x80;
-        assert_eq!(from_xflags(to_xflags(all)), Ok(all));
-        assert_eq!(to_xflags(0x10), 0x08);
-        assert_eq!(from_xflags(0x1000), Err(Errno::EOPNOTSUPP));
+    fn xflags_translate_as_the_kernel_does() {
+        assert_eq!(to_xflags(IMMUTABLE | NOATIME | NODUMP), 0x08 | 0x40 | 0x80);
+        assert_eq!(
+            to_xflags(0x0008_0000),
+            0,
+            "flags with no twin have no xflag"
+        );
+        assert_eq!(FS_IOC_GETFLAGS, 0x8008_6601);
+        assert_eq!(FS_IOC_SETFLAGS, 0x4008_6602);
     }
 }

@@ -125,6 +125,23 @@ pub fn which(tool: &str) -> Option<std::path::PathBuf> {
         })
 }
 
+/// Runs the tool `args[0]` with the other `args` and `path`, and returns what it printed;
+/// panics with its error output if it fails.
+pub fn tool(args: &[&str], path: &std::path::Path) -> String {
+    let out = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", args[0]));
+    assert!(
+        out.status.success(),
+        "{args:?} {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A byte pattern that differs from position to position and from seed to seed.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut r = Rng::new(seed);

@@ -536,3 +536,95 @@ pub fn umask() -> u32 {
         u as u32
     }
 }
+
+/// Runs `f` on a new thread with a filesystem context (`unshare(CLONE_FS)`) of its own whose
+/// umask is `umask`, so the process's umask, which other tests read, stays as it is. A
+/// memofs server spawned from that thread inherits the umask.
+pub fn with_umask<T: Send>(umask: u32, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: unshare(CLONE_FS) copies this thread's fs context; umask then changes
+            // only that copy.
+            unsafe {
+                assert_eq!(libc::unshare(libc::CLONE_FS), 0, "unshare(CLONE_FS)");
+                libc::umask(umask as libc::mode_t);
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// A read-only descriptor of a file or directory, for the inode-flag ioctls.
+fn open_for_ioctl(p: &Path) -> io::Result<File> {
+    open(p, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+}
+
+/// `ioctl(FS_IOC_GETFLAGS)`: the inode flags (`lsattr`).
+pub fn get_flags(p: impl AsRef<Path>) -> io::Result<u32> {
+    let f = open_for_ioctl(p.as_ref())?;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer; the descriptor is open.
+    check(unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) })?;
+    Ok(flags as u32)
+}
+
+/// `ioctl(FS_IOC_SETFLAGS)` (`chattr`).
+pub fn set_flags(p: impl AsRef<Path>, flags: u32) -> io::Result<()> {
+    let f = open_for_ioctl(p.as_ref())?;
+    let flags = flags as libc::c_int;
+    // SAFETY: FS_IOC_SETFLAGS reads one int through the pointer; the descriptor is open.
+    check(unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) }).map(drop)
+}
+
+/// `FS_IOC_FSGETXATTR`: `struct fsxattr` as `[xflags, extsize, nextents, projid, cowextsize]`.
+pub fn fsgetxattr(p: impl AsRef<Path>) -> io::Result<[u32; 5]> {
+    const FS_IOC_FSGETXATTR: libc::c_ulong = 0x801c_581f;
+    let f = open_for_ioctl(p.as_ref())?;
+    let mut x = [0u32; 7];
+    // SAFETY: the kernel writes a 28-byte struct fsxattr into `x`, which has room for it.
+    check(unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FSGETXATTR, x.as_mut_ptr()) })?;
+    Ok([x[0], x[1], x[2], x[3], x[4]])
+}
+
+/// `FS_IOC_FSSETXATTR` with `xflags` and an extent size hint (the other fields 0).
+pub fn fssetxattr(p: impl AsRef<Path>, xflags: u32, extsize: u32) -> io::Result<()> {
+    const FS_IOC_FSSETXATTR: libc::c_ulong = 0x401c_5820;
+    let f = open_for_ioctl(p.as_ref())?;
+    let x = [xflags, extsize, 0, 0, 0, 0, 0u32];
+    // SAFETY: the kernel reads a 28-byte struct fsxattr from `x`.
+    check(unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FSSETXATTR, x.as_ptr()) }).map(drop)
+}
+
+/// Birth time by `statx(STATX_BTIME)`, as `(seconds, nanoseconds)`; `None` when the
+/// filesystem does not report one.
+pub fn btime(p: impl AsRef<Path>) -> io::Result<Option<(i64, u32)>> {
+    let p = cpath(p);
+    let mut st = std::mem::MaybeUninit::<libc::statx>::uninit();
+    // SAFETY: `p` is NUL-terminated and `st` has room for a struct statx.
+    check(unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BTIME,
+            st.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: statx succeeded and filled `st`.
+    let st = unsafe { st.assume_init() };
+    Ok((st.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)))
+}
+
+/// A POSIX ACL as the kernel's xattr value: version 2, then `(e_tag, e_perm, e_id)` entries.
+pub fn acl_xattr(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}

@@ -588,3 +588,22 @@ fn block_counts_follow_allocation() {
         sparse.blocks()
     );
 }
+
+#[test]
+fn statx_reports_the_birth_time() {
+    let m = need_mount!();
+    let before = sys::now();
+    ok!(fs::write(m.join("f"), b""));
+    let born = ok!(sys::btime(m.join("f"))).expect("statx has STATX_BTIME");
+    // File times come from the coarse clock, which may lag `now` by a tick.
+    assert!(
+        (born.0 - before.0).abs() <= 2,
+        "birth time is the creation's: {born:?}"
+    );
+    ok!(sys::utimensat(m.join("f"), Ts::At(1, 0), Ts::At(1, 0), 0));
+    assert_eq!(
+        ok!(sys::btime(m.join("f"))),
+        Some(born),
+        "utimensat leaves it"
+    );
+}

@@ -2,7 +2,7 @@
 //! go through to the host, host-side changes show up, and ownership follows the caller.
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, MetadataExt};
 use std::path::Path;
 use std::time::Duration;
 
@@ -325,4 +325,52 @@ fn created_files_belong_to_the_caller_on_the_host() {
             "a user reading a 0600 root file through the export"
         );
     });
+}
+
+/// Modes of a file, a directory, a FIFO and a regular file made by mknod, created as `name-*` under `umask`.
+fn create_modes(m: &Mount, host: &Mount, name: &str, umask: u32) -> [u32; 4] {
+    let p = |what: &str| m.join(format!("{name}-{what}"));
+    sys::with_umask(umask, || {
+        ok!(sys::open(p("f"), libc::O_CREAT | libc::O_WRONLY, 0o620));
+        ok!(fs::DirBuilder::new().mode(0o777).create(p("d")));
+        ok!(sys::mkfifo(p("p"), 0o620));
+        ok!(sys::mknod(p("n"), libc::S_IFREG | 0o666, 0));
+    });
+    ["f", "d", "p", "n"].map(|w| {
+        let on_host = ok!(fs::symlink_metadata(host.join(format!("{name}-{w}"))));
+        on_host.mode() & 0o7777
+    })
+}
+
+/// pjdfstest's open/02, open/03, chmod/12 and rename/21 create with a umask of their own:
+/// the server's (077 here) must never show.
+#[test]
+fn created_modes_follow_the_callers_umask_never_the_servers() {
+    if !is_root() {
+        skip!("needs root to mount");
+    }
+    let (host, m) = sys::with_umask(0o077, || export().expect("root"));
+    assert_eq!(
+        create_modes(&m, &host, "u0", 0),
+        [0o620, 0o777, 0o620, 0o666]
+    );
+    assert_eq!(
+        create_modes(&m, &host, "u22", 0o022),
+        [0o600, 0o755, 0o600, 0o644]
+    );
+    // A host default ACL (user::rwx group::rwx other::---) replaces the caller's umask.
+    ok!(fs::create_dir(host.join("acl")));
+    let acl = sys::acl_xattr(&[
+        (0x01, 7, u32::MAX),
+        (0x04, 7, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ]);
+    ok!(sys::setxattr(
+        host.join("acl"),
+        "system.posix_acl_default",
+        &acl,
+        0
+    ));
+    sys::with_umask(0o077, || ok!(fs::write(m.join("acl/f"), b"")));
+    assert_eq!(ok!(fs::metadata(host.join("acl/f"))).mode() & 0o777, 0o660);
 }

@@ -116,6 +116,21 @@ pub(crate) fn copy_file_range(
     })
 }
 
+/// `ioctl(FS_IOC_GETFLAGS)`: the inode flags (`lsattr`).
+pub(crate) fn get_flags(fd: BorrowedFd<'_>) -> Result<u32> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer; `fd` is open.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) })?;
+    Ok(flags as u32)
+}
+
+/// `ioctl(FS_IOC_SETFLAGS)` (`chattr`).
+pub(crate) fn set_flags(fd: BorrowedFd<'_>, flags: u32) -> Result<()> {
+    let flags = flags as libc::c_int;
+    // SAFETY: FS_IOC_SETFLAGS reads one int through the pointer; `fd` is open.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) }).map(drop)
+}
+
 /// `fstatfs` (works on `O_PATH` descriptors).
 pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
     let mut st = MaybeUninit::<libc::statfs>::uninit();
