@@ -5,7 +5,8 @@
 //! nodes, FIFOs and sockets carry no data. [`inode`] holds what every kind shares
 //! (attributes, timestamps, link and lookup counts, the atime choke point) and the inode
 //! table; [`namespace`] implements the operations that change names; [`xattr`] extended
-//! attributes; [`limits`] the `size=`/`nr_inodes=` accounting.
+//! attributes; [`limits`] the `size=`/`nr_inodes=` accounting and [`machine`] the bound the
+//! machine's free memory puts on it; [`pages`] a page-store file's page map.
 //!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
@@ -23,8 +24,10 @@ pub mod backing;
 pub mod dir;
 pub mod inode;
 pub mod limits;
+pub mod machine;
 mod namespace;
 mod ops;
+pub mod pages;
 pub mod reclaim;
 pub mod regular;
 pub mod symlink;
