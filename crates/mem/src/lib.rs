@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod backing;
+mod copy;
 pub mod dir;
 pub mod inode;
 pub mod limits;
