@@ -91,13 +91,7 @@ fn times_past_2262_reach_the_host_through_passthrough() {
     );
 }
 
-// The two tests below fail only in the transport: fuser 0.18 turns SETATTR's (-1 s, 5e8 ns)
-// into -1.5 s before the backend sees it (its decoder subtracts the nanoseconds from a
-// negative second). The backends keep these times exactly (crates/mem/tests/bounds.rs,
-// crates/passthrough/tests/times.rs).
-
 #[test]
-#[ignore = "needs the own protocol encoder"]
 fn fractions_of_a_second_before_1970_round_trip() {
     let Some(m) = mem() else {
         skip!("needs root to mount")
@@ -106,7 +100,6 @@ fn fractions_of_a_second_before_1970_round_trip() {
 }
 
 #[test]
-#[ignore = "needs the own protocol encoder"]
 fn fractions_of_a_second_before_1970_reach_the_host_through_passthrough() {
     let Some((host, m)) = export() else {
         skip!("needs root to mount")
