@@ -243,3 +243,27 @@ fn times_round_trip_over_the_kernels_range() {
         }
     }
 }
+
+#[test]
+fn readdir_from_any_offset_answers_from_what_exists() {
+    let fs = Arc::new(MemFs::new(MemConfig::default()).unwrap());
+    for i in 0..100 {
+        create(&fs, &format!("f{i}"));
+    }
+    let count = |offset: u64| {
+        let fs = fs.clone();
+        answers("readdir", move || {
+            let mut n = 0;
+            fs.readdir(ROOT_INO, 0, offset, false, &mut |_| {
+                n += 1;
+                true
+            })
+            .unwrap();
+            n
+        })
+    };
+    assert_eq!(count(0), 102, "`.`, `..` and every entry");
+    assert_eq!(count(2), 100);
+    assert_eq!(count(u64::MAX / 2), 0);
+    assert_eq!(count(u64::MAX), 0);
+}
