@@ -7,6 +7,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use memofs_core::time::EDGE_TIMES;
 use memofs_core::{Backend, Caller, Errno, SetAttr, TimeSet, Timestamp, ROOT_INO};
 use memofs_mem::{MemConfig, MemFs};
 
@@ -189,32 +190,14 @@ fn copying_a_petabyte_hole_allocates_nothing() {
     }
 }
 
-/// Seconds of 0001-01-01, 2500-01-01 and 9999-12-31 23:59:59 UTC.
-const YEAR_1: i64 = -62_135_596_800;
-const YEAR_2500: i64 = 16_725_225_600;
-const YEAR_9999: i64 = 253_402_300_799;
-
-/// Times a caller may set, as `(seconds, nanoseconds)` of a `timespec`: -0.5 s, -1 ns,
-/// whole and fractional seconds before 1970, and years tmpfs stores beyond 2262.
-pub const TIMES: [(i64, u32); 8] = [
-    (-1, 500_000_000),
-    (-1, 999_999_999),
-    (-1_000_000, 0),
-    (-86_401, 123_456_789),
-    (YEAR_1, 1),
-    (YEAR_2500, 0),
-    (YEAR_9999, 999_999_999),
-    (1_700_000_000, 42),
-];
-
 #[test]
 fn times_round_trip_over_the_kernels_range() {
     for (mode, fs) in unlimited() {
         let (f, _) = create(&fs, "f");
-        for (i, &(sec, nsec)) in TIMES.iter().enumerate() {
+        for (i, &(sec, nsec)) in EDGE_TIMES.iter().enumerate() {
             let t = Timestamp::from_timespec(sec, nsec);
             // atime and mtime set apart, so neither can be read for the other.
-            let other = Timestamp::from_timespec(TIMES[(i + 1) % TIMES.len()].0, 0);
+            let other = Timestamp::from_timespec(EDGE_TIMES[(i + 1) % EDGE_TIMES.len()].0, 0);
             let set = SetAttr {
                 atime: Some(TimeSet::At(t)),
                 mtime: Some(TimeSet::At(other)),

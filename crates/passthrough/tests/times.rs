@@ -7,25 +7,9 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 
 use common::{n, setup_tmpfs};
+use memofs_core::time::EDGE_TIMES;
 use memofs_core::{Backend, Caller, SetAttr, TimeSet, Timestamp, ROOT_INO};
 use memofs_passthrough::PassthroughConfig;
-
-/// Seconds of 0001-01-01, 2500-01-01 and 9999-12-31 23:59:59 UTC.
-const YEAR_1: i64 = -62_135_596_800;
-const YEAR_2500: i64 = 16_725_225_600;
-const YEAR_9999: i64 = 253_402_300_799;
-
-/// `(seconds, nanoseconds)` as a `timespec` has them: -0.5 s, -1 ns, other times before
-/// 1970, and years beyond 2262.
-const TIMES: [(i64, u32); 7] = [
-    (-1, 500_000_000),
-    (-1, 999_999_999),
-    (-86_401, 123_456_789),
-    (YEAR_1, 1),
-    (YEAR_2500, 0),
-    (YEAR_9999, 999_999_999),
-    (1_700_000_000, 42),
-];
 
 #[test]
 fn times_reach_the_host_and_come_back_exactly() {
@@ -37,7 +21,7 @@ fn times_reach_the_host_and_come_back_exactly() {
     let (attr, o) = fs
         .create(&Caller::ROOT, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
         .unwrap();
-    for &(sec, nsec) in &TIMES {
+    for &(sec, nsec) in &EDGE_TIMES {
         let t = Timestamp::from_timespec(sec, nsec);
         let set = SetAttr {
             atime: Some(TimeSet::At(t)),
