@@ -38,7 +38,7 @@ impl Default for AtimePolicy {
 }
 
 /// relatime refreshes an atime older than this even when it is newer than mtime and ctime.
-pub const RELATIME_MAX_AGE_NS: i64 = 24 * 3600 * 1_000_000_000;
+pub const RELATIME_MAX_AGE_NS: i128 = 24 * 3600 * 1_000_000_000;
 
 impl AtimePolicy {
     /// The rule as mount options spell it (`relatime`, `noatime,nodiratime`, ...).
@@ -89,7 +89,7 @@ impl AtimePolicy {
 mod tests {
     use super::*;
 
-    const S: i64 = 1_000_000_000;
+    const S: i128 = 1_000_000_000;
 
     #[test]
     fn relatime_rules() {
@@ -130,6 +130,6 @@ mod tests {
             mode: AtimeMode::Noatime,
             nodiratime: false,
         };
-        assert!(!no.needs_update(false, t, t, t, Timestamp(i64::MAX)));
+        assert!(!no.needs_update(false, t, t, t, Timestamp::MAX));
     }
 }

@@ -27,5 +27,5 @@ pub use cache::CachePolicy;
 pub use errno::{Errno, Result};
 pub use invalidate::Invalidator;
 pub use ops::Backend;
-pub use time::Timestamp;
+pub use time::{AtomicTimestamp, Timestamp};
 pub use types::*;

@@ -146,7 +146,9 @@ pub trait Backend: Send + Sync + 'static {
     fn fallocate(&self, ino: Ino, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()>;
     /// `SEEK_DATA` / `SEEK_HOLE` (the kernel handles the other whences).
     fn lseek(&self, ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64>;
-    /// Copies a range between two open files; returns bytes copied.
+    /// Copies a range between two open files; returns bytes copied, never more than a FUSE
+    /// reply's 32-bit count holds (a shorter count than asked is allowed, as for
+    /// copy_file_range(2)).
     #[allow(clippy::too_many_arguments)]
     fn copy_file_range(
         &self,

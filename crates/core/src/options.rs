@@ -228,7 +228,7 @@ pub fn option_docs() -> Vec<OptionDoc> {
         d(
             "size=BYTES|N%",
             format!("{DEFAULT_SIZE_PERCENT}%"),
-            "limit on file data and xattrs (k/m/g/t suffixes, % of RAM, 0 = unlimited)",
+            "limit on file data and xattrs (k/m/g/t suffixes, % of RAM, 0 = only the machine's memory)",
         ),
         d(
             "nr_inodes=N",

@@ -28,6 +28,11 @@ use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, Errno, Result, Timestamp};
 use parking_lot::Mutex;
 
+use crate::machine::Machine;
+
+/// Page size of the private tmpfs.
+const PAGE: u64 = 4096;
+
 /// The private tmpfs holding file data.
 pub struct BackingStore {
     root: Arc<OwnedFd>,
@@ -138,7 +143,6 @@ impl BackingStore {
     /// Makes the ballast hold `bytes` (rounded up to pages) of the private tmpfs: `ENOSPC`
     /// when file data already uses the room.
     pub fn set_ballast(&self, bytes: u64) -> Result<()> {
-        const PAGE: u64 = 4096;
         let mut b = self.ballast.lock();
         let pages = bytes.div_ceil(PAGE);
         if pages > b.1 {
@@ -393,26 +397,91 @@ impl KernelFile {
         Ok(self.file()?.set_len(size)?)
     }
 
-    /// fallocate(2), as the kernel's tmpfs supports it.
-    pub fn fallocate(&self, offset: u64, len: u64, mode: i32) -> Result<()> {
+    /// fallocate(2), as the kernel's tmpfs supports it. An allocation the machine cannot
+    /// hold fails with `ENOSPC` first (see [`crate::machine`]): the kernel would allocate
+    /// it page by page, and a private tmpfs mounted with `size=0` has no limit of its own.
+    pub fn fallocate(&self, machine: &Machine, offset: u64, len: u64, mode: i32) -> Result<()> {
         let file = self.file()?;
-        // SAFETY: plain syscall on an open fd with integer arguments.
-        if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) } != 0 {
-            return Err(Errno::last());
+        if mode & libc::FALLOC_FL_PUNCH_HOLE == 0 {
+            let end = offset.saturating_add(len);
+            let pages = end.div_ceil(PAGE) - offset / PAGE;
+            let need = pages.saturating_mul(PAGE);
+            if machine.check(need).is_err() {
+                // Only what is not allocated yet needs room.
+                let held = allocated_in(&file, offset, end)?;
+                machine.check(need.saturating_sub(held))?;
+            }
+        }
+        fallocate(&file, mode, offset, len)
+    }
+
+    /// Makes `[offset, offset + len)` a hole and extends the file to cover it (a copied
+    /// hole), allocating at most the last page.
+    pub fn zero_range(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .filter(|e| *e <= i64::MAX as u64)
+            .ok_or(Errno::EFBIG)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let file = self.file()?;
+        fallocate(
+            &file,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )?;
+        // A zero byte written at the end extends the file only if it is shorter, in one
+        // step (a concurrent write past `end` is never cut back); it lies inside the hole.
+        if file.metadata()?.len() < end {
+            file.write_at(&[0], end - 1)?;
         }
         Ok(())
     }
 
     /// `SEEK_DATA` / `SEEK_HOLE`.
     pub fn seek(&self, offset: u64, whence: i32) -> Result<u64> {
-        let file = self.file()?;
-        // SAFETY: plain syscall on an open fd with integer arguments.
-        let r = unsafe { libc::lseek(file.as_raw_fd(), offset as i64, whence) };
-        if r < 0 {
-            return Err(Errno::last());
-        }
-        Ok(r as u64)
+        lseek(&*self.file()?, offset, whence)
     }
+}
+
+fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> Result<()> {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Err(Errno::EFBIG);
+    };
+    // SAFETY: plain syscall on an open fd with integer arguments.
+    if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+fn lseek(file: &File, offset: u64, whence: i32) -> Result<u64> {
+    let offset = i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+    // SAFETY: plain syscall on an open fd with integer arguments.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(r as u64)
+}
+
+/// Bytes of data the kernel holds in `[start, end)` of `file` (inside its size): one
+/// `SEEK_DATA`/`SEEK_HOLE` pair per allocated extent, however long the range.
+fn allocated_in(file: &File, start: u64, end: u64) -> Result<u64> {
+    let (mut pos, mut held) = (start, 0);
+    while pos < end {
+        let data = match lseek(file, pos, libc::SEEK_DATA) {
+            Ok(d) if d < end => d,
+            Ok(_) | Err(Errno::ENXIO) => break,
+            Err(e) => return Err(e),
+        };
+        let hole = lseek(file, data, libc::SEEK_HOLE)?.min(end);
+        held += hole - data;
+        pos = hole;
+    }
+    Ok(held)
 }
 
 /// A few bits of entropy for the temporary directory name (a collision makes `create_dir`

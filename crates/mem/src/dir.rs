@@ -166,8 +166,13 @@ impl Directory {
 
     /// Entries after readdir offset `offset`, as `(cookie, name, slot)`, in order.
     pub fn entries_after(&self, offset: u64) -> impl Iterator<Item = (u64, &OsStr, Slot)> + '_ {
-        let start = offset.max(FIRST_COOKIE - 1) + 1;
-        self.order.range(start..).map(move |(&cookie, &hash)| {
+        // Past the last possible cookie: nothing (never wrapped round to the start).
+        let start = offset.max(FIRST_COOKIE - 1).checked_add(1);
+        let order = match start {
+            Some(start) => self.order.range(start..),
+            None => self.order.range(0..0),
+        };
+        order.map(move |(&cookie, &hash)| {
             let e = self
                 .entries
                 .find(hash, |e| e.cookie == cookie)

@@ -1,10 +1,12 @@
 //! What every kind of inode shares, the inode table, and the atime choke point.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use memofs_core::{AtimePolicy, Attr, Errno, FileKind, Ino, Result, Timestamp, ROOT_INO};
+use memofs_core::{
+    AtimePolicy, AtomicTimestamp, Attr, Errno, FileKind, Ino, Result, Timestamp, ROOT_INO,
+};
 use parking_lot::{Mutex, RwLock};
 
 use crate::dir::Directory;
@@ -68,10 +70,10 @@ pub struct Inode {
     pub(crate) flags: AtomicU32,
     lookups: AtomicU64,
     opens: AtomicU64,
-    atime: AtomicI64,
-    mtime: AtomicI64,
-    ctime: AtomicI64,
-    crtime: i64,
+    atime: AtomicTimestamp,
+    mtime: AtomicTimestamp,
+    ctime: AtomicTimestamp,
+    crtime: Timestamp,
     /// Kind-specific data.
     pub data: NodeData,
     /// Extended attributes.
@@ -97,9 +99,9 @@ impl Inode {
             NodeData::Special => (0, 0, None),
         };
         let nlink = self.nlink.load(Ordering::Relaxed);
-        let mut atime = Timestamp(self.atime.load(Ordering::Relaxed));
-        let mut mtime = Timestamp(self.mtime.load(Ordering::Relaxed));
-        let mut ctime = Timestamp(self.ctime.load(Ordering::Relaxed));
+        let mut atime = self.atime.load();
+        let mut mtime = self.mtime.load();
+        let mut ctime = self.ctime.load();
         if let Some([a, m, c]) = kernel_times {
             // Kernel-backed data: the data file keeps atime, mtime and data ctime; an unlinked
             // file keeps the atime it had when its last name went (see `drop_link`).
@@ -117,7 +119,7 @@ impl Inode {
             atime,
             mtime,
             ctime,
-            crtime: Timestamp(self.crtime),
+            crtime: self.crtime,
             kind: self.kind,
             perm: (meta.mode & 0o7777) as u16,
             nlink,
@@ -158,7 +160,7 @@ impl Inode {
     pub fn drop_link(&self) {
         if self.nlink.fetch_sub(1, Ordering::SeqCst) == 1 {
             if let Some([a, _, _]) = self.kernel_times() {
-                self.atime.store(a.0, Ordering::Relaxed);
+                self.atime.store(a);
             }
         }
     }
@@ -183,33 +185,31 @@ impl Inode {
             return;
         }
         let now = Timestamp::now();
-        let atime = Timestamp(self.atime.load(Ordering::Relaxed));
-        let mtime = Timestamp(self.mtime.load(Ordering::Relaxed));
-        let ctime = Timestamp(self.ctime.load(Ordering::Relaxed));
+        let (atime, mtime, ctime) = (self.atime.load(), self.mtime.load(), self.ctime.load());
         if policy.needs_update(is_dir, atime, mtime, ctime, now) {
-            self.atime.store(now.0, Ordering::Relaxed);
+            self.atime.store(now);
         }
     }
 
     /// Sets atime explicitly (utimensat).
     pub fn set_atime(&self, t: Timestamp) {
-        self.atime.store(t.0, Ordering::Relaxed);
+        self.atime.store(t);
     }
 
     /// Sets mtime explicitly.
     pub fn set_mtime(&self, t: Timestamp) {
-        self.mtime.store(t.0, Ordering::Relaxed);
+        self.mtime.store(t);
     }
 
     /// Sets ctime.
     pub fn set_ctime(&self, t: Timestamp) {
-        self.ctime.store(t.0, Ordering::Relaxed);
+        self.ctime.store(t);
     }
 
     /// Data or entries changed: mtime and ctime become `now`.
     pub fn touch_modified(&self, now: Timestamp) {
-        self.mtime.store(now.0, Ordering::Relaxed);
-        self.ctime.store(now.0, Ordering::Relaxed);
+        self.mtime.store(now);
+        self.ctime.store(now);
     }
 
     /// One more kernel reference.
@@ -310,10 +310,10 @@ impl InodeTable {
             flags: AtomicU32::new(0),
             lookups: AtomicU64::new(0),
             opens: AtomicU64::new(0),
-            atime: AtomicI64::new(now.0),
-            mtime: AtomicI64::new(now.0),
-            ctime: AtomicI64::new(now.0),
-            crtime: now.0,
+            atime: AtomicTimestamp::new(now),
+            mtime: AtomicTimestamp::new(now),
+            ctime: AtomicTimestamp::new(now),
+            crtime: now,
             data,
             xattrs: Mutex::new(Xattrs::default()),
         });

@@ -6,7 +6,8 @@
 //! (attributes, timestamps, link and lookup counts, the atime choke point) and the inode
 //! table; [`namespace`] implements the operations that change names; [`xattr`] extended
 //! attributes, [`acl`] the POSIX ACLs among them; [`iflags`] the inode flags (`chattr`);
-//! [`limits`] the `size=`/`nr_inodes=` accounting.
+//! [`limits`] the `size=`/`nr_inodes=` accounting and [`machine`] the bound the machine's
+//! free memory puts on it; [`pages`] a page-store file's page map.
 //!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
@@ -22,12 +23,15 @@
 
 pub mod acl;
 pub mod backing;
+mod copy;
 pub mod dir;
 pub mod iflags;
 pub mod inode;
 pub mod limits;
+pub mod machine;
 mod namespace;
 mod ops;
+pub mod pages;
 pub mod reclaim;
 pub mod regular;
 pub mod symlink;

@@ -11,11 +11,17 @@
 //! Near the limit (less than a batch per shard left) nothing is reserved ahead: charges go to
 //! the global count exactly, and before failing with `ENOSPC` every shard's reserve is
 //! returned, so a request fails only if the bytes really are in use.
+//!
+//! Whatever `size=` says, a charge also needs room on the machine ([`crate::machine`]),
+//! checked whenever a thread takes bytes from the global count, so that a request for more
+//! than the machine holds fails before anything is allocated.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use memofs_core::{Errno, Result};
+
+use crate::machine::Machine;
 
 /// Bytes a shard takes from the global count at a time.
 pub const BATCH: u64 = 4 << 20;
@@ -36,6 +42,7 @@ pub struct Limits {
     reserves: [Reserve; SHARDS],
     inodes: AtomicU64,
     inodes_limit: u64,
+    machine: Machine,
 }
 
 fn reserve(counter: &AtomicU64, limit: u64, n: u64) -> Result<()> {
@@ -65,15 +72,26 @@ fn shard() -> usize {
 }
 
 impl Limits {
-    /// New counters at zero.
+    /// New counters at zero, bounded by this machine's memory besides the limits.
     pub fn new(bytes_limit: u64, inodes_limit: u64) -> Limits {
+        Limits::with_machine(bytes_limit, inodes_limit, Machine::system())
+    }
+
+    /// New counters at zero, bounded by `machine` besides the limits.
+    pub fn with_machine(bytes_limit: u64, inodes_limit: u64, machine: Machine) -> Limits {
         Limits {
             bytes: AtomicU64::new(0),
             bytes_limit,
             reserves: Default::default(),
             inodes: AtomicU64::new(0),
             inodes_limit,
+            machine,
         }
+    }
+
+    /// The machine's room, which bounds every charge.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
     }
 
     /// Reserves `n` bytes, or fails with `ENOSPC` leaving usage unchanged.
@@ -91,10 +109,14 @@ impl Limits {
         // Take a batch ahead only while there is room for every shard to do the same.
         let roomy = self.bytes_limit == 0
             || self.bytes.load(Ordering::Relaxed) + (SHARDS as u64 + 1) * BATCH <= self.bytes_limit;
-        if roomy && reserve(&self.bytes, self.bytes_limit, n + BATCH).is_ok() {
+        if roomy
+            && self.machine.take(n + BATCH).is_ok()
+            && reserve(&self.bytes, self.bytes_limit, n + BATCH).is_ok()
+        {
             mine.fetch_add(BATCH, Ordering::AcqRel);
             return Ok(());
         }
+        self.machine.take(n)?;
         if reserve(&self.bytes, self.bytes_limit, n).is_ok() {
             return Ok(());
         }
@@ -187,8 +209,20 @@ mod tests {
         assert_eq!(l.bytes(), 0);
         l.charge_inode().unwrap();
         assert_eq!(l.charge_inode(), Err(Errno::ENOSPC));
-        let unlimited = Limits::new(0, 0);
+        let unlimited = Limits::with_machine(0, 0, Machine::fixed(u64::MAX / 2 + BATCH));
         unlimited.charge_bytes(u64::MAX / 2).unwrap();
+    }
+
+    #[test]
+    fn the_machine_bounds_charges_with_or_without_a_limit() {
+        for limit in [0, 1 << 50] {
+            let l = Limits::with_machine(limit, 0, Machine::fixed(64 << 20));
+            assert_eq!(l.charge_bytes(1 << 50), Err(Errno::ENOSPC), "limit {limit}");
+            assert_eq!(l.bytes(), 0, "a refused charge takes nothing");
+            l.charge_bytes(1 << 20).unwrap();
+            assert_eq!(l.charge_bytes(65 << 20), Err(Errno::ENOSPC));
+            assert_eq!(l.bytes(), 1 << 20);
+        }
     }
 
     #[test]

@@ -17,9 +17,6 @@ use crate::regular::{RegularFile, PAGE_SIZE};
 use crate::symlink::Symlink;
 use crate::{iflags, xattr, MemFs};
 
-/// Largest chunk `copy_file_range` moves at once.
-const COPY_CHUNK: u64 = 1 << 20;
-
 impl MemFs {
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
@@ -518,33 +515,15 @@ impl Backend for MemFs {
     fn copy_file_range(
         &self,
         ino_in: Ino,
-        fh_in: u64,
+        _fh_in: u64,
         offset_in: u64,
         ino_out: Ino,
-        fh_out: u64,
+        _fh_out: u64,
         offset_out: u64,
         len: u64,
     ) -> Result<u64> {
         self.table.get(ino_out)?.check_writable()?;
-        let mut buf = Vec::new();
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(COPY_CHUNK) as u32;
-            self.read(ino_in, fh_in, offset_in + done, n, &mut buf)?;
-            if buf.is_empty() {
-                break;
-            }
-            let w = match self.write(ino_out, fh_out, offset_out + done, &buf) {
-                Ok(w) => w,
-                Err(e) if done == 0 => return Err(e),
-                Err(_) => break,
-            };
-            done += w as u64;
-            if (w as usize) < buf.len() {
-                break;
-            }
-        }
-        Ok(done)
+        self.copy_range(ino_in, offset_in, ino_out, offset_out, len)
     }
 
     fn usage(&self) -> BackendUsage {

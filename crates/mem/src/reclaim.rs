@@ -157,6 +157,17 @@ pub fn pages_freed(bytes: u64) {
     }
 }
 
+/// Page-store bytes freed and still held by the allocator for reuse (not yet returned to
+/// the kernel): room the machine's free memory does not show.
+pub fn bytes_held() -> u64 {
+    let held = lock().bytes;
+    match WAITING.load(Ordering::Relaxed) {
+        // Pages allocated since the reclaim thread last looked came out of those.
+        true => held.saturating_sub(ALLOCATED.load(Ordering::Relaxed)),
+        false => held,
+    }
+}
+
 /// Records `bytes` of newly allocated pages (call after a write or fallocate added pages).
 pub fn pages_allocated(bytes: u64) {
     if bytes != 0 && WAITING.load(Ordering::Relaxed) {

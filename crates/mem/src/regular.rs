@@ -1,9 +1,9 @@
 //! Regular files: the page store.
 //!
-//! A file's data is a range map from chunk number to a chunk of `CHUNK_PAGES` page slots;
-//! an absent chunk or slot is a hole and reads as zeros. Pages carry no lock or reference
-//! count: the file's one `RwLock` is taken shared by readers (which never block each other)
-//! and exclusively by writers of that file only. A write counts the pages it will add,
+//! A file's data is a map of pages ([`crate::pages`]) whose range operations cost what is
+//! allocated, not the length asked for. Pages carry no lock or reference count: the file's
+//! one `RwLock` is taken shared by readers (which never block each other) and exclusively
+//! by writers of that file only. A write counts the pages it will add,
 //! reserves them against `size=` in one step, and only then copies data, so `ENOSPC` leaves
 //! the file exactly as it was.
 //!
@@ -13,187 +13,22 @@
 //! Freed pages go back to the C allocator, and from there to the kernel shortly after (see
 //! [`crate::reclaim`]), so deleting or truncating files shrinks the server's RSS.
 
-use std::collections::BTreeMap;
-
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
 use crate::backing::KernelFile;
 use crate::limits::Limits;
+use crate::pages::Pages;
+pub use crate::pages::PAGE_SIZE;
 use crate::reclaim::{pages_allocated, pages_freed};
 
-/// Page size of the store.
-pub const PAGE_SIZE: u64 = 4096;
-const CHUNK_PAGES: u64 = 64;
 /// Largest file size (as the VFS's `MAX_LFS_FILESIZE`).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
-
-type Page = Box<[u8; PAGE_SIZE as usize]>;
-
-fn new_page() -> Page {
-    vec![0u8; PAGE_SIZE as usize]
-        .into_boxed_slice()
-        .try_into()
-        .expect("page size")
-}
-
-/// A new page holding `bytes` at `off`, zero elsewhere; a full page is copied without
-/// zeroing first.
-fn page_with(off: usize, bytes: &[u8]) -> Page {
-    if bytes.len() == PAGE_SIZE as usize {
-        return bytes
-            .to_vec()
-            .into_boxed_slice()
-            .try_into()
-            .expect("page size");
-    }
-    let mut p = new_page();
-    p[off..off + bytes.len()].copy_from_slice(bytes);
-    p
-}
-
-/// Splits `[start, end)` at page boundaries: `(page index, offset in page, length)`.
-fn segments(start: u64, end: u64) -> impl Iterator<Item = (u64, usize, usize)> {
-    let mut pos = start;
-    std::iter::from_fn(move || {
-        if pos >= end {
-            return None;
-        }
-        let off = (pos % PAGE_SIZE) as usize;
-        let n = (PAGE_SIZE - off as u64).min(end - pos) as usize;
-        let seg = (pos / PAGE_SIZE, off, n);
-        pos += n as u64;
-        Some(seg)
-    })
-}
-
-struct Chunk {
-    pages: [Option<Page>; CHUNK_PAGES as usize],
-    present: u32,
-}
-
-impl Chunk {
-    fn new() -> Box<Chunk> {
-        Box::new(Chunk {
-            pages: std::array::from_fn(|_| None),
-            present: 0,
-        })
-    }
-}
 
 #[derive(Default)]
 struct FileData {
     size: u64,
-    chunks: BTreeMap<u64, Box<Chunk>>,
-    pages: u64,
-}
-
-impl FileData {
-    fn page(&self, idx: u64) -> Option<&Page> {
-        self.chunks.get(&(idx / CHUNK_PAGES))?.pages[(idx % CHUNK_PAGES) as usize].as_ref()
-    }
-
-    fn page_mut(&mut self, idx: u64) -> Option<&mut Page> {
-        self.chunks.get_mut(&(idx / CHUNK_PAGES))?.pages[(idx % CHUNK_PAGES) as usize].as_mut()
-    }
-
-    /// Pages absent in `[first, last]`.
-    fn missing(&self, first: u64, last: u64) -> u64 {
-        (first..=last).filter(|&i| self.page(i).is_none()).count() as u64
-    }
-
-    /// Allocates every absent page in `[first, last]` (already charged).
-    fn allocate(&mut self, first: u64, last: u64) {
-        for idx in first..=last {
-            let chunk = self
-                .chunks
-                .entry(idx / CHUNK_PAGES)
-                .or_insert_with(Chunk::new);
-            let slot = &mut chunk.pages[(idx % CHUNK_PAGES) as usize];
-            if slot.is_none() {
-                *slot = Some(new_page());
-                chunk.present += 1;
-                self.pages += 1;
-            }
-        }
-    }
-
-    /// Frees every page in `[first, last]`; returns how many were freed.
-    fn free(&mut self, first: u64, last: u64) -> u64 {
-        if first > last {
-            return 0;
-        }
-        let mut freed = 0;
-        let keys: Vec<u64> = self
-            .chunks
-            .range(first / CHUNK_PAGES..=last / CHUNK_PAGES)
-            .map(|(k, _)| *k)
-            .collect();
-        for key in keys {
-            let chunk = self.chunks.get_mut(&key).expect("key from range");
-            let lo = first.max(key * CHUNK_PAGES);
-            let hi = last.min(key * CHUNK_PAGES + CHUNK_PAGES - 1);
-            for idx in lo..=hi {
-                if chunk.pages[(idx % CHUNK_PAGES) as usize].take().is_some() {
-                    chunk.present -= 1;
-                    freed += 1;
-                }
-            }
-            if chunk.present == 0 {
-                self.chunks.remove(&key);
-            }
-        }
-        self.pages -= freed;
-        freed
-    }
-
-    /// Zeroes `[start, end)` inside existing pages (holes are zero already).
-    fn zero(&mut self, start: u64, end: u64) {
-        for (idx, off, n) in segments(start, end) {
-            if let Some(p) = self.page_mut(idx) {
-                p[off..off + n].fill(0);
-            }
-        }
-    }
-
-    /// Copies `data` to `offset`, creating absent pages (already charged).
-    fn store(&mut self, offset: u64, data: &[u8]) {
-        let mut src = data;
-        let mut added = 0;
-        for (idx, off, n) in segments(offset, offset + data.len() as u64) {
-            let chunk = self
-                .chunks
-                .entry(idx / CHUNK_PAGES)
-                .or_insert_with(Chunk::new);
-            let slot = &mut chunk.pages[(idx % CHUNK_PAGES) as usize];
-            match slot {
-                Some(p) => p[off..off + n].copy_from_slice(&src[..n]),
-                None => {
-                    *slot = Some(page_with(off, &src[..n]));
-                    chunk.present += 1;
-                    added += 1;
-                }
-            }
-            src = &src[n..];
-        }
-        self.pages += added;
-    }
-
-    /// Frees whole pages inside `[start, end)` and zeroes the partial ends.
-    fn punch(&mut self, start: u64, end: u64) -> u64 {
-        if start >= end {
-            return 0;
-        }
-        let first_whole = start.div_ceil(PAGE_SIZE);
-        let end_whole = end / PAGE_SIZE; // exclusive
-        if first_whole >= end_whole {
-            self.zero(start, end);
-            return 0;
-        }
-        self.zero(start, first_whole * PAGE_SIZE);
-        self.zero(end_whole * PAGE_SIZE, end);
-        self.free(first_whole, end_whole - 1)
-    }
+    pages: Pages,
 }
 
 /// A regular file's contents: in the server's page store, or in a kernel-backed file.
@@ -260,7 +95,16 @@ impl RegularFile {
     pub fn fallocate(&self, limits: &Limits, offset: u64, len: u64, mode: i32) -> Result<()> {
         match self {
             RegularFile::Pages(p) => p.fallocate(limits, offset, len, mode),
-            RegularFile::Kernel(k) => k.fallocate(offset, len, mode),
+            RegularFile::Kernel(k) => k.fallocate(limits.machine(), offset, len, mode),
+        }
+    }
+
+    /// Makes `[offset, offset + len)` read as zeros and extends the file to cover it,
+    /// without allocating the range (what a copied hole becomes).
+    pub fn zero_range(&self, limits: &Limits, offset: u64, len: u64) -> Result<()> {
+        match self {
+            RegularFile::Pages(p) => p.zero_range(limits, offset, len),
+            RegularFile::Kernel(k) => k.zero_range(offset, len),
         }
     }
 
@@ -301,11 +145,19 @@ fn last_page(offset: u64, len: u64) -> u64 {
     (offset + len - 1) / PAGE_SIZE
 }
 
+/// The end of `[offset, offset + len)`, or `EFBIG` past the largest file size.
+fn range_end(offset: u64, len: u64) -> Result<u64> {
+    offset
+        .checked_add(len)
+        .filter(|e| *e <= MAX_FILE_SIZE)
+        .ok_or(Errno::EFBIG)
+}
+
 impl PageFile {
     /// Size in bytes and 512-byte blocks allocated.
     pub fn size_and_blocks(&self) -> (u64, u64) {
         let d = self.data.read();
-        (d.size, d.pages * (PAGE_SIZE / 512))
+        (d.size, d.pages.count() * (PAGE_SIZE / 512))
     }
 
     /// Size in bytes.
@@ -322,12 +174,7 @@ impl PageFile {
         }
         let end = d.size.min(offset.saturating_add(len as u64));
         buf.reserve((end - offset) as usize);
-        for (idx, off, n) in segments(offset, end) {
-            match d.page(idx) {
-                Some(p) => buf.extend_from_slice(&p[off..off + n]),
-                None => buf.resize(buf.len() + n, 0),
-            }
-        }
+        d.pages.read(offset, end, buf);
     }
 
     /// Writes `data` at `offset`. All or nothing: `ENOSPC` or `EFBIG` leave the file
@@ -337,14 +184,11 @@ impl PageFile {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|e| *e <= MAX_FILE_SIZE)
-            .ok_or(Errno::EFBIG)?;
+        let end = range_end(offset, data.len() as u64)?;
         let (first, last) = (offset / PAGE_SIZE, last_page(offset, data.len() as u64));
-        let added = d.missing(first, last) * PAGE_SIZE;
+        let added = d.pages.missing(first, last) * PAGE_SIZE;
         limits.charge_bytes(added)?;
-        d.store(offset, data);
+        d.pages.store(offset, data);
         d.size = d.size.max(end);
         drop(d);
         pages_allocated(added);
@@ -360,9 +204,9 @@ impl PageFile {
         let mut freed = 0;
         if size < d.size {
             let keep = size.div_ceil(PAGE_SIZE);
-            freed = d.free(keep, u64::MAX / PAGE_SIZE) * PAGE_SIZE;
+            freed = d.pages.free(keep, MAX_FILE_SIZE / PAGE_SIZE) * PAGE_SIZE;
             limits.uncharge_bytes(freed);
-            d.zero(size, keep * PAGE_SIZE);
+            d.pages.zero(size, keep * PAGE_SIZE);
         }
         d.size = size;
         drop(d);
@@ -371,23 +215,22 @@ impl PageFile {
     }
 
     /// fallocate(2): mode 0, `FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE | KEEP_SIZE`.
+    /// Allocation charges every page it adds before adding any (`ENOSPC` leaves the file
+    /// as it was); both cost what the range holds and adds, not its length.
     pub fn fallocate(&self, limits: &Limits, offset: u64, len: u64, mode: i32) -> Result<()> {
         const KEEP: i32 = libc::FALLOC_FL_KEEP_SIZE;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE;
         if len == 0 {
             return Err(Errno::EINVAL);
         }
-        let end = offset
-            .checked_add(len)
-            .filter(|e| *e <= MAX_FILE_SIZE)
-            .ok_or(Errno::EFBIG)?;
-        let mut d = self.data.write();
+        let end = range_end(offset, len)?;
         match mode {
             0 | KEEP => {
+                let mut d = self.data.write();
                 let (first, last) = (offset / PAGE_SIZE, last_page(offset, len));
-                let added = d.missing(first, last) * PAGE_SIZE;
+                let added = d.pages.missing(first, last) * PAGE_SIZE;
                 limits.charge_bytes(added)?;
-                d.allocate(first, last);
+                d.pages.allocate(first, last);
                 if mode == 0 {
                     d.size = d.size.max(end);
                 }
@@ -396,10 +239,7 @@ impl PageFile {
                 Ok(())
             }
             m if m == PUNCH | KEEP => {
-                let freed = d.punch(offset, end) * PAGE_SIZE;
-                limits.uncharge_bytes(freed);
-                drop(d);
-                pages_freed(freed);
+                self.clear(limits, offset, end, false);
                 Ok(())
             }
             m if m & PUNCH != 0 => Err(Errno::EINVAL),
@@ -407,34 +247,46 @@ impl PageFile {
         }
     }
 
+    /// Makes `[offset, end)` read as zeros by punching it, and with `extend` grows the file
+    /// to `end` if it is shorter, in one step under the file's lock.
+    fn clear(&self, limits: &Limits, offset: u64, end: u64, extend: bool) {
+        let mut d = self.data.write();
+        let freed = d.pages.punch(offset, end) * PAGE_SIZE;
+        if extend {
+            d.size = d.size.max(end);
+        }
+        drop(d);
+        limits.uncharge_bytes(freed);
+        pages_freed(freed);
+    }
+
+    /// Makes `[offset, offset + len)` a hole and extends the file to cover it (a copied
+    /// hole). Frees what was there; allocates nothing.
+    pub fn zero_range(&self, limits: &Limits, offset: u64, len: u64) -> Result<()> {
+        let end = range_end(offset, len)?;
+        self.clear(limits, offset, end, true);
+        Ok(())
+    }
+
     /// `SEEK_DATA` / `SEEK_HOLE` from `offset`: allocated pages are data, the rest holes,
-    /// and the end of file is a hole.
+    /// and the end of file is a hole. Walks chunks, not pages.
     pub fn seek(&self, offset: u64, whence: i32) -> Result<u64> {
         let d = self.data.read();
         if offset >= d.size {
             return Err(Errno::ENXIO);
         }
-        let last = (d.size - 1) / PAGE_SIZE;
-        let want_data = match whence {
-            libc::SEEK_DATA => true,
-            libc::SEEK_HOLE => false,
-            _ => return Err(Errno::EINVAL),
-        };
-        let found = (offset / PAGE_SIZE..=last).find(|&i| d.page(i).is_some() == want_data);
-        match (found, want_data) {
-            (Some(i), _) => Ok((i * PAGE_SIZE).max(offset)),
-            (None, true) => Err(Errno::ENXIO),
-            (None, false) => Ok(d.size),
+        let (from, last) = (offset / PAGE_SIZE, (d.size - 1) / PAGE_SIZE);
+        let at = |i: u64| (i * PAGE_SIZE).max(offset);
+        match whence {
+            libc::SEEK_DATA => d.pages.next_present(from, last).map(at).ok_or(Errno::ENXIO),
+            libc::SEEK_HOLE => Ok(d.pages.next_absent(from, last).map_or(d.size, at)),
+            _ => Err(Errno::EINVAL),
         }
     }
 
     /// Drops every page, returning the bytes freed (the caller uncharges them).
     pub fn release_all(&self) -> u64 {
-        let mut d = self.data.write();
-        let freed = d.pages * PAGE_SIZE;
-        d.chunks.clear();
-        d.pages = 0;
-        drop(d);
+        let freed = self.data.write().pages.clear() * PAGE_SIZE;
         pages_freed(freed);
         freed
     }

@@ -30,6 +30,10 @@ const DROPPED_FLAGS: i32 = libc::O_CREAT
     | libc::O_TMPFILE
     | libc::O_DIRECT;
 
+/// Most bytes one COPY_FILE_RANGE copies: the largest multiple of the page size that the
+/// 32-bit count of a FUSE reply holds (Linux clamps its requests the same way).
+const MAX_COPY: u64 = u32::MAX as u64 & !4095;
+
 /// Flags `openat2` accepts for a create (it refuses unknown bits, such as the kernel's
 /// internal `__FMODE_EXEC`, which plain `openat` ignores).
 const CREATE_FLAGS: i32 = libc::O_ACCMODE
@@ -218,7 +222,9 @@ impl PassthroughFs {
         Ok(n as u32)
     }
 
-    /// COPY_FILE_RANGE between two open handles.
+    /// COPY_FILE_RANGE between two open handles: at most [`MAX_COPY`] bytes per call, so
+    /// that the count always fits the reply (the host kernel does the work, and a
+    /// filesystem with its own `copy_file_range` may take a longer length whole).
     pub(crate) fn copy_range(
         &self,
         fh_in: u64,
@@ -228,6 +234,7 @@ impl PassthroughFs {
         len: u64,
     ) -> Result<u64> {
         let (src, dst) = (self.file(fh_in)?, self.file(fh_out)?);
+        let len = len.min(MAX_COPY);
         sys::io::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len)
     }
 }

@@ -71,13 +71,9 @@ impl Keeper {
         {
             return;
         }
-        let (now_s, now_ns) = Timestamp::now().to_timespec();
-        let (at_s, at_ns) = attr.atime.to_timespec();
-        let age =
-            (now_s.saturating_sub(at_s) as i128) * 1_000_000_000 + now_ns as i128 - at_ns as i128;
-        let left = Duration::from_nanos(
-            (RELATIME_MAX_AGE_NS as i128 - age).clamp(0, u64::MAX as i128) as u64,
-        );
+        let age = Timestamp::now().0.saturating_sub(attr.atime.0);
+        let left =
+            Duration::from_nanos((RELATIME_MAX_AGE_NS - age).clamp(0, u64::MAX as i128) as u64);
         let tx = self.refresh.get_or_init(|| Mutex::new(start(inv.clone())));
         let _ = tx
             .lock()
@@ -207,7 +203,7 @@ mod tests {
         // An atime a day old: due at once.
         let a = attr(
             FileKind::Regular,
-            now() - RELATIME_MAX_AGE_NS / 1_000_000_000,
+            now() - (RELATIME_MAX_AGE_NS / 1_000_000_000) as i64,
             0,
         );
         k.served(&a, &inv);
