@@ -38,12 +38,12 @@ mode == "probe" && bin != "" { probes = probes "\n" $0; next }
     cur = $2; ran_any = 1
     rest = line; sub(/^test [^ ]* \.\.\. /, "", rest)
     if (rest == "ok" || rest == "FAILED" || rest == "ignored") { finish(rest, ""); next }
-    if (rest ~ /^SKIP /) { skipped = rest; sub(/^SKIP [^:]*: /, "", skipped) }
+    if (rest ~ /^SKIP /) { skipped = rest; sub(/^SKIP [^ ]*: /, "", skipped) }
     if (rest != "") buf = buf "\n" rest
     next
 }
 cur != "" && ($0 == "ok" || $0 == "FAILED" || $0 == "ignored") { finish($0 == "ignored" ? "skip" : $0, ""); next }
-cur != "" && /^SKIP / { skipped = $0; sub(/^SKIP [^:]*: /, "", skipped) }
+cur != "" && /^SKIP / { skipped = $0; sub(/^SKIP [^ ]*: /, "", skipped) }
 cur != "" { buf = buf "\n" $0 }
 END {
     if (cur != "") finish("FAILED", "the guest stopped during this test")

@@ -8,6 +8,8 @@
 //! * [`rng`]: a small deterministic PRNG, so a seed reproduces a run.
 //! * [`tree`]: walk a tree and describe it, for comparisons.
 //! * [`conformance`]: pjdfstest's output per test case, compared with kernel tmpfs's.
+//! * [`skip`]: the [`skip!`] macro: a test that cannot run names what it lacks and is counted
+//!   as skipped by [`summary`] (`make e2e`'s closing line), never as passed.
 //! * [`checks`]: helpers of the reliability tests (polling, `memofs stats` usage, server RSS,
 //!   tree consistency, `*at()` calls).
 //!
@@ -16,6 +18,8 @@
 //! * `MEMOFS_E2E_REFERENCE=tmpfs`: run the semantic tests against kernel tmpfs instead of memofs,
 //!   to check the tests themselves.
 //! * `MEMOFS_E2E_TMPDIR`: where mount points are made (default `/tmp`).
+//! * `MEMOFS_E2E_SKIPS`, `MEMOFS_E2E_WITHOUT`: where skips are recorded, and capabilities to
+//!   act as if missing (see [`skip`]).
 //! * `MEMOFS_LONG=1`: the long versions of the reliability tests (`stress`, `exerciser`,
 //!   `hostile`; see the top of each file).
 
@@ -26,6 +30,8 @@ pub mod diffops;
 pub mod map;
 pub mod mount;
 pub mod rng;
+pub mod skip;
+pub mod summary;
 pub mod sys;
 pub mod tree;
 pub mod user;
@@ -37,15 +43,6 @@ pub use mount::{
 };
 pub use rng::Rng;
 pub use sys::{errno_name, Errno};
-
-/// Print why a test is skipped and return from it.
-#[macro_export]
-macro_rules! skip {
-    ($($arg:tt)*) => {{
-        eprintln!("SKIP {}: {}", module_path!(), format!($($arg)*));
-        return;
-    }};
-}
 
 /// Assert that an `io::Result` failed with the given errno.
 #[macro_export]
@@ -94,9 +91,11 @@ macro_rules! ok {
     };
 }
 
-/// Whether this process runs as root (all tests need it to mount).
+/// Whether this process runs as root (all tests need it to mount), and
+/// `MEMOFS_E2E_WITHOUT` does not list `root`.
 pub fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    // SAFETY: geteuid has no preconditions.
+    !skip::simulated_missing(skip::Need::Root) && unsafe { libc::geteuid() == 0 }
 }
 
 /// Run `f` in a thread and give up waiting after `limit` (the thread is left behind): for calls
@@ -112,8 +111,12 @@ pub fn with_timeout<T: Send + 'static>(
     rx.recv_timeout(limit).ok()
 }
 
-/// Find an executable on `PATH`.
+/// Find an executable on `PATH` (none if `MEMOFS_E2E_WITHOUT` lists `tool:NAME`).
 pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    if std::env::var("MEMOFS_E2E_WITHOUT").is_ok_and(|l| skip::listed(&l, &format!("tool:{tool}")))
+    {
+        return None;
+    }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(tool))

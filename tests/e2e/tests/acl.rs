@@ -24,7 +24,7 @@ const OTHER: u16 = 0x20;
 macro_rules! need_mount {
     () => {{
         if !is_root() {
-            skip!("needs root to mount and to switch users");
+            skip!(Root, "needs root to mount and to switch users");
         }
         Mount::mem(&["size=64m", "allow_other"])
     }};
@@ -159,7 +159,10 @@ fn new_inodes_take_the_default_acl_instead_of_the_umask() {
 fn setfacl_and_getfacl() {
     let m = need_mount!();
     if which("setfacl").is_none() || which("getfacl").is_none() {
-        skip!("setfacl/getfacl are not installed (Debian package acl)");
+        skip!(
+            Tool("setfacl"),
+            "setfacl/getfacl are not installed (Debian package acl)"
+        );
     }
     let f = m.join("f");
     ok!(fs::write(&f, b""));

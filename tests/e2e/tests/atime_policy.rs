@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use memofs_e2e::sys::{utimensat, Ts};
-use memofs_e2e::{ok, Mount};
+use memofs_e2e::{ok, require_mount, Mount};
 
 const HOUR: i64 = 3600;
 
@@ -35,6 +35,7 @@ fn list(p: &Path) {
 /// For one mount option, whether an access updates atime when (a) atime == mtime and (b)
 /// atime is newer than mtime and ctime.
 fn check(options: &[&str], update_when_equal: bool, update_when_newer: bool, dir_updates: bool) {
+    require_mount!();
     let m = Mount::mem(options);
     let option = options.join(",");
     let f = m.join("file");
@@ -99,6 +100,7 @@ fn nodiratime_spares_directories_only() {
 
 #[test]
 fn unlinked_open_files_never_update_atime() {
+    require_mount!();
     // memofs only: kernel tmpfs does update an unlinked file's atime.
     let m = Mount::memofs(&["strictatime"]);
     let p = m.join("gone");

@@ -8,13 +8,11 @@ use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
 use memofs_e2e::sys::{self, ns, Ts};
-use memofs_e2e::{assert_errno, is_root, ok, skip, Mount};
+use memofs_e2e::{assert_errno, ok, require_mount, Mount};
 
 macro_rules! need_mount {
     ($($opt:expr),*) => {{
-        if !is_root() {
-            skip!("needs root to mount");
-        }
+        require_mount!();
         Mount::mem(&["size=64m" $(, $opt)*])
     }};
 }
@@ -466,9 +464,7 @@ fn atime_relatime_default() {
 
 #[test]
 fn atime_noatime_and_strictatime() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     for (opt, updates) in [("noatime", false), ("strictatime", true)] {
         let m = Mount::mem(&["size=16m", opt]);
         let p = m.join("f");

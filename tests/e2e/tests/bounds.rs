@@ -42,10 +42,13 @@ fn petabyte_sparse(p: &Path) -> File {
 #[test]
 fn a_petabyte_fallocate_without_size_limit_fails_and_the_server_lives() {
     if !is_root() {
-        skip!("needs root to mount");
+        skip!(Root, "needs root to mount");
     }
     if reference_is_tmpfs() {
-        skip!("kernel tmpfs with size=0 allocates until the OOM killer acts: not run on it");
+        skip!(
+            Config("reference_tmpfs"),
+            "kernel tmpfs with size=0 allocates until the OOM killer acts: not run on it"
+        );
     }
     let m = Mount::memofs(&["size=0"]);
     let pid = m.server_pid().expect("server pid");
@@ -75,7 +78,7 @@ fn a_petabyte_fallocate_without_size_limit_fails_and_the_server_lives() {
 #[test]
 fn seek_data_on_a_petabyte_sparse_file_answers() {
     if !is_root() {
-        skip!("needs root to mount");
+        skip!(Root, "needs root to mount");
     }
     let m = Mount::mem(&[]);
     let f = petabyte_sparse(&m.join("sparse"));
@@ -101,7 +104,7 @@ fn seek_data_on_a_petabyte_sparse_file_answers() {
 #[test]
 fn copy_file_range_over_a_petabyte_hole_allocates_nothing() {
     if !is_root() {
-        skip!("needs root to mount");
+        skip!(Root, "needs root to mount");
     }
     let m = Mount::mem(&[]);
     let src = petabyte_sparse(&m.join("src"));

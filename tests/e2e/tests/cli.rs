@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use memofs_e2e::cli::sh;
 use memofs_e2e::{
-    assert_errno, is_memofs_info, is_mounted, is_root, memofs, memofs_bin, mountinfo_for, ok, skip,
-    sys, which, with_timeout, CliOutput, Mount, TempDir, UnmountGuard, FUSE_SUPER_MAGIC,
+    assert_errno, is_memofs_info, is_mounted, is_root, memofs, memofs_bin, mountinfo_for, ok,
+    require_mount, skip, sys, which, with_timeout, CliOutput, Mount, TempDir, UnmountGuard,
+    FUSE_SUPER_MAGIC,
 };
 
 /// A fresh mount point that is unmounted (if anything got mounted) when dropped.
@@ -88,7 +89,7 @@ const BAD_OPTIONS: &[(&str, &str)] = &[
 #[test]
 fn malformed_options_exit_2_and_name_the_option() {
     if !is_root() {
-        skip!("needs root");
+        skip!(Root, "needs root");
     }
     let mut failures = Vec::new();
     for (opt, named) in BAD_OPTIONS {
@@ -130,7 +131,7 @@ fn unknown_command_line_arguments_fail() {
 #[test]
 fn missing_mount_point() {
     if !is_root() {
-        skip!("needs root");
+        skip!(Root, "needs root");
     }
     let t = target();
     let missing = t.mnt.join("does-not-exist");
@@ -146,7 +147,7 @@ fn missing_mount_point() {
 #[test]
 fn mount_point_is_a_regular_file() {
     if !is_root() {
-        skip!("needs root");
+        skip!(Root, "needs root");
     }
     let t = target();
     let file = t.mnt.join("plain-file");
@@ -164,7 +165,7 @@ fn mount_point_is_a_regular_file() {
 #[test]
 fn backends_reject_each_others_options_and_missing_sources() {
     if !is_root() {
-        skip!("needs root");
+        skip!(Root, "needs root");
     }
     let src = TempDir::new("memofs-e2e-src-");
     for opt in [
@@ -225,9 +226,7 @@ fn backends_reject_each_others_options_and_missing_sources() {
 
 #[test]
 fn already_mounted_target_fails_and_first_mount_keeps_working() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let m = Mount::memofs(&["size=16m"]);
     ok!(fs::write(m.join("before"), b"first mount"));
     let count = |p: &Path| {
@@ -261,10 +260,10 @@ fn already_mounted_target_fails_and_first_mount_keeps_working() {
 #[test]
 fn missing_dev_fuse() {
     if !is_root() {
-        skip!("needs root");
+        skip!(Root, "needs root");
     }
     if which("unshare").is_none() {
-        skip!("unshare not installed");
+        skip!(Tool("unshare"));
     }
     let t = target();
     let script = format!(
@@ -279,7 +278,11 @@ fn missing_dev_fuse() {
         Duration::from_secs(30),
     );
     if out.stderr.contains("unshare failed") || out.stderr.contains("mount: ") {
-        skip!("cannot make a mount namespace here: {}", out.stderr.trim());
+        skip!(
+            MountNamespace,
+            "cannot make a mount namespace here: {}",
+            out.stderr.trim()
+        );
     }
     assert!(
         out.status.is_some() && !out.success(),
@@ -372,9 +375,7 @@ fn mount_help_lists_every_option() {
 
 #[test]
 fn background_mount_returns_once_live() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let t = target();
     let out = memofs(&["mount", "-o", "size=16m", s(&t.mnt)]);
     out.assert_success();
@@ -401,9 +402,7 @@ fn background_mount_returns_once_live() {
 
 #[test]
 fn a_mount_made_right_after_an_unmount_stays() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     // The server of the mount just unmounted must not take down the next one at the same
     // place when it ends (it used to, in about half of the rounds), whether `memofs umount`
     // (which waits for the server) or umount(8) (which does not) unmounted it.
@@ -432,9 +431,7 @@ fn a_mount_made_right_after_an_unmount_stays() {
 
 #[test]
 fn filesystem_type_and_fsname() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let m = Mount::memofs(&["size=16m"]);
     let info = mountinfo_for(m.path()).expect("mountinfo");
     assert!(
@@ -488,25 +485,19 @@ fn signal_unmounts(sig: i32, name: &str) {
 
 #[test]
 fn sigterm_unmounts_cleanly() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     signal_unmounts(libc::SIGTERM, "SIGTERM");
 }
 
 #[test]
 fn sigint_unmounts_cleanly() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     signal_unmounts(libc::SIGINT, "SIGINT");
 }
 
 #[test]
 fn killed_server_gives_enotconn_and_umount_recovers() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let base = TempDir::new("memofs-e2e-kill-");
     let mnt = base.path().join("mnt");
     ok!(fs::create_dir(&mnt));
@@ -557,9 +548,7 @@ fn killed_server_gives_enotconn_and_umount_recovers() {
 
 #[test]
 fn valid_options_are_accepted() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let sets: &[&[&str]] = &[
         &["size=64k"],
         &["size=1g", "nr_inodes=1k", "mode=0755", "uid=0", "gid=0"],

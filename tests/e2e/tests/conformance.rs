@@ -57,23 +57,32 @@ fn id_from(file: &str, name: &str, field: usize) -> Option<String> {
 }
 
 /// Why the suite cannot run here, if it cannot.
-fn cannot_run() -> Option<String> {
+/// Why the suite cannot run here, with the capability that is missing (as the e2e summary
+/// names them: `tests/e2e/src/skip.rs`).
+fn cannot_run() -> Option<(&'static str, String)> {
     if !is_root() {
-        return Some("needs root (to mount, and pjdfstest switches users)".into());
+        return Some((
+            "root",
+            "needs root (to mount, and pjdfstest switches users)".into(),
+        ));
     }
     if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse is missing (modprobe fuse)".into());
+        return Some(("dev_fuse", "/dev/fuse is missing (modprobe fuse)".into()));
     }
     if pjdfstest().is_none() {
-        return Some(
+        return Some((
+            "tool:pjdfstest",
             "pjdfstest is not installed (scripts/setup.sh installs it; or set PJDFSTEST)".into(),
-        );
+        ));
     }
     for (user, group) in DUMMY_USERS {
         let ugid = id_from("/etc/passwd", user, 3);
         if ugid.is_none() || ugid != id_from("/etc/group", group, 2) {
-            return Some(format!(
-                "pjdfstest needs user {user} with primary group {group} (see tests/e2e/pjdfstest.toml)"
+            return Some((
+                "tool:pjdfstest",
+                format!(
+                    "pjdfstest needs user {user} with primary group {group} (see tests/e2e/pjdfstest.toml)"
+                ),
             ));
         }
     }
@@ -150,8 +159,15 @@ const TARGETS: &[Target] = &[
 ];
 
 fn main() -> ExitCode {
-    if let Some(why) = cannot_run() {
-        println!("conformance: SKIPPED: {why}");
+    if let Some((need, why)) = cannot_run() {
+        // A skip fails the run unless the machine is declared to lack the capability
+        // (`make test E2E_LACKS=...`), as for every other e2e test.
+        if memofs_e2e::summary::Policy::from_env().requires(need) {
+            println!("conformance: FAILED: cannot run ({need} is required): {why}");
+            println!("conformance: 0 passed, 1 failed, 0 skipped");
+            return ExitCode::FAILURE;
+        }
+        println!("conformance: SKIPPED ({need}): {why}");
         println!("conformance: 0 passed, 0 failed, 1 skipped");
         return ExitCode::SUCCESS;
     }

@@ -3,16 +3,14 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{symlink, FileExt};
 
-use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_bytes_eq, assert_errno, ok, pattern, require_mount, sys, Mount};
 
 const XATTR_CREATE: i32 = 1;
 const XATTR_REPLACE: i32 = 2;
 
 macro_rules! need_mount {
     () => {{
-        if !is_root() {
-            skip!("needs root to mount");
-        }
+        require_mount!();
         Mount::mem(&["size=64m"])
     }};
 }

@@ -13,7 +13,7 @@ use std::fs;
 use memofs_e2e::diffops::{existing, work_root, Gen, Op, Res, Side, Val, SLOTS};
 use memofs_e2e::sys;
 use memofs_e2e::tree::{self, Detail};
-use memofs_e2e::{is_root, skip, Mount, Rng};
+use memofs_e2e::{require_mount, Mount, Rng};
 
 const SNAPSHOT_EVERY: usize = 50;
 
@@ -161,9 +161,7 @@ fn run(test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
 }
 
 fn run_on(backend: Backend, test: &str, opts: &[&str], default_seed: u64, default_ops: usize) {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let seed = env_u64("MEMOFS_DIFF_SEED").unwrap_or(default_seed);
     let ops = env_u64("MEMOFS_DIFF_OPS").map_or(default_ops, |n| n as usize);
     // Declared before the sides so that descriptors close before the unmounts.
@@ -267,9 +265,7 @@ fn differential_direct_io() {
 /// Sanity check of the differential machinery itself: two tmpfs mounts must always agree.
 #[test]
 fn differential_harness_tmpfs_vs_tmpfs() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (x, y) = (Mount::tmpfs(&["size=64m"]), Mount::tmpfs(&["size=64m"]));
     let mut a = Side {
         root: work_root(x.path()),

@@ -6,16 +6,14 @@ use std::fs::{self, File};
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
-use memofs_e2e::{assert_errno, is_root, ok, skip, sys, Mount, Rng};
+use memofs_e2e::{assert_errno, ok, require_mount, sys, Mount, Rng};
 
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
 
 macro_rules! need_mount {
     () => {{
-        if !is_root() {
-            skip!("needs root to mount");
-        }
+        require_mount!();
         Mount::mem(&["size=256m"])
     }};
 }

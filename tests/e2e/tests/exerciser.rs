@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use memofs_e2e::checks::{export_tmpfs, scaled};
 use memofs_e2e::map::Map;
-use memofs_e2e::{first_difference, is_root, skip, sys, Mount, Rng};
+use memofs_e2e::{first_difference, require_mount, sys, Mount, Rng};
 
 const PAGE: u64 = 4096;
 /// Largest file the exerciser makes: 64 pages keeps whole-file checks cheap.
@@ -329,18 +329,14 @@ impl Fsx {
 
 #[test]
 fn exerciser_mem() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::memofs(&["size=64m"]);
     exercise(m.path(), "exerciser_mem", 11, scaled(100_000, 1_000_000));
 }
 
 #[test]
 fn exerciser_passthrough_backend() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (_host, m) = export_tmpfs("export", &["size=64m"], &[]);
     exercise(
         m.path(),
@@ -353,9 +349,7 @@ fn exerciser_passthrough_backend() {
 /// The model itself, against kernel tmpfs: if this fails, the exerciser is wrong, not memofs.
 #[test]
 fn exerciser_model_agrees_with_tmpfs() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let t = Mount::tmpfs(&["size=64m"]);
     exercise(
         t.path(),
@@ -370,9 +364,7 @@ fn exerciser_model_agrees_with_tmpfs() {
 #[test]
 
 fn mmap_write_through_an_o_append_descriptor() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (_host, exported) = export_tmpfs("export", &["size=64m"], &[]);
     let mem = Mount::memofs(&["size=64m"]);
     for dir in [mem.path(), exported.path()] {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use memofs_e2e::checks::{eventually, export_tmpfs, process_alive};
 use memofs_e2e::cli::run_with_timeout;
 use memofs_e2e::{
-    assert_bytes_eq, assert_errno, is_mounted, is_root, memofs, ok, pattern, skip, sys,
+    assert_bytes_eq, assert_errno, is_mounted, memofs, ok, pattern, require_mount, sys,
     with_timeout, Mount, TempDir, UnmountGuard,
 };
 
@@ -47,9 +47,7 @@ fn busy_writer(dir: PathBuf, done: Arc<AtomicU64>) -> std::thread::JoinHandle<st
 
 #[test]
 fn sigkill_under_load_gives_enotconn_and_umount_recovers() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let base = TempDir::new("memofs-e2e-faults-");
     let mnt = base.path().join("mnt");
     ok!(fs::create_dir(&mnt));
@@ -134,9 +132,7 @@ fn sigkill_under_load_gives_enotconn_and_umount_recovers() {
 
 #[test]
 fn fsynced_data_survives_a_server_kill_on_the_passthrough_backend() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let (host, mut m) = export_tmpfs("export", &["size=256m"], &[]);
     // (file index, bytes acknowledged by fsync) after every successful fsync.
     let acked: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
@@ -240,9 +236,7 @@ fn fill_concurrently(dir: &Path, cycle: u64) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn enospc_fill_and_free_cycles_at_size_keep_data_and_leak_nothing() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=4m"]);
     let empty = ok!(sys::statfs(m.path()));
     let mut totals = Vec::new();
@@ -296,9 +290,7 @@ fn enospc_fill_and_free_cycles_at_size_keep_data_and_leak_nothing() {
 
 #[test]
 fn enospc_fill_and_free_cycles_at_nr_inodes() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=64m", "nr_inodes=64"]);
     for cycle in 0..3 {
         let mut made = Vec::new();
@@ -382,9 +374,7 @@ impl Drop for SubMount {
 
 #[test]
 fn host_errors_pass_through_and_the_server_survives() {
-    if !is_root() {
-        skip!("needs root");
-    }
+    require_mount!();
     let host = Mount::tmpfs(&["size=64m"]);
     let src = host.join("export");
     let ro = SubMount::new(src.join("ro"), "size=1m");

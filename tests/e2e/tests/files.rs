@@ -6,22 +6,13 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 
 use memofs_e2e::checks::settled;
-use memofs_e2e::{assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount};
-
-fn mount() -> Option<Mount> {
-    if !is_root() {
-        return None;
-    }
-    Some(Mount::mem(&["size=256m"]))
-}
+use memofs_e2e::{assert_bytes_eq, assert_errno, ok, pattern, require_mount, sys, Mount};
 
 macro_rules! need_mount {
-    () => {
-        match mount() {
-            Some(m) => m,
-            None => skip!("needs root to mount"),
-        }
-    };
+    () => {{
+        require_mount!();
+        Mount::mem(&["size=256m"])
+    }};
 }
 
 #[test]
@@ -515,9 +506,7 @@ fn many_small_files() {
 
 #[test]
 fn close_costs_no_round_trip() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     // Neither backend acts on close, so files are opened with FOPEN_NOFLUSH: close(2) sends
     // no FLUSH. (Under the writeback cache the kernel flushes anyway, to write back.)
     let m = Mount::memofs(&["writeback=off"]);

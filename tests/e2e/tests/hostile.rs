@@ -20,7 +20,7 @@ use memofs_e2e::checks::{
 };
 use memofs_e2e::tree::{self, Detail};
 use memofs_e2e::user::{as_user, USER1, USER2};
-use memofs_e2e::{assert_errno, errno_name, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_errno, errno_name, ok, pattern, require_mount, skip, sys, Mount};
 
 /// A memofs mount of either backend (fields drop in order: the memofs mount first).
 struct Target {
@@ -111,9 +111,7 @@ fn fill_as(user: (u32, u32), dir: PathBuf, metadata: bool) -> Vec<(PathBuf, Vec<
 /// Two users fill a `size=4m,nr_inodes=400` mount at once while statfs and `memofs stats`
 /// are sampled: usage never goes above the limits, and what was acknowledged stays intact.
 fn users_fill_and_limits_hold(metadata: bool) {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::memofs(&["allow_other", "size=4m", "nr_inodes=400"]);
     let over: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -178,9 +176,7 @@ fn users_cannot_exceed_size_with_data_xattrs_and_symlinks() {
 
 #[test]
 fn other_users_private_files_stay_private() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     for t in both_backends(&[]) {
         let (name, m) = (t.name, &t.m);
         let root = m.path().to_path_buf();
@@ -291,9 +287,7 @@ fn assert_sentinel_unchanged(host: &Mount, before: &tree::Tree, m: &Mount, after
 
 #[test]
 fn passthrough_export_cannot_be_escaped() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (host, m) = escape_setup();
     let before = sentinel(&host);
     // `..` at the root of the mount is the mount point's parent, never SOURCE's.
@@ -377,9 +371,7 @@ fn names_below(dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn racing_symlink_swaps_cannot_redirect_the_server() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (host, m) = escape_setup();
     ok!(fs::create_dir(host.join("export/dir/sub")));
     for d in ["export/dir", "export/dir/sub"] {
@@ -458,9 +450,7 @@ fn racing_symlink_swaps_cannot_redirect_the_server() {
 
 #[test]
 fn long_names_and_huge_xattrs_are_refused_cleanly() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     for t in both_backends(&["size=1m"]) {
         let (name, m) = (t.name, &t.m);
         let root = m.path().to_path_buf();
@@ -525,9 +515,7 @@ fn long_names_and_huge_xattrs_are_refused_cleanly() {
 
 #[test]
 fn many_xattrs_stop_at_enospc_and_come_back() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::memofs(&["allow_other", "size=1m"]);
     let root = m.path().to_path_buf();
     as_user(USER1.0, USER1.1, &[], move || {
@@ -556,9 +544,7 @@ fn many_xattrs_stop_at_enospc_and_come_back() {
 
 #[test]
 fn trees_deeper_than_path_max() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     for t in both_backends(&[]) {
         let (name, m) = (t.name, &t.m);
         let root = m.path().to_path_buf();
@@ -654,9 +640,7 @@ fn make_entries(dir: &Path, n: u64, mode: u32) {
 
 #[test]
 fn directory_with_many_entries() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let n = scaled(200_000, 2_000_000);
     let m = Mount::memofs(&["allow_other"]);
     let pid = m.server_pid().unwrap();
@@ -715,13 +699,14 @@ fn directory_with_many_entries() {
 #[test]
 
 fn regular_files_beyond_the_server_descriptor_limit() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::memofs(&["allow_other"]);
     let n = nofile_limit(m.server_pid().unwrap()) + 100;
     if n > 300_000 {
-        skip!("the server may open {n} files: too many to create here");
+        skip!(
+            Limit("nofile"),
+            "the server may open {n} files: too many to create here"
+        );
     }
     let big = m.join("files");
     ok!(fs::create_dir(&big));

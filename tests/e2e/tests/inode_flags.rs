@@ -21,7 +21,7 @@ const XFLAG_NODUMP: u32 = 0x80;
 macro_rules! need_mount {
     ($($opt:expr),*) => {{
         if !is_root() {
-            skip!("needs root to mount and for CAP_LINUX_IMMUTABLE");
+            skip!(Root, "needs root to mount and for CAP_LINUX_IMMUTABLE");
         }
         Mount::mem(&["size=64m" $(, $opt)*])
     }};
@@ -158,7 +158,10 @@ fn noatime_flag_keeps_atime_whatever_the_mount_says() {
 fn chattr_and_lsattr() {
     let m = need_mount!();
     if which("chattr").is_none() || which("lsattr").is_none() {
-        skip!("chattr/lsattr are not installed (Debian package e2fsprogs)");
+        skip!(
+            Tool("chattr"),
+            "chattr/lsattr are not installed (Debian package e2fsprogs)"
+        );
     }
     let f = m.join("f");
     ok!(fs::write(&f, b""));

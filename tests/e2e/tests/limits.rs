@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use memofs_e2e::checks::{eventually, mem_total_bytes, rss_bytes};
 use memofs_e2e::{
-    assert_bytes_eq, assert_errno, is_root, ok, pattern, skip, sys, Mount, FUSE_SUPER_MAGIC,
+    assert_bytes_eq, assert_errno, ok, pattern, require_mount, sys, Mount, FUSE_SUPER_MAGIC,
     TMPFS_MAGIC,
 };
 
@@ -17,9 +17,7 @@ fn used_bytes(m: &Mount, before: &libc::statfs) -> u64 {
 
 #[test]
 fn statfs_reflects_size_and_nr_inodes() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=64m", "nr_inodes=1000"]);
     let s = ok!(sys::statfs(m.path()));
     let want_type = if m.is_memofs() {
@@ -80,9 +78,7 @@ fn statfs_reflects_size_and_nr_inodes() {
 
 #[test]
 fn size_suffixes_and_percent() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     for (opt, bytes) in [
         ("size=1g", 1u64 << 30),
         ("size=524288k", 512 << 20),
@@ -123,9 +119,7 @@ fn fill_file(m: &Mount, name: &str, chunk: usize, seed: u64) -> (Vec<u8>, std::i
 
 #[test]
 fn enospc_when_size_is_reached_keeps_earlier_data() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=1m"]);
     let (acked, err) = fill_file(&m, "fill", 64 * 1024 + 17, 100);
     assert_eq!(
@@ -204,9 +198,7 @@ fn enospc_when_size_is_reached_keeps_earlier_data() {
 
 #[test]
 fn enospc_across_many_files() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=2m"]);
     let mut written = Vec::new();
     let mut failed = None;
@@ -252,9 +244,7 @@ fn enospc_across_many_files() {
 
 #[test]
 fn enospc_when_nr_inodes_is_reached() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=16m", "nr_inodes=20"]);
     let mut made = 0;
     let err = loop {
@@ -306,9 +296,7 @@ fn enospc_when_nr_inodes_is_reached() {
 
 #[test]
 fn deleted_and_truncated_data_gives_server_memory_back() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     // The server's page store (not kernel-backed data): its RSS is the data.
     let m = Mount::memofs(&["passthrough=off"]);
     let pid = m.server_pid().expect("memofs server pid");

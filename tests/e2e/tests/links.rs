@@ -6,13 +6,11 @@ use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 
-use memofs_e2e::{assert_errno, is_root, ok, skip, sys, Mount};
+use memofs_e2e::{assert_errno, ok, require_mount, sys, Mount};
 
 macro_rules! need_mount {
     () => {{
-        if !is_root() {
-            skip!("needs root to mount");
-        }
+        require_mount!();
         Mount::mem(&["size=64m"])
     }};
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use memofs_e2e::checks::{counter, settled};
-use memofs_e2e::{assert_errno, memofs, ok, Mount};
+use memofs_e2e::{assert_errno, memofs, ok, require_mount, Mount};
 
 const LONG: &[&str] = &[
     "negative_timeout=3600",
@@ -53,6 +53,7 @@ fn assert_present_everywhere(p: &Path) {
 
 #[test]
 fn misses_are_cached_only_with_a_negative_timeout() {
+    require_mount!();
     for (opts, cached) in [(LONG, true), (&["negative_timeout=0"][..], false)] {
         let m = Mount::memofs(opts);
         let p = m.join("non-existent.txt");
@@ -81,6 +82,7 @@ fn misses_are_cached_only_with_a_negative_timeout() {
 /// Each way of making a name appear, tried on a name whose miss is cached.
 #[test]
 fn creations_are_visible_at_once_despite_cached_misses() {
+    require_mount!();
     let m = Mount::memofs(LONG);
     ok!(fs::write(m.join("src"), b"x"));
     ok!(fs::write(m.join("rename-me"), b"y"));
@@ -134,6 +136,7 @@ fn creations_are_visible_at_once_despite_cached_misses() {
 /// Each way of making a cached name disappear.
 #[test]
 fn removals_are_visible_at_once_despite_cached_entries() {
+    require_mount!();
     let m = Mount::memofs(LONG);
     ok!(fs::create_dir(m.join("dir")));
     ok!(fs::write(m.join("file"), b"f"));
@@ -162,6 +165,7 @@ fn removals_are_visible_at_once_despite_cached_entries() {
 /// that name is created under the new name.
 #[test]
 fn cached_misses_follow_directory_renames() {
+    require_mount!();
     let m = Mount::memofs(LONG);
     ok!(fs::create_dir(m.join("a")));
     assert_missing_everywhere(&m.join("a/x"));
@@ -174,6 +178,7 @@ fn cached_misses_follow_directory_renames() {
 
 #[test]
 fn stats_report_the_policy_and_usage() {
+    require_mount!();
     let m = Mount::memofs(&["cache=auto", "negative_timeout=2.5", "size=8m"]);
     ok!(fs::write(m.join("f"), vec![1u8; 10_000]));
     let out = memofs(&["stats", "--json", m.path().to_str().unwrap()]);

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Barrier};
 
 use memofs_e2e::map::Map;
-use memofs_e2e::{assert_bytes_eq, is_root, ok, pattern, skip, Mount};
+use memofs_e2e::{assert_bytes_eq, ok, pattern, require_mount, Mount};
 
 const PAGE: usize = 4096;
 const PAGES: usize = 64;
@@ -27,9 +27,7 @@ fn page_data(i: usize, r: usize) -> Vec<u8> {
 
 #[test]
 fn concurrent_mapped_and_write_callers_see_each_other() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=64m"]);
     let f = rw(&m, "shared");
     ok!(f.set_len((PAGES * PAGE) as u64));
@@ -97,9 +95,7 @@ fn concurrent_mapped_and_write_callers_see_each_other() {
 
 #[test]
 fn private_mappings_copy_on_write() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=64m"]);
     let f = rw(&m, "p");
     let base = pattern(5, 4 * PAGE);

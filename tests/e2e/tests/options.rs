@@ -5,17 +5,10 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::process::Command;
 
+use memofs_e2e::skip::Need;
 use memofs_e2e::{
-    assert_bytes_eq, assert_errno, is_root, mountinfo_for, ok, pattern, skip, sys, Mount,
+    assert_bytes_eq, assert_errno, mountinfo_for, ok, pattern, require_mount, skip, sys, Mount,
 };
-
-macro_rules! need_root {
-    () => {
-        if !is_root() {
-            skip!("needs root to mount");
-        }
-    };
-}
 
 fn flags(m: &Mount) -> Vec<String> {
     let i = mountinfo_for(m.path()).expect("mountinfo entry");
@@ -28,7 +21,7 @@ fn flags(m: &Mount) -> Vec<String> {
 
 #[test]
 fn defaults_root_directory() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&[]);
     let md = ok!(fs::metadata(m.path()));
     assert_eq!(
@@ -53,7 +46,7 @@ fn defaults_root_directory() {
 
 #[test]
 fn mode_uid_gid_of_the_root() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&["mode=0710", "uid=123", "gid=456"]);
     let md = ok!(fs::metadata(m.path()));
     assert_eq!(md.mode() & 0o7777, 0o710, "mode=0710");
@@ -63,7 +56,7 @@ fn mode_uid_gid_of_the_root() {
 
 #[test]
 fn read_only_mount() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&["ro"]);
     assert!(
         flags(&m).contains(&"ro".to_string()),
@@ -95,7 +88,7 @@ fn read_only_mount() {
 
 #[test]
 fn nosuid_nodev_noexec_sync_dirsync_flags() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&["nosuid", "nodev", "noexec", "sync", "dirsync"]);
     let f = flags(&m);
     for want in ["nosuid", "nodev", "noexec", "sync", "dirsync"] {
@@ -126,7 +119,7 @@ fn nosuid_nodev_noexec_sync_dirsync_flags() {
 
 #[test]
 fn exec_and_dev_when_asked() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&["exec", "dev", "suid"]);
     let f = flags(&m);
     assert!(!f.iter().any(|x| x == "noexec"), "exec: mountinfo {f:?}");
@@ -201,7 +194,7 @@ fn exercise_data(m: &Mount) {
 
 #[test]
 fn data_is_right_under_every_cache_mode() {
-    need_root!();
+    require_mount!();
     for opts in [
         &["cache=never"][..],
         &["cache=auto"],
@@ -218,7 +211,7 @@ fn data_is_right_under_every_cache_mode() {
 
 #[test]
 fn append_under_every_cache_mode() {
-    need_root!();
+    require_mount!();
     for opts in [
         &["cache=never"][..],
         &["cache=always"],
@@ -247,7 +240,7 @@ fn append_under_every_cache_mode() {
 
 #[test]
 fn size_limit_applies_with_writeback() {
-    need_root!();
+    require_mount!();
     let m = Mount::mem(&["size=1m", "writeback=on"]);
     // The ENOSPC may come from write() or, with the writeback cache, only from fsync() on the
     // same descriptor; it must come from one of them.
@@ -278,14 +271,22 @@ fn shmem_large_folio_attempts() -> Option<u64> {
 
 #[test]
 fn huge_reaches_the_kernel_data_store() {
-    need_root!();
+    require_mount!();
     if shmem_large_folio_attempts().is_none() {
-        skip!("this kernel has no per-size shmem folio counters");
+        skip!(
+            Kernel("shmem_folio_stats"),
+            "this kernel has no per-size shmem folio counters"
+        );
     }
     let m = Mount::memofs(&["huge=within_size"]);
     let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
     if !doc.contains(r#""huge":"within_size""#) {
-        skip!("file data is not kernel-backed on this mount (passthrough=off or unavailable)");
+        let need = if memofs_e2e::skip::passthrough_off_by_options() {
+            Need::Config("passthrough_off")
+        } else {
+            Need::FusePassthrough
+        };
+        skip!(need, "file data is not kernel-backed on this mount");
     }
     let before = shmem_large_folio_attempts().unwrap_or(0);
     let data = pattern(7, 8 << 20);
@@ -316,7 +317,7 @@ fn busy_polls_after_getattrs(opts: &[&str]) -> (u64, u64) {
 
 #[test]
 fn busy_poll_catches_back_to_back_requests_and_zero_turns_it_off() {
-    need_root!();
+    require_mount!();
     // One caller whose next request follows each answer within microseconds: the reading
     // thread's poll sees most of them arrive (not all: a preempted caller misses a window).
     // One thread (more would park and rejoin by the machine's CPU count) and a window wide

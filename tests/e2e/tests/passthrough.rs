@@ -7,21 +7,18 @@ use std::path::Path;
 use std::time::Duration;
 
 use memofs_e2e::user::{as_user, USER1};
-use memofs_e2e::{assert_errno, checks, cli, is_root, ok, pattern, skip, sys, Mount};
+use memofs_e2e::{assert_errno, checks, cli, ok, pattern, require_mount, sys, Mount};
 
-fn export() -> Option<(Mount, Mount)> {
+fn export() -> (Mount, Mount) {
     export_with(&[])
 }
 
 /// A fresh tmpfs exported through the passthrough backend with `opts` (and allow_other).
-fn export_with(opts: &[&str]) -> Option<(Mount, Mount)> {
-    if !is_root() {
-        return None;
-    }
+fn export_with(opts: &[&str]) -> (Mount, Mount) {
     let host = Mount::tmpfs(&["size=64m", "mode=1777"]);
     let opts: Vec<&str> = ["allow_other"].iter().chain(opts).copied().collect();
     let m = Mount::try_memofs_source(host.path(), &opts).unwrap_or_else(|e| panic!("{e}"));
-    Some((host, m))
+    (host, m)
 }
 
 /// Poll (the watcher is asynchronous) until `cond` holds, for up to 10 s.
@@ -31,9 +28,8 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn host_files_are_served_and_changes_reach_the_host() {
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     ok!(fs::create_dir(host.join("d")));
     ok!(fs::write(host.join("d/f"), b"from the host"));
     ok!(symlink("d/f", host.join("l")));
@@ -75,9 +71,8 @@ fn host_files_are_served_and_changes_reach_the_host() {
 
 #[test]
 fn host_side_changes_become_visible() {
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     // Look names up first, so the kernel has cached answers (positive and negative).
     assert!(!m.join("later").exists());
     ok!(fs::write(host.join("gone-soon"), b"x"));
@@ -103,9 +98,8 @@ fn host_side_changes_become_visible() {
 #[test]
 fn invalidate_drops_names_the_server_did_not_see_change() {
     // No watcher and hour-long timeouts: the kernel keeps stale answers until told.
-    let Some((host, m)) = export_with(&["watch=off"]) else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export_with(&["watch=off"]);
     assert!(!m.join("later").exists());
     ok!(fs::write(host.join("gone-soon"), b"x"));
     assert!(m.join("gone-soon").exists());
@@ -158,9 +152,8 @@ fn invalidate_drops_names_the_server_did_not_see_change() {
 
 #[test]
 fn invalidate_without_anything_to_drop_says_so_unless_the_kernel_has_the_epoch() {
-    let Some((_host, m)) = export_with(&["watch=off"]) else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (_host, m) = export_with(&["watch=off"]);
     let out = cli::memofs(&["invalidate", m.path().to_str().unwrap()]);
     if out.success() {
         // The epoch notification dropped everything; nothing to report.
@@ -177,13 +170,12 @@ fn invalidate_without_anything_to_drop_says_so_unless_the_kernel_has_the_epoch()
 
 #[test]
 fn host_renames_become_visible_despite_hour_long_caches() {
-    let Some((host, m)) = export_with(&[
+    require_mount!();
+    let (host, m) = export_with(&[
         "negative_timeout=3600",
         "entry_timeout=3600",
         "attr_timeout=3600",
-    ]) else {
-        skip!("needs root to mount")
-    };
+    ]);
     ok!(fs::create_dir(host.join("d")));
     ok!(fs::write(host.join("d/old"), b"renamed on the host"));
     // Cache the old name's entry and the new names' misses, in the root and in a directory.
@@ -210,9 +202,8 @@ fn host_renames_become_visible_despite_hour_long_caches() {
 
 #[test]
 fn chown_through_the_export_clears_setuid_and_setgid() {
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     ok!(fs::write(m.join("prog"), b"#!/bin/sh\n"));
     ok!(sys::chmod(m.join("prog"), 0o6755));
     assert_eq!(ok!(fs::metadata(m.join("prog"))).mode() & 0o7777, 0o6755);
@@ -233,9 +224,8 @@ fn chown_through_the_export_clears_setuid_and_setgid() {
 
 #[test]
 fn chown_to_the_same_owner_updates_ctime_as_on_tmpfs() {
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     ok!(fs::create_dir(m.join("d")));
     ok!(fs::write(m.join("f"), b""));
     for name in ["d", "f"] {
@@ -266,9 +256,8 @@ fn file_capabilities_set_on_the_host_show_and_writes_drop_them() {
     // The server answers "no capability" from memory for files it created (the kernel asks
     // before the first write and every chown); a capability set on the host must show
     // anyway, and a write through the mount must drop it as on any filesystem.
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     let caps = |p: &Path| sys::getxattr(p, "security.capability");
     ok!(fs::write(m.join("prog"), b"first"));
     assert_errno!(caps(&m.join("prog")), libc::ENODATA);
@@ -299,9 +288,8 @@ fn file_capabilities_set_on_the_host_show_and_writes_drop_them() {
 
 #[test]
 fn created_files_belong_to_the_caller_on_the_host() {
-    let Some((host, m)) = export() else {
-        skip!("needs root to mount")
-    };
+    require_mount!();
+    let (host, m) = export();
     let root = m.path().to_path_buf();
     as_user(USER1.0, USER1.1, &[], move || {
         ok!(fs::write(root.join("userfile"), b"u"));
@@ -346,10 +334,8 @@ fn create_modes(m: &Mount, host: &Mount, name: &str, umask: u32) -> [u32; 4] {
 /// the server's (077 here) must never show.
 #[test]
 fn created_modes_follow_the_callers_umask_never_the_servers() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    let (host, m) = sys::with_umask(0o077, || export().expect("root"));
+    require_mount!();
+    let (host, m) = sys::with_umask(0o077, export);
     assert_eq!(
         create_modes(&m, &host, "u0", 0),
         [0o620, 0o777, 0o620, 0o666]

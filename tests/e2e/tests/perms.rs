@@ -6,13 +6,11 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
 use memofs_e2e::user::{as_user, USER1, USER2};
-use memofs_e2e::{assert_errno, is_root, ok, skip, sys, Mount};
+use memofs_e2e::{assert_errno, ok, require_mount, skip, sys, Mount};
 
 macro_rules! need_mount {
     () => {{
-        if !is_root() {
-            skip!("needs root to mount and to switch users");
-        }
+        require_mount!();
         Mount::mem(&["size=64m", "allow_other"])
     }};
 }
@@ -335,12 +333,10 @@ fn chown_clears_setuid_and_setgid_on_every_non_directory() {
 
 #[test]
 fn without_allow_other_other_users_are_refused() {
-    if !is_root() {
-        skip!("needs root to mount and to switch users");
-    }
+    require_mount!();
     let m = Mount::mem(&["size=16m"]);
     if !m.is_memofs() {
-        skip!("FUSE-specific (allow_other)");
+        skip!(Config("tmpfs_reference"), "FUSE-specific (allow_other)");
     }
     ok!(fs::write(m.join("f"), b""));
     ok!(sys::chmod(m.join("f"), 0o666));

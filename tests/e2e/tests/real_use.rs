@@ -9,15 +9,13 @@ use std::time::Duration;
 
 use memofs_e2e::cli::sh;
 use memofs_e2e::tree::{self, Detail};
-use memofs_e2e::{is_root, ok, pattern, skip, sys, which, Mount, Rng};
+use memofs_e2e::{ok, pattern, require_mount, skip, sys, which, Mount, Rng};
 
 const LONG: Duration = Duration::from_secs(300);
 
-fn need(tools: &[&str]) -> Option<String> {
-    tools
-        .iter()
-        .find(|t| which(t).is_none())
-        .map(|t| format!("{t} not installed"))
+/// The first of `tools` that is not installed.
+fn need(tools: &[&'static str]) -> Option<&'static str> {
+    tools.iter().copied().find(|t| which(t).is_none())
 }
 
 /// Run a shell script that must succeed.
@@ -110,11 +108,9 @@ fn assert_same_tree(a: &Path, b: &Path, d: Detail, what: &str) {
 
 #[test]
 fn cp_a_preserves_everything() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["cp"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["cp"]) {
+        skip!(Tool(tool));
     }
     let src = Mount::tmpfs(&["size=256m"]);
     generate_tree(&src.join("tree"), 11);
@@ -146,15 +142,13 @@ fn cp_a_preserves_everything() {
 
 #[test]
 fn cp_and_diff_of_system_headers() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["cp", "diff"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["cp", "diff"]) {
+        skip!(Tool(tool));
     }
     let src = Path::new("/usr/include/linux");
     if !src.is_dir() {
-        skip!("/usr/include/linux not present");
+        skip!(Tool("linux-libc-dev"), "/usr/include/linux not present");
     }
     let m = Mount::mem(&["size=512m"]);
     shell(
@@ -177,11 +171,9 @@ fn cp_and_diff_of_system_headers() {
 
 #[test]
 fn tar_round_trip() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["tar", "diff"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["tar", "diff"]) {
+        skip!(Tool(tool));
     }
     let src = Mount::tmpfs(&["size=256m"]);
     generate_tree(&src.join("tree"), 12);
@@ -218,11 +210,9 @@ fn tar_round_trip() {
 
 #[test]
 fn git_repository_inside_the_mount() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["git"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["git"]) {
+        skip!(Tool(tool));
     }
     let m = Mount::mem(&["size=512m"]);
     let home = m.scratch().join("home");
@@ -265,16 +255,18 @@ fn git_repository_inside_the_mount() {
 
 #[test]
 fn python_venv_with_pip() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["python3"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["python3"]) {
+        skip!(Tool(tool));
     }
     let m = Mount::mem(&["size=1g"]);
     let probe = sh("python3 -c 'import venv, ensurepip'", None, LONG);
     if !probe.success() {
-        skip!("python3 lacks venv/ensurepip: {}", probe.stderr.trim());
+        skip!(
+            Tool("python3-venv"),
+            "python3 lacks venv/ensurepip: {}",
+            probe.stderr.trim()
+        );
     }
     shell("python3 -m venv venv", m.path());
     let out = shell("./venv/bin/pip --version", m.path());
@@ -296,11 +288,9 @@ fn python_venv_with_pip() {
 
 #[test]
 fn compile_and_run_a_c_program() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["cc"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["cc"]) {
+        skip!(Tool(tool));
     }
     let m = Mount::mem(&["size=256m"]);
     ok!(fs::write(
@@ -313,11 +303,9 @@ fn compile_and_run_a_c_program() {
 
 #[test]
 fn sqlite_database_inside_the_mount() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
-    if let Some(why) = need(&["python3"]) {
-        skip!("{why}");
+    require_mount!();
+    if let Some(tool) = need(&["python3"]) {
+        skip!(Tool(tool));
     }
     let m = Mount::mem(&["size=256m"]);
     let script = r#"
@@ -341,7 +329,7 @@ for mode in ("delete", "wal"):
     ok!(fs::write(m.join("t.py"), script));
     let probe = sh("python3 -c 'import sqlite3'", None, LONG);
     if !probe.success() {
-        skip!("python3 has no sqlite3 module");
+        skip!(Tool("python3-sqlite3"), "python3 has no sqlite3 module");
     }
     let out = shell("python3 t.py", m.path());
     assert_eq!(out.trim(), "delete 3334\nwal 3334");

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use memofs_e2e::checks::{check_tree, export_tmpfs, rm_rf, scaled, stats_usage, Usage};
 use memofs_e2e::tree::{self, Detail};
-use memofs_e2e::{errno_name, is_root, skip, Mount, Rng};
+use memofs_e2e::{errno_name, require_mount, Mount, Rng};
 
 const WORKERS: usize = 4;
 const DIRS: &[&str] = &["d0", "d1", "d0/e", "d1/e"];
@@ -417,9 +417,7 @@ fn wait_for_usage(m: &Mount, baseline: Usage) {
 }
 
 fn stress_mem(how: Workers, opts: &[&str], test: &str, seed: u64) {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let m = Mount::memofs(opts);
     let baseline = stats_usage(m.path()).unwrap_or_else(|e| panic!("{e}"));
     let work = stress(m.path(), how, test, seed);
@@ -449,9 +447,7 @@ fn stress_threads_mem_cache_never() {
 
 #[test]
 fn stress_processes_passthrough_backend() {
-    if !is_root() {
-        skip!("needs root to mount");
-    }
+    require_mount!();
     let (host, m) = export_tmpfs("export", &["size=256m"], &[]);
     let work = stress(
         m.path(),

@@ -68,7 +68,7 @@ fn export() -> Option<(Mount, Mount)> {
 #[test]
 fn times_round_trip_on_the_mem_backend() {
     let Some(m) = mem() else {
-        skip!("needs root to mount")
+        skip!(Root, "needs root to mount")
     };
     round_trip(m.path(), &TIMES);
 }
@@ -76,7 +76,7 @@ fn times_round_trip_on_the_mem_backend() {
 #[test]
 fn times_reach_the_host_through_passthrough() {
     let Some((host, m)) = export() else {
-        skip!("needs root to mount")
+        skip!(Root, "needs root to mount")
     };
     round_trip(m.path(), &TIMES);
     let md = ok!(fs::metadata(host.join("export/t")));

@@ -14,7 +14,7 @@ const RENAME_WHITEOUT: u32 = libc::RENAME_WHITEOUT;
 macro_rules! need_mount {
     () => {{
         if !is_root() {
-            skip!("needs root to mount and for CAP_MKNOD");
+            skip!(Root, "needs root to mount and for CAP_MKNOD");
         }
         Mount::mem(&["size=64m", "allow_other"])
     }};
@@ -79,6 +79,7 @@ fn overlayfs_upper_layer_on_the_mount() {
         .output());
     if !out.status.success() {
         skip!(
+            Kernel("overlayfs"),
             "overlayfs does not mount here: {}",
             String::from_utf8_lossy(&out.stderr)
         );

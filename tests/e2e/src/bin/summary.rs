@@ -1,0 +1,55 @@
+//! `memofs-e2e-summary DIR`: the closing summary of `make e2e` (see `memofs_e2e::summary`).
+//! DIR holds, per run NAME, what `scripts/e2e.sh` left: `NAME.log` (the `cargo test` output),
+//! `NAME.status` (its exit status) and `NAME.skips` (the skip records, absent when nothing
+//! skipped). Prints per run and per capability, then `e2e: N passed, N failed, N skipped`;
+//! exit status 1 if anything failed, a required capability was skipped, or DIR holds no run.
+
+use std::fs;
+use std::path::Path;
+use std::process::ExitCode;
+
+use memofs_e2e::summary::{summarize, Policy, RunInput};
+
+fn main() -> ExitCode {
+    let Some(dir) = std::env::args_os().nth(1) else {
+        eprintln!("usage: memofs-e2e-summary DIR");
+        return ExitCode::from(2);
+    };
+    let dir = Path::new(&dir);
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".status").map(str::to_string)
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    if names.is_empty() {
+        println!("e2e: no run found in {}", dir.display());
+        println!("e2e: 0 passed, 1 failed, 0 skipped");
+        return ExitCode::FAILURE;
+    }
+    let read = |name: &str, ext: &str| fs::read_to_string(dir.join(format!("{name}.{ext}")));
+    let runs: Vec<RunInput> = names
+        .iter()
+        .map(|name| RunInput {
+            name: name.clone(),
+            log: read(name, "log").unwrap_or_default(),
+            status: read(name, "status")
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            skips: read(name, "skips").unwrap_or_default(),
+        })
+        .collect();
+    let report = summarize(&runs, &Policy::from_env());
+    for l in &report.lines {
+        println!("{l}");
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
