@@ -291,8 +291,9 @@ impl<B: Backend> Session<B> {
     /// Starts serving requests, and asks for the root's attributes once: until the first
     /// GETATTR of the root succeeds, the kernel gives it a mode without permission bits, and
     /// a GETATTR reply that races a notification is discarded, so an early permission check
-    /// on a busy export could fail with `EACCES`. Returns once that is done: the mount is
-    /// ready for every user.
+    /// on a busy export could fail with `EACCES`. Invalidations of the root are held until
+    /// then (see `memofs_request::invalidate`). Returns once that is done: the mount is ready
+    /// for every user.
     ///
     /// With io_uring, the ring queues serve the requests and one `/dev/fuse` thread the
     /// FORGETs and INTERRUPTs that still come that way.
@@ -308,10 +309,14 @@ impl<B: Backend> Session<B> {
             ring = channel.start()?;
             threads = 1;
         }
+        let invalidator = self.server.invalidator();
         let channel = Arc::new(DevChannel::new(self.server, self.proto, threads, self.poll));
         let mut serving = channel.start(self.fd, threads)?;
         serving.0.extend(ring);
         std::fs::metadata(&self.mountpoint)?;
+        if let Some(invalidator) = invalidator {
+            invalidator.release_root();
+        }
         Ok(serving)
     }
 }

@@ -23,6 +23,14 @@
 //! Whether the kernel knows the epoch notification is learnt once when the thread starts (an
 //! increment with nothing cached yet costs nothing; kernels without it answer `EINVAL`).
 //!
+//! # The root, while the mount starts
+//! A new mount's root has placeholder attributes (no permission bits) until a GETATTR
+//! answers, and the kernel drops a GETATTR answer that crosses an invalidation of the same
+//! inode. So invalidations of the root are held (remembered, not sent) until the transport
+//! has made its first GETATTR of the root ([`NotifyInvalidator::release_root`]); then one is
+//! sent if any was held. Otherwise a host change seen at mount time could leave the root
+//! without permission bits, and an unprivileged user's first access would fail with `EACCES`.
+//!
 //! # Everything, on request
 //! [`NotifyInvalidator::invalidate_all`] (behind `memofs invalidate`) increments the epoch
 //! where the kernel has it. Without it, it drops what it can name: every remembered miss; it
@@ -36,7 +44,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memofs_core::{Ino, Invalidator};
+use memofs_core::{Ino, Invalidator, ROOT_INO};
 
 use crate::kernel::Kernel;
 use crate::stats::{Event, Stats};
@@ -46,6 +54,8 @@ enum Report {
     Deleted(Ino, Ino, OsString),
     Inode(Ino),
     Everything,
+    /// The root's first GETATTR is done: send what was held back.
+    ReleaseRoot,
     /// `memofs invalidate`: do it, and say what was done.
     All(Sender<Invalidated>),
 }
@@ -170,6 +180,9 @@ struct Sending<K: Kernel + ?Sized> {
     fallback: bool,
     /// The kernel keeps a miss and has no epoch: said once in the log.
     warned: bool,
+    /// Invalidations of the root wait for [`Report::ReleaseRoot`] (see the module
+    /// documentation); `Some(true)` once one was held back.
+    root_held: Option<bool>,
 }
 
 impl<K: Kernel + ?Sized> Sending<K> {
@@ -181,6 +194,7 @@ impl<K: Kernel + ?Sized> Sending<K> {
             learnt,
             fallback: false,
             warned: false,
+            root_held: Some(false),
         }
     }
 
@@ -228,6 +242,13 @@ impl<K: Kernel + ?Sized> Sending<K> {
                 let result = self.kernel.delete(parent, child, &name);
                 self.count(Event::InvalEntry, &result);
                 self.misses.take(parent, &name, now);
+            }
+            Report::Inode(ROOT_INO) if self.root_held.is_some() => self.root_held = Some(true),
+            Report::ReleaseRoot => {
+                if self.root_held.take() == Some(true) {
+                    let result = self.kernel.inval_inode(ROOT_INO, 0, 0);
+                    self.count(Event::InvalInode, &result);
+                }
             }
             Report::Inode(ino) => {
                 let result = self.kernel.inval_inode(ino, 0, 0);
@@ -348,6 +369,12 @@ impl NotifyInvalidator {
 
     fn send(&self, r: Report) {
         let _ = self.queue.send(r);
+    }
+
+    /// The transport has made the root's first GETATTR: invalidations of the root go out
+    /// from now on, and one now if any was held back (see the module documentation).
+    pub fn release_root(&self) {
+        self.send(Report::ReleaseRoot);
     }
 
     /// Drops every name the kernel caches, or what can be named without the epoch (see the
@@ -541,6 +568,32 @@ mod tests {
         assert_eq!(event(&stats, "inval_fallback"), 2);
         assert_eq!(event(&stats, "inval_failed"), 0);
         assert_eq!(s.learnt.misses_enoent.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn invalidations_of_the_root_wait_for_its_first_getattr() {
+        let model = Arc::new(Model::new(false, true));
+        let (mut s, _misses, _stats) = sending(&model, 3600);
+        let sent = |m: &Model| m.sent.lock().unwrap().clone();
+        batch(&mut s, vec![Report::Inode(ROOT_INO), Report::Inode(5)]);
+        batch(&mut s, vec![Report::Inode(ROOT_INO)]);
+        assert_eq!(sent(&model), ["inode 5"], "the root's are held");
+        batch(&mut s, vec![Report::ReleaseRoot]);
+        assert_eq!(
+            sent(&model),
+            ["inode 5", "inode 1"],
+            "one for all that were held"
+        );
+        batch(&mut s, vec![Report::Inode(ROOT_INO)]);
+        assert_eq!(sent(&model).len(), 3, "sent at once after the release");
+    }
+
+    #[test]
+    fn a_release_with_nothing_held_sends_nothing() {
+        let model = Arc::new(Model::new(false, true));
+        let (mut s, _misses, _stats) = sending(&model, 3600);
+        batch(&mut s, vec![Report::ReleaseRoot]);
+        assert!(model.sent.lock().unwrap().is_empty());
     }
 
     #[test]

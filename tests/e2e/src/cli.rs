@@ -94,7 +94,21 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> CliOutput {
     cmd.stdin(Stdio::null())
         .stdout(fs::File::create(&out_path).expect("stdout file"))
         .stderr(fs::File::create(&err_path).expect("stderr file"));
-    let mut child = match cmd.spawn() {
+    // A program the test has just written can be busy for a moment: another test thread that
+    // forks while the writer's descriptor is open holds a copy of it until its exec.
+    let spawned = Instant::now();
+    let spawn = loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY)
+                    && spawned.elapsed() < Duration::from_secs(2) =>
+            {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            other => break other,
+        }
+    };
+    let mut child = match spawn {
         Ok(c) => c,
         Err(e) => {
             return CliOutput {
