@@ -5,19 +5,55 @@
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make bench-real                                        real programs on real trees (fetches inputs once)
+#   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
+#   make uninstall                                         ... removed again
+#   make deb                                               Debian package in target/deb
+#   make package-test                                      install that package, mount through mount(8), purge
 
 CARGO ?= cargo
 MNT ?= /tmp/memofs
 OPTS ?=
 BIN := target/release/memofs
+PREFIX ?= /usr/local
+DESTDIR ?=
+# mount(8) looks for mount.TYPE helpers in /sbin only (on Debian, /sbin is /usr/sbin).
+SBINDIR ?= /sbin
+BINDIR := $(PREFIX)/bin
+MAN1DIR := $(PREFIX)/share/man/man1
+GEN := target/generated
 
-.PHONY: setup build mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
+.PHONY: setup build install uninstall deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
 
 build:
 	$(CARGO) build --release -p memofs
+
+# The helpers are symbolic links to the binary: run as mount.memofs or mount.fuse.memofs, it
+# speaks mount(8)'s helper protocol. Man pages and completions come from the same clap
+# definitions as the command line (memofs generate).
+install: build
+	rm -rf $(GEN) && $(BIN) generate $(GEN)
+	install -D -m 755 $(BIN) $(DESTDIR)$(BINDIR)/memofs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(BINDIR)/memofs $(DESTDIR)$(SBINDIR)/mount.memofs
+	ln -sf $(BINDIR)/memofs $(DESTDIR)$(SBINDIR)/mount.fuse.memofs
+	install -D -m 644 -t $(DESTDIR)$(MAN1DIR) $(GEN)/man/man1/*.1
+	install -D -m 644 $(GEN)/completions/bash/memofs.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/memofs
+	install -D -m 644 $(GEN)/completions/zsh/_memofs $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_memofs
+	install -D -m 644 $(GEN)/completions/fish/memofs.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/memofs.fish
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/memofs $(DESTDIR)$(SBINDIR)/mount.memofs $(DESTDIR)$(SBINDIR)/mount.fuse.memofs
+	rm -f $(DESTDIR)$(MAN1DIR)/memofs.1 $(DESTDIR)$(MAN1DIR)/memofs-*.1
+	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/memofs $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_memofs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/memofs.fish
+
+deb: build
+	bash scripts/deb.sh
+
+package-test: build
+	bash scripts/package-test.sh
 
 mount: setup build
 	mkdir -p $(MNT)
@@ -81,7 +117,7 @@ vm-test-ci:
 vm-test-all:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)
 
-test: setup lint unit memcheck e2e conformance pytest vm-test-ci
+test: setup lint unit memcheck e2e conformance package-test pytest vm-test-ci
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds

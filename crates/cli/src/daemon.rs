@@ -11,8 +11,8 @@ use crate::{fail, EXIT_FAILURE};
 /// Environment variable carrying the readiness pipe's write end to the child.
 pub const READY_ENV: &str = "MEMOFS_READY_FD";
 
-/// Starts `memofs mount -f ARGS...` detached and waits until it reports the mount live.
-pub fn spawn_background(args: &[String]) -> ExitCode {
+/// Starts `memofs ARGS...` (a foreground mount) detached and waits until it reports the mount live.
+pub fn spawn_background(args: &[std::ffi::OsString]) -> ExitCode {
     let mut fds = [0i32; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -32,8 +32,6 @@ pub fn spawn_background(args: &[String]) -> ExitCode {
         Err(e) => return fail(EXIT_FAILURE, format!("cannot find own executable: {e}")),
     };
     let child = Command::new(exe)
-        .arg("mount")
-        .arg("-f")
         .args(args)
         .env(READY_ENV, fds[1].to_string())
         .stdin(Stdio::null())

@@ -1,6 +1,8 @@
-//! `memofs`: mount, unmount and inspect memofs filesystems.
+//! `memofs`: mount, unmount and inspect memofs filesystems. The command line is declared in
+//! [`cli`]; each subcommand has its module.
 
 mod backends;
+mod cli;
 mod daemon;
 mod mount;
 mod stats;
@@ -8,20 +10,12 @@ mod umount;
 
 use std::process::ExitCode;
 
+use cli::Command;
+
 /// Exit status for usage and option errors (as mount(8)).
 pub const EXIT_USAGE: u8 = 2;
 /// Exit status for runtime failures.
 pub const EXIT_FAILURE: u8 = 1;
-
-const USAGE: &str = "\
-usage: memofs mount [-o OPT[,OPT...]] [-f] [SOURCE] MOUNTPOINT
-       memofs umount [-l] MOUNTPOINT
-       memofs stats [--json] MOUNTPOINT
-       memofs invalidate MOUNTPOINT
-       memofs --version | --help
-
-memofs is a userspace filesystem server mounted through FUSE. With no SOURCE, 'mount'
-serves the in-memory (tmpfs-like) backend. 'memofs mount --help' lists every -o option.";
 
 /// Prints `memofs: MSG` on stderr and returns `code`.
 pub fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
@@ -30,25 +24,24 @@ pub fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(EXIT_USAGE);
+    let cli = match cli::parse(std::env::args_os().collect()) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
+        }
     };
-    let rest = &args[1..];
-    match cmd.as_str() {
-        "mount" => mount::main(rest),
-        "umount" | "unmount" => umount::main(rest),
-        "stats" => stats::main(rest),
-        "invalidate" => stats::invalidate_main(rest),
-        "--version" | "-V" | "version" => {
-            println!("memofs {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        "--help" | "-h" | "help" => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        other => fail(EXIT_USAGE, format!("unknown command '{other}'\n{USAGE}")),
+    match &cli.command {
+        Command::Mount(args) => mount::main(args),
+        Command::Umount(args) => umount::main(args),
+        Command::Stats(args) => stats::main(args),
+        Command::Invalidate(args) => stats::invalidate_main(args),
+        Command::Generate { dir } => match cli::generate(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(
+                EXIT_FAILURE,
+                format!("cannot write into {}: {e}", dir.display()),
+            ),
+        },
     }
 }

@@ -1,37 +1,18 @@
 //! `memofs mount`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use memofs_core::options::{option_docs, parse_options, MountOptions};
+use memofs_core::options::{parse_options, MountOptions};
 use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::Backend;
 use memofs_fuse::control::{self, StatsSource};
 
 use crate::backends;
+use crate::cli::MountArgs;
 use crate::daemon;
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
-
-fn help() -> String {
-    let mut s = String::from(
-        "usage: memofs mount [-o OPT[,OPT...]] [-f] [SOURCE] MOUNTPOINT\n\n\
-         Mounts memofs at MOUNTPOINT. Without SOURCE: the in-memory backend (tmpfs-like).\n\
-         Returns once the mount is live; the server runs on in the background.\n\n\
-         \x20 -f         stay in the foreground (Ctrl-C / SIGTERM unmount)\n\
-         \x20 -o OPTS    comma-separated options (repeatable):\n\n",
-    );
-    let docs = option_docs();
-    let width = docs.iter().map(|d| d.name.len()).max().unwrap_or(0);
-    for d in docs {
-        s.push_str(&format!(
-            "    {:<width$}  {} [default: {}]\n",
-            d.name, d.help, d.default
-        ));
-    }
-    s.push_str("\nUnmount with: memofs umount MOUNTPOINT\n");
-    s
-}
 
 /// Total RAM, for `size=N%` and the tmpfs-like defaults.
 fn ram_bytes() -> u64 {
@@ -45,85 +26,40 @@ fn ram_bytes() -> u64 {
     8 << 30
 }
 
-struct Args {
-    option_lists: Vec<String>,
-    foreground: bool,
-    positional: Vec<String>,
-}
-
-fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
-    let mut a = Args {
-        option_lists: Vec::new(),
-        foreground: false,
-        positional: Vec::new(),
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "-f" | "--foreground" => a.foreground = true,
-            "-o" => a.option_lists.push(
-                it.next()
-                    .ok_or("-o needs an argument (-o OPT[,OPT...])")?
-                    .clone(),
-            ),
-            s if s.starts_with("-o") => a.option_lists.push(s[2..].to_string()),
-            "--" => a.positional.extend(it.by_ref().cloned()),
-            s if s.starts_with('-') && s.len() > 1 => {
-                return Err(format!("unknown flag '{s}' (see 'memofs mount --help')"))
-            }
-            s => a.positional.push(s.to_string()),
-        }
-    }
-    Ok(Some(a))
-}
-
-pub fn main(raw: &[String]) -> ExitCode {
-    let args = match parse_args(raw) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            print!("{}", help());
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return fail(EXIT_USAGE, e),
-    };
-    let opts = match parse_options(&args.option_lists, ram_bytes()) {
+pub fn main(args: &MountArgs) -> ExitCode {
+    let opts = match parse_options(&args.options, ram_bytes()) {
         Ok(o) => o,
         Err(e) => return fail(EXIT_USAGE, e),
     };
-    let (source, mountpoint) = match args.positional.as_slice() {
-        [m] => (None, PathBuf::from(m)),
-        [s, m] => (Some(PathBuf::from(s)), PathBuf::from(m)),
-        [] => {
-            return fail(
-                EXIT_USAGE,
-                "missing MOUNTPOINT (usage: memofs mount [-o OPTS] [SOURCE] MOUNTPOINT)",
-            )
-        }
-        _ => {
-            return fail(
-                EXIT_USAGE,
-                "too many arguments (usage: memofs mount [-o OPTS] [SOURCE] MOUNTPOINT)",
-            )
-        }
-    };
-    if let Some(msg) = backends::foreign_option(&args.option_lists, source.is_some()) {
+    let (source, mountpoint) = args.source_and_mountpoint();
+    if let Some(msg) = backends::foreign_option(&args.options, source.is_some()) {
         return fail(EXIT_USAGE, msg);
     }
-    if let Some(src) = &source {
-        if let Err(e) = backends::check_source(src, &mountpoint) {
+    if let Some(src) = source {
+        if let Err(e) = backends::check_source(src, mountpoint) {
             return fail(EXIT_FAILURE, e);
         }
     }
-    let mountpoint = match memofs_fuse::preflight(&mountpoint) {
+    let mountpoint = match memofs_fuse::preflight(mountpoint) {
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
+    if args.fake {
+        let backend = match source {
+            Some(src) => format!("exporting {}", src.display()),
+            None => "in-memory".into(),
+        };
+        println!(
+            "memofs: would mount at {} ({backend}); options are valid",
+            mountpoint.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     let ready_fd = std::env::var(daemon::READY_ENV)
         .ok()
         .and_then(|v| v.parse::<i32>().ok());
     if !args.foreground && ready_fd.is_none() {
-        return daemon::spawn_background(raw);
+        return daemon::spawn_background(&args.foreground_args());
     }
     daemon::block_stop_signals();
     if ready_fd.is_some() {
@@ -137,7 +73,7 @@ pub fn main(raw: &[String]) -> ExitCode {
         None => BackendKind::Mem,
     };
     let mut plan = MountPlan::new(&opts, kind, root);
-    let built = match &source {
+    let built = match source {
         Some(src) => backends::passthrough(src, &mut plan).map(|(b, s)| {
             let fs = b.clone();
             let features = Box::new(move || backends::passthrough_features(&fs));

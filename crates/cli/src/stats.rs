@@ -1,74 +1,86 @@
-//! `memofs stats` (live counters of a mount) and `memofs invalidate` (drop every name the
-//! kernel caches for it), both over the mount's control socket.
+//! `memofs stats` (a mount's settings, kernel features, usage and request counters, once or
+//! as rates over time) and `memofs invalidate` (drop every name the kernel caches for it),
+//! both over the mount's control socket.
 
+use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
+use memofs_fuse::control::{ErrorDoc, InvalidateDoc, StatsDoc};
+
+use crate::cli::{StatsArgs, TargetArgs};
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
 /// Sends `command` to the server of the mount at `target`; its JSON answer, or the exit
 /// code of a failure already reported.
-fn ask(target: &str, command: &str) -> Result<String, ExitCode> {
-    let dev = match std::fs::metadata(Path::new(target)) {
+fn ask(target: &Path, command: &str) -> Result<String, ExitCode> {
+    let shown = target.display();
+    let dev = match std::fs::metadata(target) {
         Ok(m) => m.dev(),
-        Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {target}: {e}"))),
+        Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {shown}: {e}"))),
     };
     memofs_fuse::control::request(dev, command).map_err(|e| {
         fail(
             EXIT_FAILURE,
-            format!("{target} is not a live memofs mount ({e})"),
+            format!("{shown} is not a live memofs mount ({e})"),
         )
     })
 }
 
-/// Parses `[FLAGS] MOUNTPOINT`; `flags` are the accepted flags, returned when given.
-fn parse<'a>(
-    cmd: &str,
-    usage: &str,
-    flags: &[&str],
-    args: &'a [String],
-) -> Result<(Vec<&'a str>, &'a str), ExitCode> {
-    let mut given = Vec::new();
-    let mut target = None;
-    for a in args {
-        match a.as_str() {
-            "-h" | "--help" => {
-                println!("usage: {usage}");
-                return Err(ExitCode::SUCCESS);
-            }
-            f if flags.contains(&f) => given.push(f),
-            s if s.starts_with('-') => {
-                return Err(fail(EXIT_USAGE, format!("{cmd}: unknown flag '{s}'")))
-            }
-            s if target.is_none() => target = Some(s),
-            _ => return Err(fail(EXIT_USAGE, format!("{cmd}: too many arguments"))),
-        }
-    }
-    match target {
-        Some(t) => Ok((given, t)),
-        None => Err(fail(EXIT_USAGE, format!("{cmd}: missing MOUNTPOINT"))),
+/// The `stats` document of the mount at `target`.
+fn fetch(target: &Path) -> Result<(String, StatsDoc), ExitCode> {
+    let raw = ask(target, "stats")?;
+    match serde_json::from_str(&raw) {
+        Ok(doc) => Ok((raw, doc)),
+        Err(e) => Err(fail(
+            EXIT_FAILURE,
+            format!(
+                "{}: unreadable answer from the server ({e})",
+                target.display()
+            ),
+        )),
     }
 }
 
-pub fn main(args: &[String]) -> ExitCode {
-    let (flags, target) = match parse(
-        "stats",
-        "memofs stats [--json] MOUNTPOINT",
-        &["--json"],
-        args,
-    ) {
-        Ok(p) => p,
-        Err(code) => return code,
+pub fn main(args: &StatsArgs) -> ExitCode {
+    let (target, watch) = match args.resolve() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_USAGE, e),
     };
-    let doc = match ask(target, "stats") {
+    let (raw, doc) = match fetch(&target) {
         Ok(d) => d,
         Err(code) => return code,
     };
-    if flags.contains(&"--json") {
-        println!("{doc}");
-    } else {
-        print!("{}", render(&doc));
+    let Some(interval) = watch else {
+        if args.json {
+            println!("{raw}");
+        } else {
+            print!("{}", render(&target, &doc));
+        }
+        return ExitCode::SUCCESS;
+    };
+    let interval = Duration::from_secs_f64(interval);
+    let mut last = (Instant::now(), doc);
+    let mut reports = 0u64;
+    if !args.json {
+        println!("{}", watch_header());
+    }
+    while args.count.is_none_or(|n| reports < n) {
+        std::thread::sleep(interval);
+        let (raw, doc) = match fetch(&target) {
+            Ok(d) => d,
+            Err(code) => return code,
+        };
+        let now = Instant::now();
+        if args.json {
+            println!("{raw}");
+        } else {
+            println!("{}", watch_line(&last.1, &doc, now - last.0));
+        }
+        last = (now, doc);
+        reports += 1;
     }
     ExitCode::SUCCESS
 }
@@ -78,24 +90,29 @@ pub fn main(args: &[String]) -> ExitCode {
 /// to a network filesystem under a passthrough export). Where the kernel cannot be told that
 /// at once (no `FUSE_NOTIFY_INC_EPOCH` before Linux 6.16), the server drops what it can name
 /// and this says what it could not do; the exit status is non-zero if nothing was dropped.
-pub fn invalidate_main(args: &[String]) -> ExitCode {
-    let (_, target) = match parse("invalidate", "memofs invalidate MOUNTPOINT", &[], args) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let answer = match ask(target, "invalidate") {
+pub fn invalidate_main(args: &TargetArgs) -> ExitCode {
+    let target = args.mountpoint.display();
+    let answer = match ask(&args.mountpoint, "invalidate") {
         Ok(a) => a,
         Err(code) => return code,
     };
-    if let Some(msg) = string_field(&answer, "error") {
-        return fail(EXIT_FAILURE, format!("invalidate {target}: {msg}"));
+    if let Ok(ErrorDoc { error }) = serde_json::from_str(&answer) {
+        return fail(EXIT_FAILURE, format!("invalidate {target}: {error}"));
     }
-    let names = number_field(&answer, "names").unwrap_or(0);
-    let not_done = string_field(&answer, "not_done");
-    if answer.contains("\"ok\":true") {
-        if let Some(what) = not_done {
+    let done: InvalidateDoc = match serde_json::from_str(&answer) {
+        Ok(d) => d,
+        Err(e) => {
+            return fail(
+                EXIT_FAILURE,
+                format!("invalidate {target}: unreadable answer ({e})"),
+            )
+        }
+    };
+    if done.ok {
+        if let Some(what) = done.not_done {
             eprintln!(
-                "memofs invalidate: dropped the {names} cached misses the server knows; {what}"
+                "memofs invalidate: dropped the {} cached misses the server knows; {what}",
+                done.names
             );
         }
         return ExitCode::SUCCESS;
@@ -104,109 +121,253 @@ pub fn invalidate_main(args: &[String]) -> ExitCode {
         EXIT_FAILURE,
         format!(
             "invalidate {target}: nothing was invalidated: {}",
-            not_done.as_deref().unwrap_or("the server did not say why")
+            done.not_done
+                .as_deref()
+                .unwrap_or("the server did not say why")
         ),
     )
 }
 
-/// The string value of `"key":"..."` in a flat JSON answer (escapes left as they are).
-fn string_field(doc: &str, key: &str) -> Option<String> {
-    let rest = doc.split_once(&format!("\"{key}\":\""))?.1;
+/// Bytes with a binary unit.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A latency bucket's upper edge (nanoseconds) as "≤ N unit".
+fn latency(ns: u64) -> String {
+    if ns == 0 {
+        return "-".into();
+    }
+    let (v, unit) = match ns {
+        n if n < 10_000 => (n as f64, "ns"),
+        n if n < 10_000_000 => (n as f64 / 1e3, "µs"),
+        n if n < 10_000_000_000 => (n as f64 / 1e6, "ms"),
+        n => (n as f64 / 1e9, "s"),
+    };
+    format!("≤{v:.0} {unit}")
+}
+
+/// A limit, or "no limit".
+fn of_limit(used: String, limit: u64, limit_text: String) -> String {
+    if limit == 0 {
+        format!("{used} (no limit)")
+    } else {
+        format!("{used} of {limit_text}")
+    }
+}
+
+/// Seconds without needless decimals.
+fn secs(s: f64) -> String {
+    format!("{s} s")
+}
+
+/// The table `memofs stats MOUNTPOINT` prints.
+fn render(target: &Path, doc: &StatsDoc) -> String {
     let mut out = String::new();
-    let mut escaped = false;
-    for c in rest.chars() {
-        match (escaped, c) {
-            (false, '\\') => escaped = true,
-            (false, '"') => return Some(out),
-            (_, c) => {
-                out.push(c);
-                escaped = false;
-            }
+    let section = |out: &mut String, title: &str, rows: &[(String, String)]| {
+        if rows.is_empty() {
+            return;
+        }
+        let width = rows
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0);
+        let _ = writeln!(out, "{title}");
+        for (k, v) in rows {
+            let _ = writeln!(out, "  {k:<width$}  {v}");
+        }
+        out.push('\n');
+    };
+    let _ = writeln!(out, "memofs mount at {}\n", target.display());
+    let u = &doc.usage;
+    let c = &doc.cache;
+    section(
+        &mut out,
+        "Usage",
+        &[
+            (
+                "space".into(),
+                of_limit(bytes(u.bytes_used), u.bytes_limit, bytes(u.bytes_limit)),
+            ),
+            (
+                "inodes".into(),
+                of_limit(
+                    u.inodes_used.to_string(),
+                    u.inodes_limit,
+                    u.inodes_limit.to_string(),
+                ),
+            ),
+        ],
+    );
+    section(
+        &mut out,
+        "Kernel cache",
+        &[
+            ("cache".into(), c.mode.clone()),
+            ("names (entry_timeout)".into(), secs(c.entry_timeout)),
+            ("attributes (attr_timeout)".into(), secs(c.attr_timeout)),
+            ("misses (negative_timeout)".into(), secs(c.negative_timeout)),
+        ],
+    );
+    let pairs = |m: &std::collections::BTreeMap<String, String>| -> Vec<(String, String)> {
+        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    section(&mut out, "Settings", &pairs(&doc.settings));
+    section(&mut out, "Kernel features", &pairs(&doc.features));
+    let mut ops: Vec<_> = doc.requests.iter().filter(|(_, o)| o.count > 0).collect();
+    ops.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    let total: u64 = ops.iter().map(|(_, o)| o.count).sum();
+    let _ = writeln!(
+        out,
+        "Requests ({total} answered; latency from arrival to reply)"
+    );
+    if !ops.is_empty() {
+        let w = ops.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(7);
+        let _ = writeln!(
+            out,
+            "  {:<w$}  {:>12}  {:>10}  {:>10}",
+            "request", "count", "median", "p99"
+        );
+        for (name, o) in ops {
+            let _ = writeln!(
+                out,
+                "  {name:<w$}  {:>12}  {:>10}  {:>10}",
+                o.count,
+                latency(o.p50_ns),
+                latency(o.p99_ns)
+            );
         }
     }
-    None
-}
-
-/// The number value of `"key":N` in a flat JSON answer.
-fn number_field(doc: &str, key: &str) -> Option<u64> {
-    let rest = doc.split_once(&format!("\"{key}\":"))?.1;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
-/// A readable rendering of the JSON document: one `key value` line per leaf.
-fn render(doc: &str) -> String {
-    let mut out = String::new();
-    let mut path: Vec<String> = Vec::new();
-    let mut key = String::new();
-    let mut token = String::new();
-    let mut in_str = false;
-    let mut escaped = false;
-    let flush = |out: &mut String, path: &[String], key: &str, value: &str| {
-        if !value.is_empty() {
-            let mut name = path.join(".");
-            if !name.is_empty() {
-                name.push('.');
-            }
-            name.push_str(key);
-            out.push_str(&format!("{name:<40} {value}\n"));
-        }
-    };
-    for c in doc.chars() {
-        if in_str {
-            match (escaped, c) {
-                (true, c) => {
-                    token.push(c);
-                    escaped = false;
-                }
-                (false, '\\') => escaped = true,
-                (false, '"') => in_str = false,
-                (false, c) => token.push(c),
-            }
-            continue;
-        }
-        match c {
-            '"' => in_str = true,
-            ':' => key = std::mem::take(&mut token),
-            '{' => {
-                if !key.is_empty() {
-                    path.push(std::mem::take(&mut key));
-                }
-            }
-            ',' | '}' => {
-                flush(&mut out, &path, &key, token.trim());
-                token.clear();
-                key.clear();
-                if c == '}' {
-                    path.pop();
-                }
-            }
-            c => token.push(c),
-        }
+    out.push('\n');
+    let events: Vec<(String, String)> = doc
+        .events
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    if events.is_empty() {
+        let _ = writeln!(out, "Events\n  none yet");
+    } else {
+        section(&mut out, "Events", &events);
     }
     out
+}
+
+/// The column titles of `--watch`.
+fn watch_header() -> String {
+    format!(
+        "{:>10}  {:>10}  {:>12}  busiest requests (per second)",
+        "requests/s", "events/s", "space used"
+    )
+}
+
+/// One `--watch` line: rates between two documents taken `elapsed` apart.
+fn watch_line(before: &StatsDoc, after: &StatsDoc, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64().max(1e-3);
+    let mut deltas: Vec<(&str, u64)> = after
+        .requests
+        .iter()
+        .map(|(n, o)| {
+            let was = before.requests.get(n).map_or(0, |b| b.count);
+            (n.as_str(), o.count.saturating_sub(was))
+        })
+        .filter(|(_, d)| *d > 0)
+        .collect();
+    deltas.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let total: u64 = deltas.iter().map(|(_, d)| d).sum();
+    let events: u64 = after
+        .events
+        .iter()
+        .map(|(n, v)| v.saturating_sub(before.events.get(n).copied().unwrap_or(0)))
+        .sum();
+    let busiest: Vec<String> = deltas
+        .iter()
+        .take(4)
+        .map(|(n, d)| format!("{n} {:.0}", *d as f64 / secs))
+        .collect();
+    format!(
+        "{:>10.0}  {:>10.0}  {:>12}  {}",
+        total as f64 / secs,
+        events as f64 / secs,
+        bytes(after.usage.bytes_used),
+        busiest.join(", ")
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memofs_fuse::control::OpDoc;
 
-    #[test]
-    fn reads_answer_fields() {
-        let a = "{\"ok\":true,\"epoch\":false,\"names\":12,\"not_done\":\"a \\\"b\\\"\"}";
-        assert_eq!(number_field(a, "names"), Some(12));
-        assert_eq!(string_field(a, "not_done").as_deref(), Some("a \"b\""));
-        assert_eq!(string_field(a, "error"), None);
+    fn doc(lookups: u64, bytes_used: u64) -> StatsDoc {
+        let mut d = StatsDoc::default();
+        d.requests.insert(
+            "LOOKUP".into(),
+            OpDoc {
+                count: lookups,
+                p50_ns: 16_383,
+                p99_ns: 1_048_575,
+            },
+        );
+        d.requests.insert("GETATTR".into(), OpDoc::default());
+        d.events.insert("negative_entries".into(), lookups / 2);
+        d.usage.bytes_used = bytes_used;
+        d.usage.bytes_limit = 1 << 30;
+        d.settings.insert("fsname".into(), "memofs".into());
+        d
     }
 
     #[test]
-    fn renders_nested_keys() {
-        let r = render("{\"requests\":{\"LOOKUP\":{\"count\":3}},\"cache\":{\"mode\":\"always\"}}");
-        assert!(r.contains("requests.LOOKUP.count"), "{r}");
+    fn units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 << 20), "3.0 MiB");
+        assert_eq!(latency(16_383), "≤16 µs");
+        assert_eq!(latency(999), "≤999 ns");
+        assert_eq!(latency(2_000_000_000), "≤2000 ms");
+        assert_eq!(latency(0), "-");
+    }
+
+    #[test]
+    fn the_table_names_units_and_skips_idle_requests() {
+        let t = render(Path::new("/mnt"), &doc(10, 3 << 20));
         assert!(
-            r.lines()
-                .any(|l| l.starts_with("cache.mode") && l.ends_with("always")),
-            "{r}"
+            t.contains("space") && t.contains("3.0 MiB of 1.0 GiB"),
+            "{t}"
         );
+        assert!(
+            t.lines()
+                .any(|l| l.contains("LOOKUP") && l.contains("≤16 µs") && l.contains("≤1049 µs")),
+            "{t}"
+        );
+        assert!(!t.contains("GETATTR"), "idle requests are left out: {t}");
+        assert!(t.contains("negative_entries"), "{t}");
+        assert!(t.contains("Requests (10 answered"), "{t}");
+    }
+
+    #[test]
+    fn watch_lines_are_rates() {
+        let line = watch_line(&doc(10, 0), &doc(210, 1 << 20), Duration::from_secs(2));
+        assert!(line.contains("LOOKUP 100"), "{line}");
+        assert!(line.trim_start().starts_with("100"), "{line}");
+        assert!(line.contains("1.0 MiB"), "{line}");
+    }
+
+    #[test]
+    fn the_json_document_round_trips() {
+        let d = doc(3, 7);
+        let back: StatsDoc = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+        assert_eq!(back, d);
     }
 }

@@ -7,7 +7,8 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
+use crate::cli::UmountArgs;
+use crate::{fail, EXIT_FAILURE};
 
 /// Absolute, lexically normalized path: no stat, so it works on a dead (ENOTCONN) mount.
 pub fn absolute(p: &Path) -> PathBuf {
@@ -29,27 +30,9 @@ pub fn absolute(p: &Path) -> PathBuf {
     out
 }
 
-pub fn main(args: &[String]) -> ExitCode {
-    let mut lazy = false;
-    let mut target = None;
-    for a in args {
-        match a.as_str() {
-            "-l" | "--lazy" | "-z" => lazy = true,
-            "-h" | "--help" => {
-                println!("usage: memofs umount [-l] MOUNTPOINT\n  -l  detach now, finish when no longer busy");
-                return ExitCode::SUCCESS;
-            }
-            s if s.starts_with('-') => {
-                return fail(EXIT_USAGE, format!("umount: unknown flag '{s}'"))
-            }
-            s if target.is_none() => target = Some(s.to_string()),
-            _ => return fail(EXIT_USAGE, "umount: too many arguments"),
-        }
-    }
-    let Some(target) = target else {
-        return fail(EXIT_USAGE, "umount: missing MOUNTPOINT");
-    };
-    let path = absolute(Path::new(&target));
+pub fn main(args: &UmountArgs) -> ExitCode {
+    let lazy = args.lazy;
+    let path = absolute(&args.mountpoint);
     match memofs_fuse::mountinfo::is_mount_point(&path) {
         Ok(true) => {}
         Ok(false) => return fail(EXIT_FAILURE, format!("{} is not mounted", path.display())),

@@ -341,12 +341,29 @@ pub fn option_docs() -> Vec<OptionDoc> {
             "kernel mount flags (rw, suid, dev, exec, async undo them)",
         ),
         d(
+            "defaults, noauto, nofail, _netdev, x-*",
+            "-".into(),
+            "mount(8), fstab and systemd options (also auto, user, users, nouser, owner, group, comment=): accepted and ignored",
+        ),
+        d(
             "debug",
             "off".into(),
             "log every request to stderr (use with -f)",
         ),
     ]
 }
+
+/// Options mount(8), fstab and systemd use for themselves (`MOUNT8_OPTIONS`, `comment=`,
+/// `x-*`); accepted and ignored, as other filesystems' helpers do.
+pub fn is_mount8_option(key: &str) -> bool {
+    MOUNT8_OPTIONS.contains(&key) || key == "comment" || key.starts_with("x-")
+}
+
+/// The option names of [`is_mount8_option`] besides `comment=` and `x-*`.
+pub const MOUNT8_OPTIONS: [&str; 11] = [
+    "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner", "group",
+    "loud",
+];
 
 fn percent_of(ram_bytes: u64, percent: u64) -> u64 {
     ((ram_bytes as u128 * percent as u128) / 100).min(u64::MAX as u128) as u64
@@ -612,6 +629,8 @@ pub fn parse_options<S: AsRef<str>>(
                     flag(value)?;
                     o.debug = true;
                 }
+                // mount(8), fstab and systemd options that reach the helper: not the server's.
+                k if is_mount8_option(k) => {}
                 _ => return Err(err(opt, "unknown option (see 'memofs mount --help')")),
             }
         }
@@ -754,6 +773,17 @@ mod tests {
 
     #[test]
     fn kernel_flags_toggle() {
+        let fstab = parse_options(
+            &["defaults,noauto,nofail,_netdev,users,x-systemd.automount,comment=a,size=1m"],
+            RAM,
+        )
+        .unwrap();
+        assert_eq!(
+            fstab.size,
+            1 << 20,
+            "mount(8)'s options are ignored, the rest kept"
+        );
+        assert!(parse_options(&["xsystemd"], RAM).is_err());
         let o = parse_options(&["ro,nosuid,rw,dev"], RAM).unwrap();
         assert_eq!(o.kernel_flags, vec![KernelFlag::NoSuid]);
         let d = parse_options::<&str>(&[], RAM).unwrap();

@@ -14,6 +14,9 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
 use memofs_core::{BackendUsage, CachePolicy};
 
 use memofs_request::invalidate::Invalidated;
@@ -52,62 +55,125 @@ pub struct StatsSource {
     pub settings: Vec<(String, String)>,
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// One request kind's counters in [`StatsDoc`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpDoc {
+    /// Requests answered.
+    pub count: u64,
+    /// Median latency: the upper edge of its power-of-two bucket, in nanoseconds.
+    pub p50_ns: u64,
+    /// 99th percentile latency, the same way.
+    pub p99_ns: u64,
+}
+
+/// The kernel cache timeouts in [`StatsDoc`], in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheDoc {
+    /// `cache=` preset.
+    pub mode: String,
+    /// Names.
+    pub entry_timeout: f64,
+    /// Attributes.
+    pub attr_timeout: f64,
+    /// Misses.
+    pub negative_timeout: f64,
+}
+
+/// Space and inodes in [`StatsDoc`] (limits 0 = none).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageDoc {
+    /// Bytes charged against `size=`.
+    pub bytes_used: u64,
+    /// `size=`.
+    pub bytes_limit: u64,
+    /// Inodes in use.
+    pub inodes_used: u64,
+    /// `nr_inodes=`.
+    pub inodes_limit: u64,
+}
+
+/// The answer to `stats`: what `memofs stats --json` prints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsDoc {
+    /// Counters per request kind (opcode name).
+    pub requests: BTreeMap<String, OpDoc>,
+    /// Event counters (negative entries, invalidations, ...).
+    pub events: BTreeMap<String, u64>,
+    /// The effective cache policy.
+    pub cache: CacheDoc,
+    /// Space and inodes.
+    pub usage: UsageDoc,
+    /// The mount's settings (name, value).
+    pub settings: BTreeMap<String, String>,
+    /// Kernel features found and used (name, what).
+    pub features: BTreeMap<String, String>,
+}
+
+/// The answer to `invalidate`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InvalidateDoc {
+    /// Whether anything was invalidated.
+    pub ok: bool,
+    /// Whether the entry epoch was incremented (everything dropped).
+    pub epoch: bool,
+    /// Remembered misses dropped by name.
+    pub names: u64,
+    /// What could not be done.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub not_done: Option<String>,
+}
+
+/// The answer to a command that was refused or unknown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDoc {
+    /// Why.
+    pub error: String,
+}
+
+fn to_json<T: Serialize>(doc: &T) -> String {
+    serde_json::to_string(doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 impl StatsSource {
-    /// The JSON document served.
-    pub fn to_json(&self) -> String {
+    /// The document served.
+    pub fn doc(&self) -> StatsDoc {
         let snap = self.stats.snapshot();
-        let ops: Vec<String> = snap
-            .ops
-            .iter()
-            .map(|(n, c, p50, p99)| {
-                format!(
-                    "{}:{{\"count\":{c},\"p50_ns\":{p50},\"p99_ns\":{p99}}}",
-                    json_str(n)
-                )
-            })
-            .collect();
-        let events: Vec<String> = snap
-            .events
-            .iter()
-            .map(|(n, v)| format!("{}:{v}", json_str(n)))
-            .collect();
         let u = (self.usage)();
         let p = &self.policy;
-        let pairs = |list: &[(String, String)]| {
-            list.iter()
-                .map(|(k, v)| format!("{}:{}", json_str(k), json_str(v)))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        format!(
-            "{{\"requests\":{{{}}},\"events\":{{{}}},\"cache\":{{\"mode\":{},\"entry_timeout\":{},\"attr_timeout\":{},\"negative_timeout\":{}}},\"usage\":{{\"bytes_used\":{},\"bytes_limit\":{},\"inodes_used\":{},\"inodes_limit\":{}}},\"settings\":{{{}}},\"features\":{{{}}}}}",
-            ops.join(","),
-            events.join(","),
-            json_str(p.mode.name()),
-            p.entry_timeout.as_secs_f64(),
-            p.attr_timeout.as_secs_f64(),
-            p.negative_timeout.as_secs_f64(),
-            u.bytes_used,
-            u.bytes_limit,
-            u.inodes_used,
-            u.inodes_limit,
-            pairs(&self.settings),
-            pairs(&(self.features)())
-        )
+        let map = |list: &[(String, String)]| list.iter().cloned().collect();
+        StatsDoc {
+            requests: snap
+                .ops
+                .iter()
+                .map(|(n, c, p50, p99)| {
+                    let op = OpDoc {
+                        count: *c,
+                        p50_ns: *p50,
+                        p99_ns: *p99,
+                    };
+                    (n.to_string(), op)
+                })
+                .collect(),
+            events: snap
+                .events
+                .iter()
+                .map(|(n, v)| (n.to_string(), *v))
+                .collect(),
+            cache: CacheDoc {
+                mode: p.mode.name().into(),
+                entry_timeout: p.entry_timeout.as_secs_f64(),
+                attr_timeout: p.attr_timeout.as_secs_f64(),
+                negative_timeout: p.negative_timeout.as_secs_f64(),
+            },
+            usage: UsageDoc {
+                bytes_used: u.bytes_used,
+                bytes_limit: u.bytes_limit,
+                inodes_used: u.inodes_used,
+                inodes_limit: u.inodes_limit,
+            },
+            settings: map(&self.settings),
+            features: map(&(self.features)()),
+        }
     }
 }
 
@@ -136,39 +202,27 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
 impl StatsSource {
     /// The answer to one command from a client with uid `peer`.
     fn answer(&self, command: &str, peer: Option<u32>) -> String {
+        let error = |error: String| to_json(&ErrorDoc { error });
         match command.trim() {
-            "" | "stats" => self.to_json(),
+            "" | "stats" => to_json(&self.doc()),
             "invalidate" => {
                 // SAFETY: geteuid has no preconditions.
                 let own = unsafe { libc::geteuid() };
                 if peer.is_some_and(|uid| uid == 0 || uid == own) {
-                    invalidated_json(&(self.invalidate)())
+                    let done = (self.invalidate)();
+                    to_json(&InvalidateDoc {
+                        ok: done.did_something(),
+                        epoch: done.epoch,
+                        names: done.names as u64,
+                        not_done: done.not_done,
+                    })
                 } else {
-                    "{\"error\":\"only root or the mount's owner may invalidate\"}".into()
+                    error("only root or the mount's owner may invalidate".into())
                 }
             }
-            other => format!(
-                "{{\"error\":{}}}",
-                json_str(&format!("unknown command '{other}'"))
-            ),
+            other => error(format!("unknown command '{other}'")),
         }
     }
-}
-
-/// The answer to `invalidate`: `ok` is whether anything was invalidated; `not_done` says
-/// what could not be.
-fn invalidated_json(done: &Invalidated) -> String {
-    let mut out = format!(
-        "{{\"ok\":{},\"epoch\":{},\"names\":{}",
-        done.did_something(),
-        done.epoch,
-        done.names
-    );
-    if let Some(what) = &done.not_done {
-        out.push_str(&format!(",\"not_done\":{}", json_str(what)));
-    }
-    out.push('}');
-    out
 }
 
 /// Starts the control socket for the mount with device `dev` on a background thread.
@@ -228,7 +282,7 @@ mod tests {
         };
         src.stats
             .record(memofs_request::Kind::Lookup, std::time::Instant::now());
-        let j = src.to_json();
+        let j = to_json(&src.doc());
         assert!(j.contains("\"LOOKUP\":{\"count\":1"), "{j}");
         assert!(j.contains("\"negative_timeout\":3600"), "{j}");
         assert!(j.contains("\"fsname\":\"a\\\"b\""), "{j}");

@@ -1,0 +1,402 @@
+//! The command line, declared once with clap: parsing, `--help`, the man pages and the shell
+//! completions all come from [`command`].
+//!
+//! Besides `memofs SUBCOMMAND ...`, two spellings that mount(8) uses are understood:
+//! - `memofs SOURCE MOUNTPOINT -o OPTS`: what mount.fuse3 runs for `mount -t fuse.memofs`;
+//! - `mount.memofs SOURCE MOUNTPOINT [-sfnv] [-t TYPE] [-o OPTS]` (or `mount.fuse.memofs`):
+//!   mount(8)'s helper protocol for `mount -t memofs`, where `-f` means "fake" (check, do
+//!   not mount).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use memofs_core::options::option_docs;
+
+/// memofs: a userspace filesystem server mounted through FUSE.
+#[derive(Parser, Debug)]
+#[command(
+    name = "memofs",
+    version,
+    about = "memofs: a userspace filesystem server mounted through FUSE",
+    long_about = "memofs: a userspace filesystem server mounted through FUSE.\n\n\
+        Without SOURCE (or with SOURCE 'memofs' or 'none') it serves an in-memory, tmpfs-like \
+        filesystem; with a SOURCE directory it exports that directory (passthrough backend).",
+    after_help = "mount(8) forms: 'mount -t memofs SOURCE DIR -o OPTS', 'mount -t fuse.memofs \
+        SOURCE DIR -o OPTS' and the same in /etc/fstab.",
+    disable_help_subcommand = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Mount memofs at MOUNTPOINT; returns once the mount is live, the server runs on in the
+    /// background
+    Mount(MountArgs),
+    /// Unmount a memofs mount (also cleans up after a server that died)
+    #[command(visible_alias = "unmount")]
+    Umount(UmountArgs),
+    /// Show a mount's settings, kernel features, counters and request latencies
+    Stats(StatsArgs),
+    /// Make the kernel forget every name it caches for a mount (for changes the server
+    /// cannot see)
+    Invalidate(TargetArgs),
+    /// Write the man pages and shell completions into DIR (used by `make install`)
+    #[command(hide = true)]
+    Generate {
+        /// Where to write man/ and completions/
+        dir: PathBuf,
+    },
+}
+
+/// `memofs mount`.
+#[derive(Args, Debug, Clone, Default)]
+#[command(override_usage = "memofs mount [-o OPT[,OPT...]] [-f] [--fake] [SOURCE] MOUNTPOINT")]
+pub struct MountArgs {
+    /// Mount options, comma-separated (repeatable); listed below
+    #[arg(short = 'o', value_name = "OPT[,OPT...]")]
+    pub options: Vec<String>,
+    /// Stay in the foreground (Ctrl-C or SIGTERM unmounts)
+    #[arg(short = 'f', long = "foreground")]
+    pub foreground: bool,
+    /// Check the arguments and options, print what would be mounted, mount nothing
+    #[arg(long = "fake")]
+    pub fake: bool,
+    /// [SOURCE] MOUNTPOINT: SOURCE is a directory to export (passthrough backend), or
+    /// 'memofs' or 'none' (or nothing) for the in-memory backend
+    #[arg(value_name = "PATH", num_args = 1..=2, required = true)]
+    pub paths: Vec<PathBuf>,
+}
+
+impl MountArgs {
+    /// The passthrough SOURCE, if any, and the mount point.
+    pub fn source_and_mountpoint(&self) -> (Option<&Path>, &Path) {
+        match self.paths.as_slice() {
+            [m] => (None, m),
+            [s, m] if is_mem_source(s) => (None, m),
+            [s, m] => (Some(s), m),
+            _ => unreachable!("clap takes one or two paths"),
+        }
+    }
+
+    /// The arguments of `memofs mount -f ...` that serve these (for the background server).
+    pub fn foreground_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["mount".into(), "-f".into()];
+        for o in &self.options {
+            args.push("-o".into());
+            args.push(o.into());
+        }
+        args.push("--".into());
+        args.extend(self.paths.iter().map(|p| p.clone().into_os_string()));
+        args
+    }
+}
+
+/// SOURCE names that mean the in-memory backend (as `none` for tmpfs in fstab).
+fn is_mem_source(s: &Path) -> bool {
+    s == Path::new("memofs") || s == Path::new("none")
+}
+
+/// `memofs umount`.
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// Detach now even if busy; the kernel finishes when the last user leaves
+    #[arg(short = 'l', long = "lazy")]
+    pub lazy: bool,
+    /// The mount point
+    pub mountpoint: PathBuf,
+}
+
+/// `memofs stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Print the server's JSON document instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Print what changed every SECS seconds (default 1) instead of the totals once
+    #[arg(long, short = 'w', value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch: Option<String>,
+    /// With --watch: stop after N reports
+    #[arg(long, short = 'n', value_name = "N", requires = "watch")]
+    pub count: Option<u64>,
+    /// The mount point
+    pub mountpoint: Option<PathBuf>,
+}
+
+impl StatsArgs {
+    /// The mount point and the watch interval in seconds. `--watch MOUNTPOINT` (a value that
+    /// is no number, and no other mount point) watches every second.
+    pub fn resolve(&self) -> Result<(PathBuf, Option<f64>), String> {
+        let interval = match (&self.watch, &self.mountpoint) {
+            (None, _) => None,
+            (Some(v), None) if v.parse::<f64>().is_err() => {
+                return Ok((PathBuf::from(v), Some(1.0)));
+            }
+            (Some(v), _) => match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && (0.01..=86_400.0).contains(&s) => Some(s),
+                _ => {
+                    return Err(format!(
+                        "--watch takes seconds between 0.01 and 86400, not '{v}'"
+                    ))
+                }
+            },
+        };
+        match &self.mountpoint {
+            Some(m) => Ok((m.clone(), interval)),
+            None => Err(
+                "missing MOUNTPOINT (usage: memofs stats [--json] [--watch [SECS] \
+                         [--count N]] MOUNTPOINT)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// A subcommand that takes only a mount point.
+#[derive(Args, Debug)]
+pub struct TargetArgs {
+    /// The mount point
+    pub mountpoint: PathBuf,
+}
+
+/// The `-o` options' table, for `memofs mount --help` and the man page.
+fn options_help() -> String {
+    let docs = option_docs();
+    let width = docs.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    let mut s = String::from("Options (-o):\n");
+    for d in docs {
+        s.push_str(&format!(
+            "  {:<width$}  {} [default: {}]\n",
+            d.name, d.help, d.default
+        ));
+    }
+    s.push_str("\nUnmount with: memofs umount MOUNTPOINT (or umount(8)).");
+    s
+}
+
+/// The whole command definition, with the option table on `mount`.
+pub fn command() -> clap::Command {
+    Cli::command().mut_subcommand("mount", |c| c.after_help(options_help()))
+}
+
+/// Parses a command line (`args[0]` is the program name). Understands the mount(8) forms
+/// described in the module documentation.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let program = args
+        .first()
+        .map(|a| Path::new(a).file_name().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    let args = if program == "mount.memofs" || program == "mount.fuse.memofs" {
+        helper_args(&args[1..])?
+    } else {
+        mount_fuse_form(args)
+    };
+    let matches = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// `memofs SOURCE MOUNTPOINT ...` (mount.fuse3's call) becomes `memofs mount SOURCE
+/// MOUNTPOINT ...`; anything else is left for clap.
+fn mount_fuse_form(mut args: Vec<OsString>) -> Vec<OsString> {
+    let command = command();
+    let first = match args.get(1).and_then(|a| a.to_str()) {
+        Some(a) => a.to_owned(),
+        None => return args,
+    };
+    let known = command
+        .get_subcommands()
+        .any(|s| s.get_name() == first || s.get_all_aliases().any(|a| a == first));
+    let positionals = args[1..]
+        .iter()
+        .filter(|a| !a.to_string_lossy().starts_with('-'))
+        .count();
+    if !known && !first.starts_with('-') && positionals >= 2 {
+        args.insert(1, "mount".into());
+    }
+    args
+}
+
+/// mount(8)'s helper arguments `SOURCE DIR [-sfnv] [-t TYPE] [-N NS] [-o OPTS]` as
+/// `memofs mount` arguments.
+fn helper_args(args: &[OsString]) -> Result<Vec<OsString>, clap::Error> {
+    let usage = |msg: String| {
+        command().error(
+            clap::error::ErrorKind::InvalidValue,
+            format!("{msg} (usage: mount.memofs SOURCE DIR [-sfnv] [-t TYPE] [-o OPTS])"),
+        )
+    };
+    let mut out: Vec<OsString> = vec!["memofs".into(), "mount".into()];
+    let mut paths = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.to_str() {
+            Some("-o") => {
+                let v = it.next().ok_or_else(|| usage("-o needs a value".into()))?;
+                out.push("-o".into());
+                out.push(v.clone());
+            }
+            Some("-t") => {
+                it.next().ok_or_else(|| usage("-t needs a type".into()))?;
+            }
+            Some("-N") => {
+                return Err(usage(
+                    "-N (another mount namespace) is not supported".into(),
+                ))
+            }
+            Some(flags) if flags.starts_with('-') && flags.len() > 1 => {
+                for f in flags[1..].chars() {
+                    match f {
+                        // sloppy, no mtab, verbose: nothing to do.
+                        's' | 'n' | 'v' => {}
+                        'f' => out.push("--fake".into()),
+                        other => return Err(usage(format!("unknown flag -{other}"))),
+                    }
+                }
+            }
+            _ => paths.push(arg.clone()),
+        }
+    }
+    if paths.len() != 2 {
+        return Err(usage("SOURCE and DIR are both needed".into()));
+    }
+    out.push("--".into());
+    out.extend(paths);
+    Ok(out)
+}
+
+/// Writes man pages (`DIR/man/man1`) and completions (`DIR/completions/{bash,zsh,fish}`).
+pub fn generate(dir: &Path) -> std::io::Result<()> {
+    use clap_complete::Shell;
+    let man = dir.join("man/man1");
+    std::fs::create_dir_all(&man)?;
+    let cmd = command();
+    clap_mangen::generate_to(cmd.clone(), &man)?;
+    let comp = dir.join("completions");
+    for (shell, sub) in [
+        (Shell::Bash, "bash"),
+        (Shell::Zsh, "zsh"),
+        (Shell::Fish, "fish"),
+    ] {
+        let d = comp.join(sub);
+        std::fs::create_dir_all(&d)?;
+        clap_complete::generate_to(shell, &mut cmd.clone(), "memofs", &d)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_strs(args: &[&str]) -> Result<Cli, clap::Error> {
+        parse(args.iter().map(OsString::from).collect())
+    }
+
+    fn mount_args(args: &[&str]) -> MountArgs {
+        match parse_strs(args).unwrap().command {
+            Command::Mount(m) => m,
+            other => panic!("not a mount: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_definition_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn mount_with_and_without_source() {
+        let m = mount_args(&["memofs", "mount", "-o", "size=1g", "-o", "noatime", "/mnt"]);
+        assert_eq!(m.options, ["size=1g", "noatime"]);
+        assert_eq!(m.source_and_mountpoint(), (None, Path::new("/mnt")));
+        let m = mount_args(&["memofs", "mount", "-f", "/srv/data", "/mnt"]);
+        assert!(m.foreground);
+        assert_eq!(
+            m.source_and_mountpoint(),
+            (Some(Path::new("/srv/data")), Path::new("/mnt"))
+        );
+        for mem in ["memofs", "none"] {
+            let m = mount_args(&["memofs", "mount", mem, "/mnt"]);
+            assert_eq!(m.source_and_mountpoint(), (None, Path::new("/mnt")));
+        }
+    }
+
+    #[test]
+    fn mount_fuse3_form() {
+        let m = mount_args(&["memofs", "memofs", "/mnt", "-o", "rw,size=1g,dev,suid"]);
+        assert_eq!(m.options, ["rw,size=1g,dev,suid"]);
+        assert_eq!(m.source_and_mountpoint(), (None, Path::new("/mnt")));
+        let m = mount_args(&["/usr/bin/memofs", "/srv", "/mnt"]);
+        assert_eq!(m.source_and_mountpoint().0, Some(Path::new("/srv")));
+        // A lone unknown word stays an error.
+        assert!(parse_strs(&["memofs", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn mount_helper_form() {
+        let m = mount_args(&[
+            "/sbin/mount.memofs",
+            "none",
+            "/mnt",
+            "-n",
+            "-o",
+            "rw,noauto,x-systemd.automount",
+            "-t",
+            "memofs",
+        ]);
+        assert_eq!(m.options, ["rw,noauto,x-systemd.automount"]);
+        assert!(!m.fake && !m.foreground);
+        let m = mount_args(&["mount.fuse.memofs", "/srv", "/mnt", "-sfv"]);
+        assert!(m.fake, "-f is mount(8)'s fake");
+        assert_eq!(m.source_and_mountpoint().0, Some(Path::new("/srv")));
+        for bad in [
+            &["mount.memofs", "/mnt"][..],
+            &["mount.memofs", "a", "/mnt", "-x"],
+            &["mount.memofs", "a", "/mnt", "-o"],
+            &["mount.memofs", "a", "/mnt", "-N", "1"],
+        ] {
+            assert!(parse_strs(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn foreground_args_round_trip() {
+        let m = mount_args(&["memofs", "mount", "-o", "size=1g", "-f", "/src", "/mnt"]);
+        let mut again: Vec<OsString> = vec!["memofs".into()];
+        again.extend(m.foreground_args());
+        match parse(again).unwrap().command {
+            Command::Mount(n) => {
+                assert_eq!(n.options, m.options);
+                assert_eq!(n.paths, m.paths);
+                assert!(n.foreground);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stats_watch_takes_an_optional_interval() {
+        let s = |args: &[&str]| match parse_strs(args).unwrap().command {
+            Command::Stats(s) => s.resolve(),
+            other => panic!("{other:?}"),
+        };
+        let mnt = PathBuf::from("/mnt");
+        assert_eq!(s(&["memofs", "stats", "/mnt"]), Ok((mnt.clone(), None)));
+        assert_eq!(
+            s(&["memofs", "stats", "--watch", "/mnt"]),
+            Ok((mnt.clone(), Some(1.0)))
+        );
+        assert_eq!(
+            s(&["memofs", "stats", "--watch", "0.5", "-n", "3", "/mnt"]),
+            Ok((mnt.clone(), Some(0.5)))
+        );
+        assert!(s(&["memofs", "stats", "--watch", "0", "/mnt"]).is_err());
+        assert!(parse_strs(&["memofs", "stats", "--watch", "-1", "/mnt"]).is_err());
+        assert!(s(&["memofs", "stats", "--json"]).is_err());
+        assert!(parse_strs(&["memofs", "stats", "-n", "3", "/mnt"]).is_err());
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the Debian package target/deb/memofs_VERSION_ARCH.deb with dpkg-deb: the release
+# binary, the mount(8) helpers, man pages and shell completions as `make install` lays them
+# out under /usr (helpers in /usr/sbin, where mount(8) looks on a merged-/usr system).
+# Usage: scripts/deb.sh (from the checkout; builds the release binary if needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(cargo metadata --no-deps --format-version 1 |
+    python3 -c 'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "memofs"))')
+arch=$(dpkg --print-architecture)
+root=target/deb/root
+rm -rf "$root"
+make -s install DESTDIR="$PWD/$root" PREFIX=/usr SBINDIR=/usr/sbin >/dev/null
+strip --strip-debug "$root/usr/bin/memofs"
+gzip -9n "$root"/usr/share/man/man1/*.1
+doc=$root/usr/share/doc/memofs
+install -d "$doc"
+gzip -9nc README.md >"$doc/README.md.gz"
+cat >"$doc/copyright" <<COPY
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: memofs
+
+Files: *
+License: MIT
+COPY
+size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+libc=$(dpkg-query -W -f='${Version}' libc6 | sed 's/-.*//')
+install -d "$root/DEBIAN"
+cat >"$root/DEBIAN/control" <<CONTROL
+Package: memofs
+Version: $version
+Architecture: $arch
+Maintainer: memofs developers <memofs@localhost>
+Installed-Size: $size
+Depends: libc6 (>= $libc), fuse3
+Section: utils
+Priority: optional
+Description: fast userspace filesystem server mounted through FUSE
+ memofs serves an in-memory, tmpfs-like filesystem or exports a host directory,
+ mounted through FUSE: mount -t memofs none /mnt -o size=1g, or an /etc/fstab
+ line. It caches negative lookups coherently, applies atime rules in the
+ server and keeps file data in kernel pages with FUSE passthrough.
+CONTROL
+out=target/deb/memofs_${version}_${arch}.deb
+dpkg-deb --root-owner-group -Zxz --build "$root" "$out" >/dev/null
+echo "$out"

@@ -1,0 +1,147 @@
+//! The spellings mount(8) uses: `mount.memofs SOURCE DIR [-sfnv] [-t TYPE] -o OPTS` (its
+//! helper protocol for `mount -t memofs`; the binary run under that name), `memofs SOURCE
+//! DIR -o OPTS` (what mount.fuse3 runs for `mount -t fuse.memofs`), with the options fstab
+//! and systemd pass along. The installed package is tested through mount(8) itself by
+//! `make package-test`.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memofs_e2e::{
+    is_mounted, memofs, memofs_bin, mountinfo_for, ok, require_mount, sys, CliOutput, TempDir,
+    UnmountGuard,
+};
+
+/// A mount point and a directory holding `mount.memofs` and `mount.fuse.memofs` links to
+/// the binary under test; unmounted when dropped.
+struct Helper {
+    dir: TempDir,
+    mnt: PathBuf,
+    _guard: UnmountGuard,
+}
+
+impl Helper {
+    fn new() -> Helper {
+        let dir = TempDir::new("memofs-e2e-helper-");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        for name in ["mount.memofs", "mount.fuse.memofs"] {
+            symlink(memofs_bin(), dir.path().join(name)).unwrap();
+        }
+        Helper {
+            _guard: UnmountGuard(mnt.clone()),
+            mnt,
+            dir,
+        }
+    }
+
+    fn run(&self, name: &str, args: &[&str]) -> CliOutput {
+        let program = self.dir.path().join(name);
+        memofs_e2e::run(
+            program.to_str().unwrap(),
+            args,
+            None,
+            Duration::from_secs(30),
+        )
+    }
+
+    fn mnt(&self) -> &str {
+        self.mnt.to_str().unwrap()
+    }
+}
+
+/// The mount at `mnt` is memofs's, `size` bytes large; it is used and then unmounted.
+fn check_and_unmount(mnt: &Path, size: u64) {
+    let info = mountinfo_for(mnt).expect("mounted");
+    assert_eq!(info.fstype, "fuse.memofs");
+    let st = ok!(sys::statfs(mnt));
+    assert_eq!(st.f_blocks * st.f_bsize as u64, size, "size= was applied");
+    ok!(fs::write(mnt.join("f"), b"through the helper"));
+    assert_eq!(ok!(fs::read(mnt.join("f"))), b"through the helper");
+    memofs(&["umount", mnt.to_str().unwrap()]).assert_success();
+    assert!(!is_mounted(mnt));
+}
+
+#[test]
+fn mount_helper_protocol() {
+    require_mount!();
+    let h = Helper::new();
+    // What mount(8) runs for `mount -t memofs none DIR -o ...` from an fstab line.
+    let out = h.run(
+        "mount.memofs",
+        &[
+            "none",
+            h.mnt(),
+            "-n",
+            "-o",
+            "rw,size=8m,noauto,nofail,_netdev,x-systemd.automount,comment=x",
+            "-t",
+            "memofs",
+        ],
+    );
+    out.assert_success();
+    check_and_unmount(&h.mnt, 8 << 20);
+}
+
+#[test]
+fn mount_helper_fake_mounts_nothing() {
+    require_mount!();
+    let h = Helper::new();
+    let out = h.run(
+        "mount.fuse.memofs",
+        &["memofs", h.mnt(), "-f", "-o", "size=8m"],
+    );
+    out.assert_success();
+    assert!(!is_mounted(&h.mnt), "-f (fake) mounted something");
+    let out = h.run("mount.memofs", &["none", h.mnt(), "-f", "-o", "size=lots"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe("bad option, fake"));
+    assert!(
+        out.stderr.contains("size=lots"),
+        "{}",
+        out.describe("names it")
+    );
+}
+
+#[test]
+fn mount_fuse3_form_mounts_both_backends() {
+    require_mount!();
+    let h = Helper::new();
+    // mount.fuse3 adds rw, dev and suid and runs `memofs SOURCE DIR -o OPTS`.
+    let out = memofs(&["memofs", h.mnt(), "-o", "rw,size=4m,dev,suid"]);
+    out.assert_success();
+    check_and_unmount(&h.mnt, 4 << 20);
+
+    let src = h.dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let out = memofs(&[src.to_str().unwrap(), h.mnt(), "-o", "rw,dev,suid"]);
+    out.assert_success();
+    ok!(fs::write(h.mnt.join("exported"), b"x"));
+    assert!(
+        src.join("exported").exists(),
+        "the write reached the source"
+    );
+    memofs(&["umount", h.mnt()]).assert_success();
+}
+
+#[test]
+fn helper_errors_are_usage_errors() {
+    let h = Helper::new();
+    for args in [
+        &["none"][..],
+        &["none", h.mnt(), "-x"],
+        &["none", h.mnt(), "-o"],
+        &["none", h.mnt(), "-N", "4242"],
+    ] {
+        let out = h.run("mount.memofs", args);
+        assert_eq!(
+            out.code(),
+            Some(2),
+            "{}",
+            out.describe(&format!("{args:?}"))
+        );
+        assert!(!out.stderr.trim().is_empty());
+        assert!(!is_mounted(&h.mnt));
+    }
+}
