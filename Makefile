@@ -1,5 +1,5 @@
 # memofs: the three commands of the README, and their parts.
-#   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build and mount (mem backend)
+#   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build, install and mount (mem backend)
 #   make test                                              every test, as CI runs them
 #   make bench                                             the seeds' experiments (report in bench/results)
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
@@ -55,10 +55,10 @@ deb: build
 package-test: build
 	bash scripts/package-test.sh
 
-mount: setup build
+mount: setup install
 	mkdir -p $(MNT)
-	$(BIN) mount $(if $(OPTS),-o $(OPTS)) $(MNT)
-	@echo "memofs is mounted at $(MNT). Unmount with: make umount MNT=$(MNT)   (or: $(BIN) umount $(MNT))"
+	$(BINDIR)/memofs mount $(if $(OPTS),-o $(OPTS)) $(MNT)
+	@echo "memofs is mounted at $(MNT). Unmount with: memofs umount $(MNT)   (or: make umount, umount $(MNT))"
 
 umount:
 	$(BIN) umount $(MNT)

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memofs_core::options::MountOptions;
+use memofs_core::options::{scope_of, MountOptions, Scope};
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::Backend;
 use memofs_mem::{MemConfig, MemFs};
@@ -12,27 +12,21 @@ use memofs_passthrough::{PassthroughConfig, PassthroughFs, WatchMechanism};
 /// A backend ready to mount, with the settings `memofs stats` shows for it.
 pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
 
-/// Options that only the mem backend understands.
-const MEM_ONLY: [&str; 6] = ["size", "nr_inodes", "mode", "uid", "gid", "huge"];
-
-/// Options that only the passthrough backend understands.
-const PASSTHROUGH_ONLY: [&str; 1] = ["watch"];
-
 /// The first option in `-o` lists that the chosen backend does not take, with a message:
 /// mem-only options with a SOURCE, passthrough-only ones without.
 pub fn foreign_option(lists: &[String], has_source: bool) -> Option<String> {
-    let (names, msg) = if has_source {
-        (&MEM_ONLY[..], "only the mem backend (no SOURCE) takes it")
+    let (foreign, msg) = if has_source {
+        (Scope::Mem, "only the mem backend (no SOURCE) takes it")
     } else {
         (
-            &PASSTHROUGH_ONLY[..],
+            Scope::Passthrough,
             "only the passthrough backend (with a SOURCE directory) takes it",
         )
     };
     lists
         .iter()
         .flat_map(|l| l.split(','))
-        .find(|o| names.contains(&o.split('=').next().unwrap_or("")))
+        .find(|o| scope_of(o.split('=').next().unwrap_or("")) == Some(foreign))
         .map(|o| format!("invalid mount option '{o}': {msg}"))
 }
 

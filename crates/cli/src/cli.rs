@@ -304,6 +304,18 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_lists_every_option() {
+        let readme = include_str!("../../../README.md").replace("\\|", "|");
+        for d in option_docs() {
+            assert!(
+                readme.contains(&format!("`{}`", d.name)),
+                "README.md's option table lacks `{}`",
+                d.name
+            );
+        }
+    }
+
+    #[test]
     fn the_definition_is_consistent() {
         command().debug_assert();
     }

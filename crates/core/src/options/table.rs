@@ -1,0 +1,633 @@
+//! Every `-o` option, declared once: spellings, scope, default, help and parser.
+
+use std::time::Duration;
+
+use super::{
+    err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, HugeMode, KernelFlag,
+    MountOptions, OptionError, PassthroughMode, UringMode, WatchMode, DEFAULT_BUSY_POLL_US,
+    DEFAULT_HUGE, DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, DEFAULT_WRITEBACK,
+    MAX_BUSY_POLL_US, MAX_THREADS,
+};
+use crate::atime::{AtimeMode, AtimePolicy};
+use crate::cache::{CacheMode, CachePolicy, DEFAULT_CACHE_MODE};
+
+/// Which mounts take an option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every mount.
+    Any,
+    /// Only the mem backend (no SOURCE directory).
+    Mem,
+    /// Only the passthrough backend (a SOURCE directory).
+    Passthrough,
+    /// mount(8), fstab and systemd options: accepted and ignored.
+    Mount8,
+}
+
+/// One option as given: the whole text, its key and its value after `=`.
+pub(super) struct Given<'a> {
+    pub text: &'a str,
+    pub key: &'a str,
+    pub value: Option<&'a str>,
+}
+
+impl Given<'_> {
+    /// The value, which this option needs.
+    fn need(&self) -> Result<&str, OptionError> {
+        self.value.ok_or_else(|| {
+            err(
+                self.text,
+                format!("'{}' needs a value ({}=...)", self.key, self.key),
+            )
+        })
+    }
+
+    /// No value: this option is a flag.
+    fn flag(&self) -> Result<(), OptionError> {
+        match self.value {
+            None => Ok(()),
+            Some(_) => Err(err(self.text, format!("'{}' takes no value", self.key))),
+        }
+    }
+
+    /// One of `choices` (spelling, value).
+    fn choice<T: Copy>(&self, choices: &[(&str, T)]) -> Result<T, OptionError> {
+        let v = self.need()?;
+        choices
+            .iter()
+            .find(|(name, _)| *name == v)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                err(self.text, format!("expected one of {}", names.join(", ")))
+            })
+    }
+}
+
+/// The options being parsed, and the timeouts given apart from the `cache=` preset.
+pub(super) struct Parsing {
+    o: MountOptions,
+    ram_bytes: u64,
+    cache_mode: Option<CacheMode>,
+    entry: Option<Duration>,
+    attr: Option<Duration>,
+    negative: Option<Duration>,
+}
+
+impl Parsing {
+    /// Every option at its default, for a machine with `ram_bytes` of RAM.
+    pub fn new(ram_bytes: u64) -> Parsing {
+        Parsing {
+            o: MountOptions {
+                size: percent_of(ram_bytes, DEFAULT_SIZE_PERCENT),
+                nr_inodes: super::default_nr_inodes(ram_bytes),
+                mode: DEFAULT_ROOT_MODE,
+                uid: None,
+                gid: None,
+                allow_other: false,
+                fsname: DEFAULT_FSNAME.into(),
+                cache: CachePolicy::default(),
+                atime: AtimePolicy {
+                    mode: super::DEFAULT_ATIME,
+                    nodiratime: false,
+                },
+                writeback: DEFAULT_WRITEBACK,
+                direct_io: false,
+                threads: super::default_threads(),
+                busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
+                passthrough: PassthroughMode::Auto,
+                io_uring: UringMode::Auto,
+                watch: WatchMode::Auto,
+                huge: DEFAULT_HUGE,
+                kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
+                debug: false,
+            },
+            ram_bytes,
+            cache_mode: None,
+            entry: None,
+            attr: None,
+            negative: None,
+        }
+    }
+
+    /// The options, with the timeouts resolved against the preset.
+    pub fn finish(mut self) -> MountOptions {
+        self.o.cache = CachePolicy::derive(self.cache_mode, self.entry, self.attr, self.negative);
+        self.o
+    }
+}
+
+/// Default `fsname=`.
+const DEFAULT_FSNAME: &str = "memofs";
+
+/// One option's declaration.
+pub(super) struct Spec {
+    /// How `--help` writes it, e.g. `size=BYTES|N%`.
+    syntax: &'static str,
+    /// The keys it is spelled with (aliases and negations included).
+    names: &'static [&'static str],
+    /// Key prefixes it also takes (`x-` for mount(8)'s `x-*`).
+    prefixes: &'static [&'static str],
+    scope: Scope,
+    /// The default, as a user would write it.
+    default: fn() -> String,
+    help: &'static str,
+    /// Parses the option into the options being built.
+    pub apply: fn(&mut Parsing, &Given<'_>) -> Result<(), OptionError>,
+}
+
+fn off() -> String {
+    "off".into()
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s == s.trunc() {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}
+
+fn on_off(b: bool) -> String {
+    if b { "on" } else { "off" }.into()
+}
+
+const AUTO_ON_OFF_P: [(&str, PassthroughMode); 3] = [
+    ("auto", PassthroughMode::Auto),
+    ("on", PassthroughMode::On),
+    ("off", PassthroughMode::Off),
+];
+const AUTO_ON_OFF_U: [(&str, UringMode); 3] = [
+    ("auto", UringMode::Auto),
+    ("on", UringMode::On),
+    ("off", UringMode::Off),
+];
+
+/// mount(8), fstab and systemd options besides `comment=` and `x-*`.
+const MOUNT8_NAMES: [&str; 12] = [
+    "defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner", "group",
+    "loud", "comment",
+];
+
+/// Every option. `memofs mount --help` lists them in this order.
+pub(super) static OPTIONS: &[Spec] = &[
+    Spec {
+        syntax: "size=BYTES|N%",
+        names: &["size"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || format!("{DEFAULT_SIZE_PERCENT}%"),
+        help: "limit on file data and xattrs (k/m/g/t suffixes, % of RAM, 0 = only the machine's memory)",
+        apply: |p, g| {
+            let v = g.need()?;
+            p.o.size = if let Some(pct) = v.strip_suffix('%') {
+                let pct: u64 = pct
+                    .parse()
+                    .map_err(|_| err(g.text, "expected a percentage, e.g. 50%"))?;
+                if pct > 10_000 {
+                    return Err(err(g.text, "percentage too large"));
+                }
+                percent_of(p.ram_bytes, pct)
+            } else {
+                parse_size(v).ok_or_else(|| {
+                    err(
+                        g.text,
+                        "expected bytes with an optional k/m/g/t suffix, or a percentage of RAM",
+                    )
+                })?
+            };
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "nr_inodes=N",
+        names: &["nr_inodes"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || "RAM pages / 2".into(),
+        help: "limit on inodes (k/m/g suffixes, 0 = unlimited)",
+        apply: |p, g| {
+            p.o.nr_inodes = parse_size(g.need()?)
+                .ok_or_else(|| err(g.text, "expected a count with an optional k/m/g suffix"))?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "mode=OCTAL",
+        names: &["mode"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || format!("{DEFAULT_ROOT_MODE:o}"),
+        help: "permission bits of the root directory",
+        apply: |p, g| {
+            let m = parse_u32(g.text, g.need()?, 8)?;
+            if m > 0o7777 {
+                return Err(err(g.text, "mode must be at most 7777"));
+            }
+            p.o.mode = m;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "uid=N",
+        names: &["uid"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || "mounting user".into(),
+        help: "owner of the root directory",
+        apply: |p, g| {
+            p.o.uid = Some(parse_u32(g.text, g.need()?, 10)?);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "gid=N",
+        names: &["gid"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || "mounting group".into(),
+        help: "group of the root directory",
+        apply: |p, g| {
+            p.o.gid = Some(parse_u32(g.text, g.need()?, 10)?);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "allow_other",
+        names: &["allow_other"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: off,
+        help: "let other users use the mount (permissions still apply)",
+        apply: |p, g| {
+            g.flag()?;
+            p.o.allow_other = true;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "default_permissions",
+        names: &["default_permissions"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "always on".into(),
+        help: "the kernel checks permissions (accepted for compatibility)",
+        apply: |_, g| g.flag(),
+    },
+    Spec {
+        syntax: "fsname=NAME",
+        names: &["fsname"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || DEFAULT_FSNAME.into(),
+        help: "source name shown in /proc/mounts",
+        apply: |p, g| {
+            let v = g.need()?;
+            if v.is_empty()
+                || v.contains(|c: char| c.is_whitespace() || c == ',' || c.is_control())
+            {
+                return Err(err(
+                    g.text,
+                    "fsname must be non-empty, without spaces or commas",
+                ));
+            }
+            p.o.fsname = v.to_string();
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "cache=never|auto|always",
+        names: &["cache"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || DEFAULT_CACHE_MODE.name().into(),
+        help: "preset for the three timeouts below (never 0 s, auto 1 s, always 3600 s)",
+        apply: |p, g| {
+            let mode = CacheMode::parse(g.need()?)
+                .ok_or_else(|| err(g.text, "expected never, auto or always"))?;
+            p.cache_mode = Some(mode);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "entry_timeout=SECS",
+        names: &["entry_timeout"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || secs(CachePolicy::default().entry_timeout),
+        help: "how long the kernel caches names (fractions allowed)",
+        apply: |p, g| {
+            p.entry = Some(parse_seconds(g.text, g.need()?)?);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "attr_timeout=SECS",
+        names: &["attr_timeout"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || secs(CachePolicy::default().attr_timeout),
+        help: "how long the kernel caches attributes",
+        apply: |p, g| {
+            p.attr = Some(parse_seconds(g.text, g.need()?)?);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "negative_timeout=SECS",
+        names: &["negative_timeout", "negative_dentry_timeout"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || secs(CachePolicy::default().negative_timeout),
+        help: "how long the kernel caches misses (alias negative_dentry_timeout; 0 = reply ENOENT)",
+        apply: |p, g| {
+            p.negative = Some(parse_seconds(g.text, g.need()?)?);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "strictatime|relatime|noatime",
+        names: &["strictatime", "relatime", "noatime", "atime"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "relatime".into(),
+        help: "when reads and readdir update atime",
+        apply: |p, g| {
+            g.flag()?;
+            p.o.atime.mode = match g.key {
+                "strictatime" => AtimeMode::Strict,
+                "noatime" => AtimeMode::Noatime,
+                _ => AtimeMode::Relatime,
+            };
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "nodiratime",
+        names: &["nodiratime", "diratime"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: off,
+        help: "never update directories' atime",
+        apply: |p, g| {
+            g.flag()?;
+            p.o.atime.nodiratime = g.key == "nodiratime";
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "writeback=on|off",
+        names: &["writeback", "writeback_cache"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || on_off(DEFAULT_WRITEBACK),
+        help: "kernel writeback cache (merges small writes)",
+        apply: |p, g| {
+            p.o.writeback = match g.value {
+                None => true,
+                Some(v) => parse_switch(g.text, v)?,
+            };
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "direct_io",
+        names: &["direct_io"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: off,
+        help: "bypass the kernel page cache: every read and write reaches the server",
+        apply: |p, g| {
+            g.flag()?;
+            p.o.direct_io = true;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "threads=N",
+        names: &["threads"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "CPUs (at least 2)".into(),
+        help: "request threads, each with its own cloned /dev/fuse queue (those one caller does not need wait aside)",
+        apply: |p, g| {
+            let n: usize = g
+                .need()?
+                .parse()
+                .map_err(|_| err(g.text, "expected a number of threads"))?;
+            if n == 0 || n > MAX_THREADS {
+                return Err(err(
+                    g.text,
+                    format!("threads must be between 1 and {MAX_THREADS}"),
+                ));
+            }
+            p.o.threads = n;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "busy_poll=USEC",
+        names: &["busy_poll"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || DEFAULT_BUSY_POLL_US.to_string(),
+        help: "after an answer, the reading request thread polls this long for the next request before it sleeps, while requests keep coming that fast (0: never; at most 10000)",
+        apply: |p, g| {
+            let us: u64 = g
+                .need()?
+                .parse()
+                .map_err(|_| err(g.text, "expected microseconds (0: never poll)"))?;
+            if us > MAX_BUSY_POLL_US {
+                return Err(err(
+                    g.text,
+                    format!("busy_poll is at most {MAX_BUSY_POLL_US} microseconds"),
+                ));
+            }
+            p.o.busy_poll = Duration::from_micros(us);
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "passthrough=auto|on|off",
+        names: &["passthrough"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "auto".into(),
+        help: "kernel FUSE passthrough for file data",
+        apply: |p, g| {
+            p.o.passthrough = g.choice(&AUTO_ON_OFF_P)?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "io_uring=auto|on|off",
+        names: &["io_uring"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "auto".into(),
+        help: "requests through FUSE-over-io_uring ring entries where the kernel offers them (Linux 6.14+, fuse.enable_uring=Y)",
+        apply: |p, g| {
+            p.o.io_uring = g.choice(&AUTO_ON_OFF_U)?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "huge=never|within_size|always|advise",
+        names: &["huge"],
+        prefixes: &[],
+        scope: Scope::Mem,
+        default: || DEFAULT_HUGE.as_str().into(),
+        help: "large folios for kernel-backed file data, as tmpfs's huge= (mem backend)",
+        apply: |p, g| {
+            p.o.huge = HugeMode::parse(g.need()?)
+                .ok_or_else(|| err(g.text, "expected never, within_size, always or advise"))?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "watch=auto|fanotify|inotify|off",
+        names: &["watch"],
+        prefixes: &[],
+        scope: Scope::Passthrough,
+        default: || "auto".into(),
+        help: "passthrough backend: how host-side changes are seen (auto: fanotify, else inotify)",
+        apply: |p, g| {
+            p.o.watch = g.choice(&[
+                ("auto", WatchMode::Auto),
+                ("fanotify", WatchMode::Fanotify),
+                ("inotify", WatchMode::Inotify),
+                ("off", WatchMode::Off),
+            ])?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "ro, nosuid, nodev, noexec, sync, dirsync",
+        names: &[
+            "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "sync", "async",
+            "dirsync",
+        ],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "nosuid,nodev".into(),
+        help: "kernel mount flags (rw, suid, dev, exec, async undo them)",
+        apply: |p, g| {
+            g.flag()?;
+            let (f, on) = match g.key {
+                "ro" => (KernelFlag::ReadOnly, true),
+                "rw" => (KernelFlag::ReadOnly, false),
+                "nosuid" => (KernelFlag::NoSuid, true),
+                "suid" => (KernelFlag::NoSuid, false),
+                "nodev" => (KernelFlag::NoDev, true),
+                "dev" => (KernelFlag::NoDev, false),
+                "noexec" => (KernelFlag::NoExec, true),
+                "exec" => (KernelFlag::NoExec, false),
+                "sync" => (KernelFlag::Sync, true),
+                "async" => (KernelFlag::Sync, false),
+                _ => (KernelFlag::DirSync, true),
+            };
+            p.o.kernel_flags.retain(|x| *x != f);
+            if on {
+                p.o.kernel_flags.push(f);
+            }
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "defaults, noauto, nofail, _netdev, x-*",
+        names: &MOUNT8_NAMES,
+        prefixes: &["x-"],
+        scope: Scope::Mount8,
+        default: || "-".into(),
+        help: "mount(8), fstab and systemd options (also auto, user, users, nouser, owner, group, comment=): accepted and ignored",
+        apply: |_, _| Ok(()),
+    },
+    Spec {
+        syntax: "debug",
+        names: &["debug"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: off,
+        help: "log every request to stderr (use with -f)",
+        apply: |p, g| {
+            g.flag()?;
+            p.o.debug = true;
+            Ok(())
+        },
+    },
+];
+
+/// The declaration of the option spelled `key`.
+pub(super) fn find(key: &str) -> Option<&'static Spec> {
+    OPTIONS
+        .iter()
+        .find(|s| s.names.contains(&key) || s.prefixes.iter().any(|p| key.starts_with(p)))
+}
+
+/// Which mounts take the option spelled `key` (`None`: no such option).
+pub fn scope_of(key: &str) -> Option<Scope> {
+    find(key).map(|s| s.scope)
+}
+
+/// One documented option.
+#[derive(Clone, Debug)]
+pub struct OptionDoc {
+    /// Spelling, e.g. `size=BYTES`.
+    pub name: &'static str,
+    /// The default, as a user would write it.
+    pub default: String,
+    /// What it does.
+    pub help: &'static str,
+    /// Which mounts take it.
+    pub scope: Scope,
+}
+
+/// Every `-o` option with its default, for `--help` and the man page.
+pub fn option_docs() -> Vec<OptionDoc> {
+    OPTIONS
+        .iter()
+        .map(|s| OptionDoc {
+            name: s.syntax,
+            default: (s.default)(),
+            help: s.help,
+            scope: s.scope,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_is_declared_once() {
+        let mut seen = std::collections::HashSet::new();
+        for s in OPTIONS {
+            for n in s.names {
+                assert!(seen.insert(*n), "{n} is declared twice");
+            }
+        }
+    }
+
+    #[test]
+    fn every_syntax_names_a_declared_key() {
+        for s in OPTIONS {
+            let first = s.syntax.split(['=', '|', ',']).next().unwrap().trim();
+            assert!(
+                find(first).is_some(),
+                "{} does not parse its own first key",
+                s.syntax
+            );
+        }
+    }
+
+    #[test]
+    fn scopes() {
+        assert_eq!(scope_of("size"), Some(Scope::Mem));
+        assert_eq!(scope_of("watch"), Some(Scope::Passthrough));
+        assert_eq!(scope_of("negative_dentry_timeout"), Some(Scope::Any));
+        assert_eq!(scope_of("x-systemd.automount"), Some(Scope::Mount8));
+        assert_eq!(scope_of("bogus"), None);
+    }
+}
