@@ -1,13 +1,14 @@
 # memofs: the three commands of the README, and their parts.
 #   make mount [MNT=/tmp/memofs] [OPTS=size=1g,noatime]   build, install and mount (mem backend)
 #   make test                                              every test, as CI runs them
-#   make bench                                             the seeds' experiments (report in bench/results)
+#   make bench [OUT=bench/reports/seeds]                   the seeds' experiments (report in bench/results, or OUT)
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
-#   make bench-real                                        real programs on real trees (fetches inputs once)
+#   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
 #   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
 #   make uninstall                                         ... removed again
 #   make deb                                               Debian package in target/deb
+#   make install-deb                                       ... built and installed with dpkg -i
 #   make package-test                                      install that package, mount through mount(8), purge
 
 CARGO ?= cargo
@@ -22,7 +23,7 @@ BINDIR := $(PREFIX)/bin
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: setup build install uninstall deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
+.PHONY: setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -51,6 +52,9 @@ uninstall:
 
 deb: build
 	bash scripts/deb.sh
+
+install-deb: setup build
+	dpkg -i "$$(bash scripts/deb.sh)"
 
 package-test: build
 	bash scripts/package-test.sh
@@ -120,11 +124,11 @@ vm-test-all:
 test: setup lint unit memcheck e2e conformance package-test pytest vm-test-ci
 
 bench: setup build
-	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds $(if $(OUT),--out $(OUT))
 
 bench-real: setup build
 	bench/memofs-bench fetch real
-	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real $(if $(OUT),--out $(OUT))
 
 clean:
 	$(CARGO) clean

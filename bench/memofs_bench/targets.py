@@ -246,10 +246,16 @@ def memofs_binary() -> str | None:
 
 
 class Memofs(Target):
-    kind, summary, fstype = "memofs", "the memofs server (`memofs mount [ARGS] MNT`)", "fuse"
+    kind, summary, fstype = "memofs", ("the memofs server (`memofs mount [ARGS] MNT`; "
+                                       "`--bin=PATH` among ARGS runs another build)"), "fuse"
+
+    def __init__(self, spec: str, args: list[str], workdir: Path):
+        bins = [a.split("=", 1)[1] for a in args if a.startswith("--bin=")]
+        self.bin_override = bins[-1] if bins else None
+        super().__init__(spec, [a for a in args if not a.startswith("--bin=")], workdir)
 
     def binary(self) -> str:
-        b = memofs_binary()
+        b = self.bin_override or memofs_binary()
         if not b:
             raise ToolMissing("no memofs binary: set MEMOFS_BIN, build target/release/memofs, "
                               "or put memofs on PATH")

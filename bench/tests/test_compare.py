@@ -83,6 +83,13 @@ def test_split_target_specs():
         targets.parse_spec("nosuch")
 
 
+def test_memofs_bin_override(tmp_path):
+    t = targets.make_target("memofs:--bin=/opt/old/memofs -o size=1g", tmp_path)
+    assert t.binary() == "/opt/old/memofs"
+    assert t.args == ["-o", "size=1g"], "--bin= is not a mount argument"
+    assert targets.make_target("memofs:-o size=1g", tmp_path).bin_override is None
+
+
 def test_param_overrides():
     from memofs_bench.workloads import registry
     ws = [registry()["messaging"], registry()["loopdd"]]

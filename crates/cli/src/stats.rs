@@ -144,26 +144,42 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// A latency bucket's upper edge (nanoseconds) as "≤ N unit".
+/// A latency in nanoseconds, with a unit and three significant digits at most.
 fn latency(ns: u64) -> String {
     if ns == 0 {
         return "-".into();
     }
     let (v, unit) = match ns {
-        n if n < 10_000 => (n as f64, "ns"),
-        n if n < 10_000_000 => (n as f64 / 1e3, "µs"),
-        n if n < 10_000_000_000 => (n as f64 / 1e6, "ms"),
+        n if n < 1_000 => return format!("{n} ns"),
+        n if n < 1_000_000 => (n as f64 / 1e3, "µs"),
+        n if n < 1_000_000_000 => (n as f64 / 1e6, "ms"),
         n => (n as f64 / 1e9, "s"),
     };
-    format!("≤{v:.0} {unit}")
+    let decimals = if v < 10.0 {
+        2
+    } else if v < 100.0 {
+        1
+    } else {
+        0
+    };
+    format!("{v:.decimals$} {unit}")
 }
 
-/// A limit, or "no limit".
-fn of_limit(used: String, limit: u64, limit_text: String) -> String {
+/// `part` of `whole` as a percentage.
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Use against a limit, or "no limit".
+fn of_limit(used: String, used_n: u64, limit: u64, limit_text: String) -> String {
     if limit == 0 {
         format!("{used} (no limit)")
     } else {
-        format!("{used} of {limit_text}")
+        format!("{used} of {limit_text} ({})", percent(used_n, limit))
     }
 }
 
@@ -171,6 +187,18 @@ fn of_limit(used: String, limit: u64, limit_text: String) -> String {
 fn secs(s: f64) -> String {
     format!("{s} s")
 }
+
+/// Events the "Lookups" section shows.
+const SHOWN_AS_LOOKUPS: [&str; 8] = [
+    "lookup_hits",
+    "lookup_misses",
+    "negative_entries",
+    "inval_entry",
+    "inval_inode",
+    "inc_epoch",
+    "inval_fallback",
+    "inval_failed",
+];
 
 /// The table `memofs stats MOUNTPOINT` prints.
 fn render(target: &Path, doc: &StatsDoc) -> String {
@@ -199,12 +227,18 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         &[
             (
                 "space".into(),
-                of_limit(bytes(u.bytes_used), u.bytes_limit, bytes(u.bytes_limit)),
+                of_limit(
+                    bytes(u.bytes_used),
+                    u.bytes_used,
+                    u.bytes_limit,
+                    bytes(u.bytes_limit),
+                ),
             ),
             (
                 "inodes".into(),
                 of_limit(
                     u.inodes_used.to_string(),
+                    u.inodes_used,
                     u.inodes_limit,
                     u.inodes_limit.to_string(),
                 ),
@@ -226,25 +260,62 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
     };
     section(&mut out, "Settings", &pairs(&doc.settings));
     section(&mut out, "Kernel features", &pairs(&doc.features));
+    let ev = |name: &str| doc.events.get(name).copied().unwrap_or(0);
+    let (hits, misses) = (ev("lookup_hits"), ev("lookup_misses"));
+    section(
+        &mut out,
+        "Lookups (a negative entry lets the kernel answer a miss itself)",
+        &[
+            (
+                "found".into(),
+                format!("{hits} ({})", percent(hits, hits + misses)),
+            ),
+            (
+                "missing".into(),
+                format!("{misses} ({})", percent(misses, hits + misses)),
+            ),
+            (
+                "answered with a negative entry".into(),
+                format!(
+                    "{} ({} of misses)",
+                    ev("negative_entries"),
+                    percent(ev("negative_entries"), misses)
+                ),
+            ),
+            (
+                "invalidations sent".into(),
+                format!(
+                    "{} names, {} inodes, {} epoch increments ({} by fallback), {} refused",
+                    ev("inval_entry"),
+                    ev("inval_inode"),
+                    ev("inc_epoch"),
+                    ev("inval_fallback"),
+                    ev("inval_failed")
+                ),
+            ),
+        ],
+    );
     let mut ops: Vec<_> = doc.requests.iter().filter(|(_, o)| o.count > 0).collect();
     ops.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     let total: u64 = ops.iter().map(|(_, o)| o.count).sum();
     let _ = writeln!(
         out,
-        "Requests ({total} answered; latency from arrival to reply)"
+        "Requests ({total} answered; latency from arrival to reply, percentiles interpolated)"
     );
     if !ops.is_empty() {
         let w = ops.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(7);
         let _ = writeln!(
             out,
-            "  {:<w$}  {:>12}  {:>10}  {:>10}",
-            "request", "count", "median", "p99"
+            "  {:<w$}  {:>12}  {:>7}  {:>10}  {:>10}  {:>10}",
+            "request", "count", "share", "mean", "median", "p99"
         );
         for (name, o) in ops {
             let _ = writeln!(
                 out,
-                "  {name:<w$}  {:>12}  {:>10}  {:>10}",
+                "  {name:<w$}  {:>12}  {:>7}  {:>10}  {:>10}  {:>10}",
                 o.count,
+                percent(o.count, total),
+                latency(o.mean_ns),
                 latency(o.p50_ns),
                 latency(o.p99_ns)
             );
@@ -254,13 +325,13 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
     let events: Vec<(String, String)> = doc
         .events
         .iter()
-        .filter(|(_, v)| **v > 0)
+        .filter(|(k, v)| **v > 0 && !SHOWN_AS_LOOKUPS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.to_string()))
         .collect();
     if events.is_empty() {
-        let _ = writeln!(out, "Events\n  none yet");
+        let _ = writeln!(out, "Other events\n  none yet");
     } else {
-        section(&mut out, "Events", &events);
+        section(&mut out, "Other events", &events);
     }
     out
 }
@@ -317,12 +388,15 @@ mod tests {
             "LOOKUP".into(),
             OpDoc {
                 count: lookups,
+                mean_ns: 20_500,
                 p50_ns: 16_383,
                 p99_ns: 1_048_575,
             },
         );
         d.requests.insert("GETATTR".into(), OpDoc::default());
+        d.events.insert("lookup_misses".into(), lookups / 2);
         d.events.insert("negative_entries".into(), lookups / 2);
+        d.events.insert("busy_poll_hits".into(), 3);
         d.usage.bytes_used = bytes_used;
         d.usage.bytes_limit = 1 << 30;
         d.settings.insert("fsname".into(), "memofs".into());
@@ -333,26 +407,37 @@ mod tests {
     fn units() {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(latency(16_383), "≤16 µs");
-        assert_eq!(latency(999), "≤999 ns");
-        assert_eq!(latency(2_000_000_000), "≤2000 ms");
+        assert_eq!(latency(16_383), "16.4 µs");
+        assert_eq!(latency(999), "999 ns");
+        assert_eq!(latency(2_500), "2.50 µs");
+        assert_eq!(latency(2_000_000_000), "2.00 s");
         assert_eq!(latency(0), "-");
+        assert_eq!(percent(1, 8), "12.5%");
+        assert_eq!(percent(1, 0), "-");
     }
 
     #[test]
     fn the_table_names_units_and_skips_idle_requests() {
         let t = render(Path::new("/mnt"), &doc(10, 3 << 20));
+        assert!(t.contains("3.0 MiB of 1.0 GiB (0.3%)"), "{t}");
         assert!(
-            t.contains("space") && t.contains("3.0 MiB of 1.0 GiB"),
+            t.lines().any(|l| l.contains("LOOKUP")
+                && l.contains("100.0%")
+                && l.contains("20.5 µs")
+                && l.contains("16.4 µs")
+                && l.contains("1.05 ms")),
+            "{t}"
+        );
+        assert!(!t.contains("GETATTR"), "idle requests are left out: {t}");
+        assert!(
+            t.contains("answered with a negative entry  5 (100.0% of misses)"),
             "{t}"
         );
         assert!(
             t.lines()
-                .any(|l| l.contains("LOOKUP") && l.contains("≤16 µs") && l.contains("≤1049 µs")),
+                .any(|l| l.contains("busy_poll_hits") && l.ends_with('3')),
             "{t}"
         );
-        assert!(!t.contains("GETATTR"), "idle requests are left out: {t}");
-        assert!(t.contains("negative_entries"), "{t}");
         assert!(t.contains("Requests (10 answered"), "{t}");
     }
 

@@ -60,7 +60,10 @@ pub struct StatsSource {
 pub struct OpDoc {
     /// Requests answered.
     pub count: u64,
-    /// Median latency: the upper edge of its power-of-two bucket, in nanoseconds.
+    /// Mean latency, arrival to reply, in nanoseconds.
+    #[serde(default)]
+    pub mean_ns: u64,
+    /// Median latency in nanoseconds (interpolated within its histogram bucket).
     pub p50_ns: u64,
     /// 99th percentile latency, the same way.
     pub p99_ns: u64,
@@ -145,13 +148,14 @@ impl StatsSource {
             requests: snap
                 .ops
                 .iter()
-                .map(|(n, c, p50, p99)| {
+                .map(|o| {
                     let op = OpDoc {
-                        count: *c,
-                        p50_ns: *p50,
-                        p99_ns: *p99,
+                        count: o.count,
+                        mean_ns: o.mean_ns,
+                        p50_ns: o.p50_ns,
+                        p99_ns: o.p99_ns,
                     };
-                    (n.to_string(), op)
+                    (o.name.to_string(), op)
                 })
                 .collect(),
             events: snap

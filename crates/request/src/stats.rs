@@ -3,7 +3,8 @@
 //!
 //! Each request thread writes to its own cache-line-aligned slot with relaxed atomic adds,
 //! so counting never makes request threads share a lock or a cache line; readers sum the
-//! slots. Latencies go into log2 histograms (bucket `i` holds `[2^i, 2^(i+1))` ns).
+//! slots. Latencies go into log2 histograms (bucket `i` holds `[2^i, 2^(i+1))` ns), with
+//! their sum for an exact mean; percentiles are interpolated within their bucket.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -59,6 +60,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
 #[repr(align(128))]
 struct Slot {
     count: [AtomicU64; Kind::COUNT],
+    sum_ns: [AtomicU64; Kind::COUNT],
     hist: [[AtomicU64; BUCKETS]; Kind::COUNT],
     events: [AtomicU64; N_EVENTS],
 }
@@ -67,6 +69,7 @@ impl Slot {
     fn new() -> Slot {
         Slot {
             count: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             hist: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             events: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -85,11 +88,26 @@ thread_local! {
     static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
+/// One opcode's counters in a [`Snapshot`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpSnapshot {
+    /// The opcode's name.
+    pub name: &'static str,
+    /// Requests answered.
+    pub count: u64,
+    /// Mean latency, arrival to reply, in nanoseconds.
+    pub mean_ns: u64,
+    /// Median latency (interpolated within its histogram bucket).
+    pub p50_ns: u64,
+    /// 99th percentile latency, the same way.
+    pub p99_ns: u64,
+}
+
 /// A snapshot of the counters.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
-    /// Per opcode: (name, count, p50 ns, p99 ns), opcodes never seen left out.
-    pub ops: Vec<(&'static str, u64, u64, u64)>,
+    /// Per opcode, opcodes never seen left out.
+    pub ops: Vec<OpSnapshot>,
     /// Named events.
     pub events: Vec<(&'static str, u64)>,
 }
@@ -119,6 +137,7 @@ impl Stats {
         let bucket = (63 - ns.leading_zeros() as usize).min(BUCKETS - 1);
         let slot = self.slot();
         slot.count[op as usize].fetch_add(1, Ordering::Relaxed);
+        slot.sum_ns[op as usize].fetch_add(ns, Ordering::Relaxed);
         slot.hist[op as usize][bucket].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -147,12 +166,18 @@ impl Stats {
                         .sum()
                 })
                 .collect();
-            snap.ops.push((
+            let sum_ns: u64 = self
+                .slots
+                .iter()
+                .map(|s| s.sum_ns[op].load(Ordering::Relaxed))
+                .sum();
+            snap.ops.push(OpSnapshot {
                 name,
                 count,
-                percentile(&hist, 0.50),
-                percentile(&hist, 0.99),
-            ));
+                mean_ns: sum_ns / count,
+                p50_ns: percentile(&hist, 0.50),
+                p99_ns: percentile(&hist, 0.99),
+            });
         }
         for (e, name) in EVENT_NAMES.iter().enumerate() {
             snap.events.push((
@@ -173,16 +198,19 @@ impl Default for Stats {
     }
 }
 
-/// The upper bound of the bucket holding quantile `q` (an over-estimate by at most 2x).
+/// Quantile `q` of a log2 histogram, interpolated linearly by rank within its bucket
+/// `[2^i, 2^(i+1))` (latencies inside a bucket taken as evenly spread).
 fn percentile(hist: &[u64], q: f64) -> u64 {
     let total: u64 = hist.iter().sum();
     let rank = ((total as f64) * q).ceil().max(1.0) as u64;
     let mut seen = 0;
-    for (i, n) in hist.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            return (1u64 << (i + 1)) - 1;
+    for (i, &n) in hist.iter().enumerate() {
+        if n > 0 && seen + n >= rank {
+            let low = 1u64 << i;
+            let within = (rank - seen) as f64 / n as f64;
+            return low + (low as f64 * within) as u64 - 1;
         }
+        seen += n;
     }
     0
 }
@@ -194,10 +222,20 @@ mod tests {
     #[test]
     fn percentiles_from_buckets() {
         let mut h = vec![0u64; BUCKETS];
-        h[10] = 98; // ~1-2 us
-        h[20] = 2; // ~1-2 ms
-        assert_eq!(percentile(&h, 0.5), 2047);
-        assert_eq!(percentile(&h, 0.99), (1 << 21) - 1);
+        h[10] = 98; // [1024, 2048) ns
+        h[20] = 2; // [1, 2) ms
+                   // Rank 50 of 98 in [1024, 2048): about half way.
+        assert_eq!(percentile(&h, 0.5), 1024 + 1024 * 50 / 98 - 1);
+        // Rank 99: the first of the two in [2^20, 2^21).
+        assert_eq!(percentile(&h, 0.99), (1 << 20) + (1 << 20) / 2 - 1);
+        let mut one = vec![0u64; BUCKETS];
+        one[3] = 1;
+        assert_eq!(
+            percentile(&one, 0.99),
+            15,
+            "a lone sample: the bucket's top"
+        );
+        assert_eq!(percentile(&vec![0; BUCKETS], 0.5), 0);
     }
 
     #[test]
@@ -216,8 +254,9 @@ mod tests {
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
         let snap = s.snapshot();
-        assert_eq!(snap.ops[0].0, "LOOKUP");
-        assert_eq!(snap.ops[0].1, 4000);
+        assert_eq!(snap.ops[0].name, "LOOKUP");
+        assert_eq!(snap.ops[0].count, 4000);
+        assert!(snap.ops[0].mean_ns > 0 && snap.ops[0].p50_ns <= snap.ops[0].p99_ns);
         assert!(snap.events.contains(&("lookup_misses", 4000)));
     }
 }

@@ -198,11 +198,20 @@ fn stats_report_the_policy_and_usage() {
     }
     let human = memofs(&["stats", m.path().to_str().unwrap()]);
     human.assert_success();
-    assert!(
-        human.stdout.contains("events.lookup_misses"),
-        "{}",
-        human.stdout
-    );
+    for want in [
+        "8.0 MiB",
+        "Lookups",
+        "missing",
+        "negative_timeout",
+        "2.5 s",
+        "Requests",
+    ] {
+        assert!(
+            human.stdout.contains(want),
+            "the table lacks {want}: {}",
+            human.stdout
+        );
+    }
     let not_memofs = memofs(&["stats", "/"]);
     assert!(!not_memofs.success());
 }
