@@ -5,6 +5,7 @@
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
+#   make bench-reports                                     every family of bench/reports, replaced
 #   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
 #   make uninstall                                         ... removed again
 #   make deb                                               Debian package in target/deb
@@ -23,7 +24,7 @@ BINDIR := $(PREFIX)/bin
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
+.PHONY: bench-reports setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -129,6 +130,20 @@ bench: setup build
 bench-real: setup build
 	bench/memofs-bench fetch real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real $(if $(OUT),--out $(OUT))
+
+# bench/reports: one current report per family, each replaced whole (about 45 minutes on two
+# idle cores): the seed experiments, real work, the passthrough backend against libfuse's
+# passthrough_ll and bindfs, and memory per GiB and per file.
+REPORTS := bench/reports
+PT_TARGETS := memofs-pt,passthrough_ll,bindfs
+MEM_TARGETS := tmpfs,memofs,memofs:-o passthrough=off
+bench-reports: setup build
+	bench/memofs-bench fetch real
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/passthrough $(REPORTS)/memory
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
 
 clean:
 	$(CARGO) clean

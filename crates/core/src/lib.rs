@@ -16,6 +16,7 @@ pub mod atime;
 pub mod cache;
 pub mod errno;
 pub mod invalidate;
+pub mod mountinfo;
 pub mod ops;
 pub mod options;
 pub mod plan;

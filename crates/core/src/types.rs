@@ -14,6 +14,20 @@ pub const ROOT_INO: Ino = 1;
 /// Longest file name accepted, as on tmpfs.
 pub const NAME_MAX: usize = 255;
 
+/// Checks that `name` is one ordinary path component a filesystem may hold: not empty, not
+/// `.` or `..`, no `/` or NUL, at most [`NAME_MAX`] bytes (`ENAMETOOLONG`; `EINVAL` for the
+/// rest). Both backends check every name that creates, removes or renames an entry with it.
+pub fn check_component(name: &[u8]) -> crate::Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(crate::Errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(crate::Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// The kind of object an inode is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {

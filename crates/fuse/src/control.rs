@@ -1,6 +1,6 @@
 //! The control socket behind `memofs stats` and `memofs invalidate`.
 //!
-//! Each mount listens on the abstract Unix socket `memofs-stats:<st_dev of the mount>`. A
+//! Each mount listens on the abstract Unix socket `memofs-control:<st_dev of the mount>`. A
 //! client writes one command (`stats` or `invalidate`), shuts down its sending side, and
 //! gets one JSON document back. The name needs no file on disk (so nothing is left behind
 //! when the server dies) and is found from the mount point alone. Reading counters sums
@@ -36,7 +36,7 @@ pub fn server_pid(dev: u64) -> Option<i32> {
 
 /// Abstract socket name for the mount whose root has device `dev`.
 pub fn socket_name(dev: u64) -> String {
-    format!("memofs-stats:{dev}")
+    format!("memofs-control:{dev}")
 }
 
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.

@@ -27,7 +27,7 @@ pub mod encode;
 pub mod gate;
 pub mod init;
 pub mod mount;
-pub mod mountinfo;
+pub use memofs_core::mountinfo;
 pub mod uring;
 
 use std::fmt;

@@ -22,11 +22,11 @@
 #![deny(missing_docs)]
 
 pub mod acl;
-pub mod backing;
 mod copy;
 pub mod dir;
 pub mod iflags;
 pub mod inode;
+pub mod kernel_data;
 pub mod limits;
 pub mod machine;
 mod namespace;
@@ -41,8 +41,8 @@ use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, Timestamp};
 use parking_lot::Mutex;
 
-use crate::backing::BackingStore;
 use crate::inode::{InodeTable, NodeData, Owner};
+use crate::kernel_data::BackingStore;
 use crate::limits::Limits;
 use crate::regular::RegularFile;
 

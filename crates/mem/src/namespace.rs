@@ -34,14 +34,7 @@ pub(crate) struct NewInode {
 
 /// Rejects names the kernel would never send and the ones no filesystem may hold.
 pub(crate) fn check_name(name: &OsStr) -> Result<()> {
-    let b = name.as_bytes();
-    if b.len() > NAME_MAX {
-        return Err(Errno::ENAMETOOLONG);
-    }
-    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
-        return Err(Errno::EINVAL);
-    }
-    Ok(())
+    memofs_core::check_component(name.as_bytes())
 }
 
 /// Sets a directory inode's link count from its entries: 2 + subdirectories, or 0 once

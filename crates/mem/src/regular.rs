@@ -16,7 +16,7 @@
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
-use crate::backing::KernelFile;
+use crate::kernel_data::KernelFile;
 use crate::limits::Limits;
 use crate::pages::Pages;
 pub use crate::pages::PAGE_SIZE;

@@ -4,12 +4,14 @@
 //! the backend resolved beneath the export root. A name is accepted only if it *is* one
 //! component: not empty, no `/`, no NUL, not `.` or `..` (those two are handled by
 //! [`crate::PassthroughFs`]'s lookup explicitly, and refused everywhere else), at most
-//! [`NAME_MAX`] bytes.
+//! [`memofs_core::NAME_MAX`] bytes (checked by [`memofs_core::check_component`]).
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use memofs_core::{Errno, Result, NAME_MAX};
+use memofs_core::{Errno, Result};
+#[cfg(test)]
+use memofs_core::NAME_MAX;
 
 /// What a lookup name turned out to be.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,14 +35,8 @@ pub(crate) fn lookup(name: &OsStr) -> Result<Lookup> {
 
 /// A name that creates, removes or renames an entry: exactly one ordinary component.
 pub(crate) fn component(name: &OsStr) -> Result<CString> {
-    let bytes = name.as_bytes();
-    if bytes.len() > NAME_MAX {
-        return Err(Errno::ENAMETOOLONG);
-    }
-    if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
-        return Err(Errno::EINVAL);
-    }
-    CString::new(bytes).map_err(|_| Errno::EINVAL)
+    memofs_core::check_component(name.as_bytes())?;
+    CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)
 }
 
 /// A symlink target or an xattr name: any bytes but NUL.

@@ -331,6 +331,7 @@ impl Side {
             }
             Ftruncate { slot, size } => {
                 let fd = std::os::unix::io::AsRawFd::as_raw_fd(self.slot(*slot)?);
+                // SAFETY: `fd` is an open descriptor of the file under test; the call takes integers.
                 let r = unsafe { libc::ftruncate(fd, *size) };
                 if r == 0 {
                     Ok(Val::Unit)
@@ -387,6 +388,7 @@ impl Side {
             Unlink { path } => unit(fs::remove_file(self.p(path))),
             Mkdir { path, mode } => {
                 let c = sys::cpath(self.p(path));
+                // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
                 if unsafe { libc::mkdir(c.as_ptr(), *mode) } == 0 {
                     Ok(Val::Unit)
                 } else {

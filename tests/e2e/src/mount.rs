@@ -34,6 +34,7 @@ impl TempDir {
             .unwrap_or_else(|| "/tmp".into());
         let template = sys::cpath(base.join(format!("{prefix}XXXXXX")));
         let mut raw = template.into_bytes_with_nul();
+        // SAFETY: `raw` is a writable, NUL-terminated template that mkdtemp fills in place.
         let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
         assert!(
             !p.is_null(),
@@ -420,6 +421,7 @@ impl Mount {
     /// Send a signal to the server.
     pub fn signal_server(&self, sig: i32) {
         let pid = self.server_pid().expect("no memofs server");
+        // SAFETY: kill takes only integers.
         unsafe { libc::kill(pid as libc::pid_t, sig) };
     }
 

@@ -93,6 +93,7 @@ pub fn errno_name(e: Errno) -> String {
 /// `renameat2(AT_FDCWD, from, AT_FDCWD, to, flags)`.
 pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> io::Result<()> {
     let (f, t) = (cpath(from), cpath(to));
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
@@ -109,6 +110,7 @@ pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> io
 /// `setxattr` (follows symlinks).
 pub fn setxattr(p: impl AsRef<Path>, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
     let (p, n) = (cpath(p), cstr(name));
+    // SAFETY: the path and name are CStrings and `value` a live slice, all alive for the call.
     check(unsafe {
         libc::setxattr(
             p.as_ptr(),
@@ -124,6 +126,7 @@ pub fn setxattr(p: impl AsRef<Path>, name: &str, value: &[u8], flags: i32) -> io
 /// `lsetxattr` (does not follow symlinks).
 pub fn lsetxattr(p: impl AsRef<Path>, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
     let (p, n) = (cpath(p), cstr(name));
+    // SAFETY: the path and name are CStrings and `value` a live slice, all alive for the call.
     check(unsafe {
         libc::lsetxattr(
             p.as_ptr(),
@@ -150,6 +153,7 @@ pub fn getxattr_sized(
     } else {
         buf.as_mut_ptr().cast()
     };
+    // SAFETY: CString path and name; `ptr` points to `size` writable bytes (or is null with 0).
     let got = check_size(unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), ptr, size) })?;
     buf.truncate(got.min(size));
     Ok((got, buf))
@@ -157,6 +161,7 @@ pub fn getxattr_sized(
 
 fn get_any(p: &Path, name: &str, follow: bool) -> io::Result<Vec<u8>> {
     let (cp, n) = (cpath(p), cstr(name));
+    // SAFETY: CString path and name; `ptr` points to `size` writable bytes (or is null with 0).
     let call = |ptr: *mut libc::c_void, size: usize| unsafe {
         if follow {
             libc::getxattr(cp.as_ptr(), n.as_ptr(), ptr, size)
@@ -197,6 +202,7 @@ pub fn listxattr_sized(p: impl AsRef<Path>, size: usize) -> io::Result<(usize, V
     } else {
         buf.as_mut_ptr().cast()
     };
+    // SAFETY: CString path; `ptr` points to `size` writable bytes (or is null with 0).
     let got = check_size(unsafe { libc::listxattr(p.as_ptr(), ptr, size) })?;
     buf.truncate(got.min(size));
     Ok((got, buf))
@@ -204,6 +210,7 @@ pub fn listxattr_sized(p: impl AsRef<Path>, size: usize) -> io::Result<(usize, V
 
 fn list_any(p: &Path, follow: bool) -> io::Result<Vec<String>> {
     let cp = cpath(p);
+    // SAFETY: CString path; `ptr` points to `size` writable bytes (or is null with 0).
     let call = |ptr: *mut libc::c_char, size: usize| unsafe {
         if follow {
             libc::listxattr(cp.as_ptr(), ptr, size)
@@ -244,17 +251,20 @@ pub fn llistxattr(p: impl AsRef<Path>) -> io::Result<Vec<String>> {
 /// `removexattr` (follows symlinks).
 pub fn removexattr(p: impl AsRef<Path>, name: &str) -> io::Result<()> {
     let (p, n) = (cpath(p), cstr(name));
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(drop)
 }
 
 /// `fallocate(fd, mode, off, len)`.
 pub fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: the descriptor belongs to a live File; the call takes only integers.
     check(unsafe { libc::fallocate(f.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t) })
         .map(drop)
 }
 
 /// `lseek(fd, off, whence)`.
 pub fn lseek(f: &File, off: i64, whence: i32) -> io::Result<i64> {
+    // SAFETY: the descriptor belongs to a live File; the call takes only integers.
     let r = unsafe { libc::lseek(f.as_raw_fd(), off as libc::off_t, whence) };
     if r < 0 {
         Err(io::Error::last_os_error())
@@ -274,6 +284,7 @@ pub fn copy_file_range(
     let mut i = *off_in as libc::loff_t;
     let mut o = *off_out as libc::loff_t;
     let r =
+        // SAFETY: both descriptors belong to live Files; `i` and `o` are locals the call may update.
         unsafe { libc::copy_file_range(src.as_raw_fd(), &mut i, dst.as_raw_fd(), &mut o, len, 0) };
     let n = check_size(r as isize)?;
     *off_in = i as i64;
@@ -315,25 +326,30 @@ impl Ts {
 pub fn utimensat(p: impl AsRef<Path>, atime: Ts, mtime: Ts, flags: i32) -> io::Result<()> {
     let p = cpath(p);
     let ts = [atime.raw(), mtime.raw()];
+    // SAFETY: CString path; `ts` is a live array of the two timespecs utimensat reads.
     check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), ts.as_ptr(), flags) }).map(drop)
 }
 
 /// `mknod(p, mode, dev)`.
 pub fn mknod(p: impl AsRef<Path>, mode: u32, dev: u64) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::mknod(p.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) }).map(drop)
 }
 
 /// `mkfifo(p, mode)`.
 pub fn mkfifo(p: impl AsRef<Path>, mode: u32) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::mkfifo(p.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// `statfs(p)`.
 pub fn statfs(p: impl AsRef<Path>) -> io::Result<libc::statfs> {
     let p = cpath(p);
+    // SAFETY: statfs is plain data, for which all zeroes is a valid value.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: CString path; `s` is a live statfs for the kernel to fill.
     check(unsafe { libc::statfs(p.as_ptr(), &mut s) })?;
     Ok(s)
 }
@@ -351,7 +367,9 @@ pub fn block_size(s: &libc::statfs) -> u64 {
 pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> io::Result<File> {
     let p = cpath(p);
     let fd =
+        // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
         check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
+    // SAFETY: `fd` was just returned by open and is owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
@@ -360,6 +378,7 @@ pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> io::Result<File> {
 pub fn link_fd(f: &File, to: impl AsRef<Path>) -> io::Result<()> {
     let from = cpath(format!("/proc/self/fd/{}", f.as_raw_fd()));
     let to = cpath(to);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe {
         libc::linkat(
             libc::AT_FDCWD,
@@ -375,6 +394,7 @@ pub fn link_fd(f: &File, to: impl AsRef<Path>) -> io::Result<()> {
 /// `linkat` without following a symlink at `from`.
 pub fn link_nofollow(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
     let (f, t) = (cpath(from), cpath(to));
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::linkat(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), 0) })
         .map(drop)
 }
@@ -382,6 +402,7 @@ pub fn link_nofollow(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result
 /// `truncate(p, len)`.
 pub fn truncate(p: impl AsRef<Path>, len: i64) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::truncate(p.as_ptr(), len as libc::off_t) }).map(drop)
 }
 
@@ -389,18 +410,21 @@ pub fn truncate(p: impl AsRef<Path>, len: i64) -> io::Result<()> {
 /// this keeps the call visible in failures).
 pub fn chmod(p: impl AsRef<Path>, mode: u32) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// `lchown(p, uid, gid)`; `u32::MAX` leaves a field unchanged.
 pub fn lchown(p: impl AsRef<Path>, uid: u32, gid: u32) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::lchown(p.as_ptr(), uid, gid) }).map(drop)
 }
 
 /// `chown(p, uid, gid)`; `u32::MAX` leaves a field unchanged.
 pub fn chown(p: impl AsRef<Path>, uid: u32, gid: u32) -> io::Result<()> {
     let p = cpath(p);
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     check(unsafe { libc::chown(p.as_ptr(), uid, gid) }).map(drop)
 }
 
@@ -420,6 +444,7 @@ pub struct Dirent {
 /// One `getdents64` call with a buffer of `bufsize` bytes (empty at end of directory).
 pub fn getdents(dir: &File, bufsize: usize) -> io::Result<Vec<Dirent>> {
     let mut buf = vec![0u8; bufsize];
+    // SAFETY: the descriptor belongs to a live File; `buf` is `buf.len()` writable bytes.
     let n = unsafe {
         libc::syscall(
             libc::SYS_getdents64,
@@ -501,6 +526,7 @@ pub fn now() -> (i64, i64) {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: `ts` is a live timespec for the call to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     (ts.tv_sec, ts.tv_nsec)
 }
@@ -520,6 +546,7 @@ pub fn wait_clock_past(t: (i64, i64)) {
             tv_sec: 0,
             tv_nsec: 0,
         };
+        // SAFETY: `ts` is a live timespec for the call to fill.
         unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
         if ns((ts.tv_sec, ts.tv_nsec)) > target {
             return;
@@ -530,6 +557,7 @@ pub fn wait_clock_past(t: (i64, i64)) {
 
 /// The process umask (read by setting it and setting it back at once; tests never change it).
 pub fn umask() -> u32 {
+    // SAFETY: umask takes and returns a plain integer.
     unsafe {
         let u = libc::umask(0o022);
         libc::umask(u);

@@ -15,6 +15,8 @@ pub fn as_user<T: Send + 'static>(
 ) -> T {
     let groups: Vec<libc::gid_t> = groups.to_vec();
     let handle = std::thread::spawn(move || {
+        // SAFETY: raw id syscalls on this thread only (set*id through syscall(2) changes the calling
+        // thread, not the process); `groups` outlives the setgroups call.
         unsafe {
             let r = libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr());
             assert_eq!(r, 0, "setgroups: {}", std::io::Error::last_os_error());

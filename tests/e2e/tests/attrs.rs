@@ -47,6 +47,7 @@ fn chmod_every_bit() {
     // fchmod.
     let f = ok!(File::open(m.join("f")));
     assert_eq!(
+        // SAFETY: the descriptor belongs to a live File; the call takes only integers.
         unsafe { libc::fchmod(std::os::unix::io::AsRawFd::as_raw_fd(&f), 0o640) },
         0
     );

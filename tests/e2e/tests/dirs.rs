@@ -65,6 +65,7 @@ fn mkdir_rmdir_and_link_counts() {
     assert_errno!(fs::metadata(m.join("d")), libc::ENOENT);
     // mkdir honours the mode (minus umask) and the sticky/setgid bits given.
     let c = sys::cpath(m.join("m"));
+    // SAFETY: every pointer passed is a NUL-terminated CString alive for the whole call.
     assert_eq!(unsafe { libc::mkdir(c.as_ptr(), 0o1700) }, 0);
     assert_eq!(ok!(fs::metadata(m.join("m"))).mode() & 0o7777, 0o1700);
 }
@@ -81,6 +82,7 @@ fn removed_directory_is_empty_and_unusable() {
         "fstat of a removed directory has nlink 0"
     );
     let c = sys::cpath("x");
+    // SAFETY: the directory descriptor belongs to a live File; `c` is a CString alive for the call.
     let r = unsafe {
         libc::openat(
             std::os::unix::io::AsRawFd::as_raw_fd(&d),

@@ -302,6 +302,7 @@ fn fsync_fdatasync_and_dir_fsync() {
     let d = ok!(File::open(m.path()));
     ok!(d.sync_all());
     assert_eq!(
+        // SAFETY: the descriptor belongs to a live File; the call takes only integers.
         unsafe { libc::syncfs(std::os::unix::io::AsRawFd::as_raw_fd(&d)) },
         0,
         "syncfs"

@@ -105,21 +105,13 @@ impl ExportMount {
         let Some((mnt_id, true)) = sys::at::mount_of(source) else {
             return false;
         };
-        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        let Ok(mounts) = memofs_core::mountinfo::mounts() else {
             return false;
         };
-        mount_root(&info, mnt_id) == Some("/")
+        mounts
+            .iter()
+            .any(|m| m.id == mnt_id && m.root == std::path::Path::new("/"))
     }
-}
-
-/// The root field (the directory of the filesystem the mount shows) of mount `mnt_id` in a
-/// `/proc/self/mountinfo` text.
-fn mount_root(mountinfo: &str, mnt_id: u64) -> Option<&str> {
-    mountinfo.lines().find_map(|line| {
-        let mut fields = line.split(' ');
-        let id: u64 = fields.next()?.parse().ok()?;
-        (id == mnt_id).then(|| fields.nth(2)).flatten()
-    })
 }
 
 /// One thing to report, as decoded from the host's events.
@@ -409,18 +401,8 @@ fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
 
 #[cfg(test)]
 mod tests {
-    use super::{data_changes, mount_root, Change, HostId};
+    use super::{data_changes, Change, HostId};
     use std::collections::HashSet;
-
-    #[test]
-    fn mount_roots_from_mountinfo() {
-        let info = "22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
-                    61 22 8:1 /srv/share /mnt/share rw - ext4 /dev/sda1 rw\n\
-                    70 61 0:40 / /tmp/x rw,relatime shared:5 - tmpfs tmpfs rw\n";
-        assert_eq!(mount_root(info, 70), Some("/"));
-        assert_eq!(mount_root(info, 61), Some("/srv/share"));
-        assert_eq!(mount_root(info, 99), None);
-    }
 
     #[test]
     fn name_changes_are_not_data_changes() {

@@ -1,4 +1,5 @@
-//! Reading `/proc/self/mountinfo`.
+//! Reading `/proc/self/mountinfo`: the transport's mount checks and the passthrough
+//! backend's question whether an export is a whole filesystem.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,10 @@ pub fn unescape(field: &str) -> PathBuf {
 /// One mount: its mount point and filesystem type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountEntry {
+    /// The mount's id (`statx`'s `stx_mnt_id`).
+    pub id: u64,
+    /// The directory of its filesystem that the mount shows (`/` for a whole filesystem).
+    pub root: PathBuf,
     /// Where it is mounted.
     pub mount_point: PathBuf,
     /// Filesystem type, e.g. `fuse.memofs`.
@@ -44,6 +49,8 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
             let fields: Vec<&str> = line.split(' ').collect();
             let sep = fields.iter().position(|f| *f == "-")?;
             Some(MountEntry {
+                id: fields.first()?.parse().ok()?,
+                root: unescape(fields.get(3)?),
                 mount_point: unescape(fields.get(4)?),
                 fstype: fields.get(sep + 1)?.to_string(),
                 source: unescape(fields.get(sep + 2)?)
@@ -87,11 +94,13 @@ mod tests {
     fn parses_escaped_mount_points() {
         let text =
             "36 35 98:0 / /mnt/my\\040dir rw,noatime master:1 - fuse.memofs memofs rw,user_id=0\n\
-                    37 35 0:5 / /tmp rw shared:2 - tmpfs tmpfs rw";
+                    37 35 0:5 /srv/share /tmp rw shared:2 - tmpfs tmpfs rw";
         let m = parse(text);
         assert_eq!(m[0].mount_point, PathBuf::from("/mnt/my dir"));
         assert_eq!(m[0].fstype, "fuse.memofs");
         assert_eq!(m[1].source, "tmpfs");
         assert_eq!(m[0].dev, libc::makedev(98, 0));
+        assert_eq!((m[0].id, m[0].root.as_path()), (36, Path::new("/")));
+        assert_eq!(m[1].root, PathBuf::from("/srv/share"));
     }
 }
