@@ -188,18 +188,6 @@ fn secs(s: f64) -> String {
     format!("{s} s")
 }
 
-/// Events the "Lookups" section shows.
-const SHOWN_AS_LOOKUPS: [&str; 8] = [
-    "lookup_hits",
-    "lookup_misses",
-    "negative_entries",
-    "inval_entry",
-    "inval_inode",
-    "inc_epoch",
-    "inval_fallback",
-    "inval_failed",
-];
-
 /// The table `memofs stats MOUNTPOINT` prints.
 fn render(target: &Path, doc: &StatsDoc) -> String {
     let mut out = String::new();
@@ -260,7 +248,12 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
     };
     section(&mut out, "Settings", &pairs(&doc.settings));
     section(&mut out, "Kernel features", &pairs(&doc.features));
-    let ev = |name: &str| doc.events.get(name).copied().unwrap_or(0);
+    // The events shown here are left out of "Other events".
+    let shown = std::cell::RefCell::new(Vec::new());
+    let ev = |name: &'static str| {
+        shown.borrow_mut().push(name);
+        doc.events.get(name).copied().unwrap_or(0)
+    };
     let (hits, misses) = (ev("lookup_hits"), ev("lookup_misses"));
     section(
         &mut out,
@@ -325,7 +318,7 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
     let events: Vec<(String, String)> = doc
         .events
         .iter()
-        .filter(|(k, v)| **v > 0 && !SHOWN_AS_LOOKUPS.contains(&k.as_str()))
+        .filter(|(k, v)| **v > 0 && !shown.borrow().contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.to_string()))
         .collect();
     if events.is_empty() {

@@ -9,9 +9,9 @@
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use memofs_core::{Errno, Result};
 #[cfg(test)]
 use memofs_core::NAME_MAX;
+use memofs_core::{Errno, Result};
 
 /// What a lookup name turned out to be.
 #[derive(Debug, PartialEq, Eq)]
