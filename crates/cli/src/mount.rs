@@ -109,6 +109,8 @@ fn serve<B: Backend>(
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
+    // The control socket, removed when the server ends.
+    let mut control = None;
     if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
         let mut settings: Vec<(String, String)> = session
             .plan()
@@ -138,8 +140,9 @@ fn serve<B: Backend>(
             usage: Box::new(move || backend.usage()),
             settings,
         };
-        if let Err(e) = control::serve(dev, source) {
-            log::warn!("memofs stats will not work for this mount: {e}");
+        match control::serve(dev, source) {
+            Ok(c) => control = Some(c),
+            Err(e) => log::warn!("memofs stats will not work for this mount: {e}"),
         }
     }
     let unmounter = session.unmounter();
@@ -160,7 +163,9 @@ fn serve<B: Backend>(
             mountpoint.display()
         );
     }
-    match serving.wait() {
+    let result = serving.wait();
+    drop(control);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, format!("server stopped: {e}")),
     }

@@ -128,6 +128,20 @@ pub fn invalidate_main(args: &TargetArgs) -> ExitCode {
     )
 }
 
+/// `s` with control characters escaped: what the server sends is shown, never obeyed by
+/// the terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Bytes with a binary unit.
 fn bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -202,7 +216,7 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
             .unwrap_or(0);
         let _ = writeln!(out, "{title}");
         for (k, v) in rows {
-            let _ = writeln!(out, "  {k:<width$}  {v}");
+            let _ = writeln!(out, "  {:<width$}  {}", printable(k), printable(v));
         }
         out.push('\n');
     };
@@ -305,7 +319,8 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         for (name, o) in ops {
             let _ = writeln!(
                 out,
-                "  {name:<w$}  {:>12}  {:>7}  {:>10}  {:>10}  {:>10}",
+                "  {:<w$}  {:>12}  {:>7}  {:>10}  {:>10}  {:>10}",
+                printable(name),
                 o.count,
                 percent(o.count, total),
                 latency(o.mean_ns),
@@ -432,6 +447,16 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Requests (10 answered"), "{t}");
+    }
+
+    #[test]
+    fn control_characters_from_the_server_are_escaped() {
+        let mut d = doc(1, 0);
+        d.settings
+            .insert("source".into(), "/srv\u{1b}[2J\nfake line".into());
+        let t = render(Path::new("/mnt"), &d);
+        assert!(!t.contains('\u{1b}'), "{t}");
+        assert!(t.contains("/srv\\u{1b}[2J\\nfake line"), "{t}");
     }
 
     #[test]

@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use crate::types::{Attr, Entry};
+use crate::types::{Attr, Entry, FileKind};
 
 /// A `-o cache=` preset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,12 +101,29 @@ impl CachePolicy {
         }
     }
 
-    /// A positive entry for `attr`.
-    pub fn entry(&self, attr: Attr) -> Entry {
+    /// How long the kernel may keep `attr`: `attr_timeout`, except not at all for
+    /// - a set-user-ID or set-group-ID regular file: a write the kernel passes straight to
+    ///   the file's data (FUSE passthrough) clears those bits where the server does not see
+    ///   it, and every exec and permission check must then see them gone;
+    /// - attributes the backend says may change unseen (`unseen`, from
+    ///   [`crate::Backend::attr_unseen_changes`]).
+    ///
+    /// Such files are rare, so asking each time costs little.
+    pub fn attr_timeout_for(&self, attr: &Attr, unseen: bool) -> Duration {
+        let set_id = u32::from(attr.perm) & (libc::S_ISUID | libc::S_ISGID) != 0;
+        if unseen || (set_id && attr.kind == FileKind::Regular) {
+            Duration::ZERO
+        } else {
+            self.attr_timeout
+        }
+    }
+
+    /// A positive entry for `attr` (`unseen` as for [`CachePolicy::attr_timeout_for`]).
+    pub fn entry(&self, attr: Attr, unseen: bool) -> Entry {
         Entry {
+            attr_timeout: self.attr_timeout_for(&attr, unseen),
             attr: Some(attr),
             entry_timeout: self.entry_timeout,
-            attr_timeout: self.attr_timeout,
         }
     }
 

@@ -40,6 +40,18 @@ pub struct MountEntry {
     pub source: String,
     /// Device number (`st_dev` of files on this mount).
     pub dev: u64,
+    /// The filesystem's own options (for FUSE: `user_id=`, `group_id=`, ...).
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// The uid a FUSE mount belongs to (its `user_id=` option).
+    pub fn owner(&self) -> Option<u32> {
+        self.super_options
+            .split(',')
+            .find_map(|o| o.strip_prefix("user_id="))
+            .and_then(|v| v.parse().ok())
+    }
 }
 
 /// Parses mountinfo text.
@@ -56,6 +68,7 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
                 source: unescape(fields.get(sep + 2)?)
                     .to_string_lossy()
                     .into_owned(),
+                super_options: fields.get(sep + 3).map_or(String::new(), |o| o.to_string()),
                 dev: {
                     let (maj, min) = fields.get(2)?.split_once(':')?;
                     libc::makedev(maj.parse().ok()?, min.parse().ok()?)
@@ -102,5 +115,7 @@ mod tests {
         assert_eq!(m[0].dev, libc::makedev(98, 0));
         assert_eq!((m[0].id, m[0].root.as_path()), (36, Path::new("/")));
         assert_eq!(m[1].root, PathBuf::from("/srv/share"));
+        assert_eq!(m[0].owner(), Some(0));
+        assert_eq!(m[1].owner(), None);
     }
 }

@@ -186,6 +186,14 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// What this backend can do, declared once; the mount plan is computed from it.
     fn capabilities(&self) -> Capabilities;
+
+    /// Whether `attr` may change where neither the mount nor the backend sees it (e.g. a
+    /// host file's other hard links outside a watched export), so the kernel must not keep
+    /// it (see [`crate::CachePolicy::attr_timeout_for`]). Called for every attribute reply:
+    /// cheap. Default: never.
+    fn attr_unseen_changes(&self, _attr: &Attr) -> bool {
+        false
+    }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.
     fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}

@@ -1,16 +1,20 @@
 //! The control socket behind `memofs stats` and `memofs invalidate`.
 //!
-//! Each mount listens on the abstract Unix socket `memofs-control:<st_dev of the mount>`. A
+//! Each mount listens on a Unix socket named after the mount's device number, in a
+//! directory only the server's user can write (`/run/memofs/DEV.sock` for root, the user's
+//! runtime directory otherwise), readable and writable by that user alone. A
 //! client writes one command (`stats` or `invalidate`), shuts down its sending side, and
-//! gets one JSON document back. The name needs no file on disk (so nothing is left behind
-//! when the server dies) and is found from the mount point alone. Reading counters sums
+//! gets one JSON document back. The socket is found from the mount point alone (its device
+//! number and, in mountinfo, its owner), and only a server run by root or by the mount's
+//! owner is believed: no other user can take the name or read the answers. Reading counters sums
 //! per-thread slots: it never stops the request threads. `invalidate` (drop every name the
 //! kernel caches) is refused unless the caller is root or the server's own user.
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,21 +26,76 @@ use memofs_core::{BackendUsage, CachePolicy};
 use memofs_request::invalidate::Invalidated;
 use memofs_request::Stats;
 
-/// Connects to the control socket of the mount whose root has device `dev`.
+/// Where a server run by `uid` keeps its mounts' control sockets: `/run/memofs` for root
+/// (only root can create files there), else the user's runtime directory
+/// (`$XDG_RUNTIME_DIR`, or `/run/user/UID`), which only the user can write.
+fn socket_dir(uid: u32) -> Option<PathBuf> {
+    if uid == 0 {
+        return Some(PathBuf::from(ROOT_DIR));
+    }
+    // SAFETY: getuid has no preconditions.
+    let runtime = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if uid == unsafe { libc::getuid() } => PathBuf::from(d),
+        _ => PathBuf::from(format!("/run/user/{uid}")),
+    };
+    Some(runtime.join("memofs"))
+}
+
+/// The control socket directory of root's servers.
+const ROOT_DIR: &str = "/run/memofs";
+
+/// The control socket of the mount with device `dev` served by `uid`.
+pub fn socket_path(uid: u32, dev: u64) -> Option<PathBuf> {
+    socket_dir(uid).map(|d| d.join(format!("{dev}.sock")))
+}
+
+/// The uid that owns the mount with device `dev` (its `user_id=`; root if unknown).
+fn mount_owner(dev: u64) -> u32 {
+    memofs_core::mountinfo::mounts()
+        .ok()
+        .and_then(|m| m.into_iter().rev().find(|m| m.dev == dev))
+        .and_then(|m| m.owner())
+        .unwrap_or(0)
+}
+
+/// Connects to the control socket of the mount whose root has device `dev`: the one in
+/// root's directory, then the one in the mount owner's, then the caller's own; only a
+/// server run by root, the owner or the caller is believed (nobody else can put a socket in
+/// those directories, but the peer's uid is checked all the same).
 fn connect(dev: u64) -> io::Result<UnixStream> {
-    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
-    UnixStream::connect_addr(&addr)
+    let owner = mount_owner(dev);
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    for uid in [0, owner, me] {
+        let Some(path) = socket_path(uid, dev) else {
+            continue;
+        };
+        match UnixStream::connect(&path) {
+            Ok(conn) => {
+                let peer = peer_cred(&conn).map(|c| c.uid);
+                if peer.is_some_and(|p| p == 0 || p == owner || p == me) {
+                    return Ok(conn);
+                }
+                last = io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is served by uid {peer:?}, neither root nor the mount's owner",
+                        path.display()
+                    ),
+                );
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// The process id of the server of the mount whose root has device `dev` (the process that
 /// listens on its control socket), or `None` if it cannot be told.
 pub fn server_pid(dev: u64) -> Option<i32> {
     peer_cred(&connect(dev).ok()?).map(|c| c.pid)
-}
-
-/// Abstract socket name for the mount whose root has device `dev`.
-pub fn socket_name(dev: u64) -> String {
-    format!("memofs-control:{dev}")
 }
 
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
@@ -229,20 +288,60 @@ impl StatsSource {
     }
 }
 
-/// Starts the control socket for the mount with device `dev` on a background thread.
-pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
-    let addr = SocketAddr::from_abstract_name(socket_name(dev).as_bytes())?;
-    // A server that just lost its mount (same device number) may not have exited yet.
-    let mut tries = 0;
-    let listener = loop {
-        match UnixListener::bind_addr(&addr) {
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            r => break r?,
+/// A mount's control socket; its file is removed when this is dropped, unless another
+/// server of a mount with the same device number replaced it meanwhile.
+pub struct Control {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+            let _ = std::fs::remove_file(&self.path);
         }
-    };
+    }
+}
+
+/// Makes `dir` (owned by this process's user, writable by nobody else) if it is missing,
+/// and checks it is so: a socket in a directory others can write could be replaced.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let m = std::fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory only this user can write",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts the control socket for the mount with device `dev` on a background thread: a
+/// socket file only this user (and root) may connect to, in the directory of
+/// [`socket_path`]. A stale socket of an earlier mount with the same device number is
+/// replaced.
+pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let path = socket_path(uid, dev).ok_or(io::ErrorKind::NotFound)?;
+    private_dir(path.parent().expect("a socket path has a directory"))?;
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let ino = std::fs::symlink_metadata(&path)?.ino();
     std::thread::Builder::new()
         .name("memofs-control".into())
         .spawn(move || {
@@ -256,7 +355,7 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<()> {
                 let _ = conn.write_all(source.answer(&command, peer_uid(&conn)).as_bytes());
             }
         })?;
-    Ok(())
+    Ok(Control { path, ino })
 }
 
 /// Sends `command` to the mount with device `dev` and returns its JSON answer.
@@ -314,7 +413,7 @@ mod tests {
             }),
             settings: vec![],
         };
-        serve(dev, src).unwrap();
+        let control = serve(dev, src).unwrap();
         assert!(request(dev, "stats").unwrap().contains("\"bytes_used\":42"));
         assert_eq!(
             request(dev, "invalidate").unwrap(),
@@ -323,5 +422,11 @@ mod tests {
         assert!(request(dev, "bogus")
             .unwrap()
             .contains("unknown command 'bogus'"));
+        let path = control.path.clone();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "only the server's user may connect");
+        drop(control);
+        assert!(!path.exists(), "the socket goes with the server");
+        assert!(request(dev, "stats").is_err());
     }
 }

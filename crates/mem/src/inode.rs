@@ -83,11 +83,14 @@ pub struct Inode {
 impl Inode {
     /// Current attributes.
     pub fn attr(&self) -> Attr {
-        let meta = *self.meta.lock();
+        let mut meta = *self.meta.lock();
         // A kernel-backed file's size, blocks and times come from one stat of its data file.
         let (size, blocks, kernel_times) = match &self.data {
             NodeData::File(RegularFile::Kernel(k)) => match k.attrs() {
-                Some((size, blocks, times)) => (size, blocks, Some(times)),
+                Some(a) => {
+                    self.privs_cleared_by_kernel(&mut meta, a.mode);
+                    (a.size, a.blocks, Some(a.times))
+                }
                 None => (0, 0, None),
             },
             NodeData::File(f) => {
@@ -130,6 +133,24 @@ impl Inode {
         }
     }
 
+    /// Setuid and setgid bits the kernel cleared on the data file (a write it passed through)
+    /// are cleared on the file too; `meta` is the copy `attr` reports, updated as well. The
+    /// data file is given them before the file is (see `ops::mirror_mode`), so a copy that
+    /// has a bit the data file lacks means it was cleared; only that same mode is changed.
+    fn privs_cleared_by_kernel(&self, meta: &mut Meta, data_mode: u32) {
+        let lost = meta.mode & (libc::S_ISUID | libc::S_ISGID) & !data_mode;
+        if lost == 0 {
+            return;
+        }
+        let mut m = self.meta.lock();
+        if m.mode == meta.mode {
+            m.mode &= !lost;
+            meta.mode = m.mode;
+            drop(m);
+            self.set_ctime(Timestamp::now());
+        }
+    }
+
     /// The directory contents, or `ENOTDIR`.
     pub fn dir(&self) -> Result<&RwLock<Directory>> {
         match &self.data {
@@ -155,14 +176,16 @@ impl Inode {
         }
     }
 
-    /// Removes one hard link. When the last goes, a kernel-backed file's atime is frozen
-    /// here: with no name left it must never change again.
-    pub fn drop_link(&self) {
-        if self.nlink.fetch_sub(1, Ordering::SeqCst) == 1 {
+    /// Removes one hard link; the links left. When the last goes, a kernel-backed file's
+    /// atime is frozen here: with no name left it must never change again.
+    pub fn drop_link(&self) -> u32 {
+        let left = self.nlink.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+        if left == 0 {
             if let Some([a, _, _]) = self.kernel_times() {
                 self.atime.store(a);
             }
         }
+        left
     }
 
     /// True for kernel-backed data: the kernel applies the same atime rule to the data

@@ -156,6 +156,8 @@ impl MemFs {
     /// Gives back what [`MemFs::charge_meta`] took.
     pub(crate) fn uncharge_meta(&self, n: u64) {
         self.limits.uncharge_bytes(n);
+        // Freed xattrs, ACLs and symlink targets are heap memory the allocator may hand back.
+        reclaim::pages_freed(n);
         if let Some(store) = &self.store {
             let _ = store.set_ballast(self.limits.bytes());
         }

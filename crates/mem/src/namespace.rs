@@ -32,6 +32,10 @@ pub(crate) struct NewInode {
     pub data: NodeData,
 }
 
+/// About what a directory entry holds in memory besides the inode (name, slot, table): what
+/// removing one lets the allocator reuse or hand back.
+const NAME_MEMORY: u64 = 256;
+
 /// Rejects names the kernel would never send and the ones no filesystem may hold.
 pub(crate) fn check_name(name: &OsStr) -> Result<()> {
     memofs_core::check_component(name.as_bytes())
@@ -114,6 +118,13 @@ impl MemFs {
             return Err(e);
         }
         let (owner, mode) = Self::new_owner(caller, pinode, inherited.mode);
+        if let NodeData::File(RegularFile::Kernel(k)) = &spec.data {
+            if let Err(e) = k.set_mode(mode) {
+                self.uncharge_meta(sym_bytes + acl_bytes);
+                self.limits.uncharge_inode();
+                return Err(e);
+            }
+        }
         let inode = self
             .table
             .insert(mode, spec.rdev, owner, spec.data, Timestamp::now());
@@ -201,6 +212,16 @@ impl MemFs {
         self.table.get(ino).map_err(|_| Errno::ENOENT)
     }
 
+    /// One name of the non-directory `inode` went: an extra name's inode charge goes back
+    /// (the last name's goes with the inode, in [`Self::evict_if_dead`]), and the memory of
+    /// the name counts towards handing freed memory back to the system.
+    fn link_removed(&self, inode: &Inode) {
+        if inode.drop_link() > 0 {
+            self.limits.uncharge_inode();
+        }
+        crate::reclaim::pages_freed(NAME_MEMORY);
+    }
+
     /// Frees `inode` if nothing can reach it any more.
     pub(crate) fn evict_if_dead(&self, inode: &Inode) {
         let (bytes, inodes) = self.table.evict_if_dead(inode);
@@ -237,6 +258,12 @@ impl MemFs {
         {
             return Err(Errno::ENOENT);
         }
+        // As tmpfs: every name beyond the first is charged as an inode (an O_TMPFILE's
+        // first name is the one it was charged for).
+        let extra = inode.nlink.load(Ordering::SeqCst) > 0;
+        if extra {
+            self.limits.charge_inode()?;
+        }
         dir.insert(new_name, inode.ino, inode.kind);
         inode.nlink.fetch_add(1, Ordering::SeqCst);
         inode.inc_lookup(1);
@@ -258,7 +285,7 @@ impl MemFs {
             pinode.check_changeable()?;
             victim.check_changeable()?;
             dir.remove(name);
-            victim.drop_link();
+            self.link_removed(&victim);
             let now = Timestamp::now();
             victim.set_ctime(now);
             pinode.touch_modified(now);
@@ -467,7 +494,7 @@ impl MemFs {
                     vdir.removed = true;
                     sync_nlink_locked(victim, &vdir);
                 } else {
-                    victim.drop_link();
+                    self.link_removed(victim);
                 }
                 victim.set_ctime(now);
             }

@@ -2,11 +2,12 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memofs_core::{
-    Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, Ino, Invalidator, Opened,
-    Result, SetAttr, StatFs,
+    Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino, Invalidator,
+    Opened, Result, SetAttr, StatFs, ROOT_INO,
 };
 
 use crate::sys;
@@ -257,11 +258,22 @@ impl Backend for PassthroughFs {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // The host keeps ACLs and applies their rules; with FUSE_POSIX_ACL the kernel also
+        // enforces them on the mount, where otherwise only the mode bits would count. A
+        // host filesystem without ACLs answers EOPNOTSUPP for the root's.
+        let acl = OsStr::new("system.posix_acl_access");
+        let host_acls = !matches!(self.get_xattr(ROOT_INO, acl), Err(Errno::EOPNOTSUPP));
         Capabilities {
             backing_fds: true,
             sole_writer: false,
-            posix_acl: false,
+            posix_acl: host_acls,
         }
+    }
+
+    /// A regular file with other hard links may change through a name outside the export,
+    /// which only a watcher that marks the whole filesystem sees.
+    fn attr_unseen_changes(&self, attr: &Attr) -> bool {
+        attr.kind == FileKind::Regular && attr.nlink > 1 && !self.watching.load(Ordering::Acquire)
     }
 
     fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {

@@ -255,8 +255,20 @@ impl<B: Backend> Server<B> {
         Handled::Done
     }
 
+    /// A positive entry for `attr`, with the timeouts the cache policy gives it.
+    fn entry(&self, attr: Attr) -> Entry {
+        let unseen = self.backend.attr_unseen_changes(&attr);
+        self.plan.cache.entry(attr, unseen)
+    }
+
+    /// How long the kernel may keep `attr`.
+    fn attr_timeout(&self, attr: &Attr) -> Duration {
+        let unseen = self.backend.attr_unseen_changes(attr);
+        self.plan.cache.attr_timeout_for(attr, unseen)
+    }
+
     fn entry_reply(&self, out: &mut dyn ReplyOut, r: Result<Attr>) {
-        answer(out, r, |out, attr| out.entry(&self.plan.cache.entry(attr)));
+        answer(out, r, |out, attr| out.entry(&self.entry(attr)));
     }
 
     /// The umask a backend must apply: the kernel's own when it left it to the server.
@@ -381,9 +393,8 @@ impl<B: Backend> Server<B> {
     }
 
     fn readdir(&self, ino: Ino, fh: u64, offset: u64, plus: bool, out: &mut dyn ReplyOut) {
-        let policy = self.plan.cache;
         let r = self.backend.readdir(ino, fh, offset, plus, &mut |e| {
-            let entry = e.attr.map(|a| policy.entry(a));
+            let entry = e.attr.map(|a| self.entry(a));
             out.dirent(e, entry.as_ref())
         });
         match r {
@@ -443,14 +454,13 @@ impl<B: Backend> Server<B> {
 
     fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         let b = &*self.backend;
-        let cache = &self.plan.cache;
         match *op {
             Op::Lookup { name } => self.lookup(ino, caller, name, out),
             Op::Getattr { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.attr(&a, cache.attr_timeout)
+                out.attr(&a, self.attr_timeout(&a))
             }),
             Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.statx(&a, cache.attr_timeout)
+                out.statx(&a, self.attr_timeout(&a))
             }),
             Op::Setattr {
                 ref set,
@@ -460,7 +470,7 @@ impl<B: Backend> Server<B> {
                 if r.is_ok() {
                     self.times_moved(ino);
                 }
-                answer(out, r, |out, a| out.attr(&a, cache.attr_timeout))
+                answer(out, r, |out, a| out.attr(&a, self.attr_timeout(&a)))
             }
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
             Op::Symlink { name, target } => {
@@ -644,7 +654,7 @@ impl<B: Backend> Server<B> {
         match r {
             Ok((attr, o)) => {
                 let open = self.open_out(attr.ino, o.fh);
-                out.created(&self.plan.cache.entry(attr), &open);
+                out.created(&self.entry(attr), &open);
             }
             Err(e) => out.error(e),
         }
