@@ -1,7 +1,6 @@
 //! A FUSE connection's `/dev/fuse` descriptors: reading requests, writing replies and
 //! notifications, cloning per-thread queues, and registering passthrough backing files.
 
-use caps::{CapSet, Capability};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -110,18 +109,12 @@ impl Connection {
 }
 
 impl Kernel for Connection {
-    /// Registers a backing file. The kernel keeps the credentials of this call for every
-    /// read and write it passes through to the file, so they are taken without
-    /// `CAP_FSETID`: a write through the mount then clears setuid and setgid on the backing
-    /// file as an unprivileged write does, whoever opened the file and whatever its mode
-    /// became since (see `memofs_request::privs`).
     fn open_backing(&self, fd: BorrowedFd<'_>) -> io::Result<u32> {
         let map = abi::fuse_backing_map {
             fd: fd.as_raw_fd(),
             flags: 0,
             padding: 0,
         };
-        let _without_fsetid = WithoutCap::new(Capability::CAP_FSETID);
         // SAFETY: BACKING_OPEN reads a fuse_backing_map from the pointer, which is live.
         let id = unsafe { libc::ioctl(self.fd.as_raw_fd(), dev_ioc::BACKING_OPEN as _, &map) };
         if id < 0 {
@@ -171,25 +164,5 @@ impl Kernel for Connection {
 
     fn inc_epoch(&self) -> io::Result<()> {
         self.notify(notify::INC_EPOCH, &[])
-    }
-}
-
-/// A capability dropped from this thread's effective set until dropped (raised again then).
-struct WithoutCap(Option<Capability>);
-
-impl WithoutCap {
-    fn new(cap: Capability) -> WithoutCap {
-        let had = caps::has_cap(None, CapSet::Effective, cap).unwrap_or(false);
-        WithoutCap((had && caps::drop(None, CapSet::Effective, cap).is_ok()).then_some(cap))
-    }
-}
-
-impl Drop for WithoutCap {
-    fn drop(&mut self) {
-        if let Some(cap) = self.0 {
-            if let Err(e) = caps::raise(None, CapSet::Effective, cap) {
-                log::warn!("cannot raise {cap} again: {e}");
-            }
-        }
     }
 }

@@ -83,14 +83,11 @@ pub struct Inode {
 impl Inode {
     /// Current attributes.
     pub fn attr(&self) -> Attr {
-        let mut meta = *self.meta.lock();
+        let meta = *self.meta.lock();
         // A kernel-backed file's size, blocks and times come from one stat of its data file.
         let (size, blocks, kernel_times) = match &self.data {
             NodeData::File(RegularFile::Kernel(k)) => match k.attrs() {
-                Some(a) => {
-                    self.privs_cleared_by_kernel(&mut meta, a.mode);
-                    (a.size, a.blocks, Some(a.times))
-                }
+                Some((size, blocks, times)) => (size, blocks, Some(times)),
                 None => (0, 0, None),
             },
             NodeData::File(f) => {
@@ -130,24 +127,6 @@ impl Inode {
             gid: meta.gid,
             rdev: self.rdev,
             blksize: 4096,
-        }
-    }
-
-    /// Setuid and setgid bits the kernel cleared on the data file (a write it passed through)
-    /// are cleared on the file too; `meta` is the copy `attr` reports, updated as well. The
-    /// data file is given them before the file is (see `ops::mirror_mode`), so a copy that
-    /// has a bit the data file lacks means it was cleared; only that same mode is changed.
-    fn privs_cleared_by_kernel(&self, meta: &mut Meta, data_mode: u32) {
-        let lost = meta.mode & (libc::S_ISUID | libc::S_ISGID) & !data_mode;
-        if lost == 0 {
-            return;
-        }
-        let mut m = self.meta.lock();
-        if m.mode == meta.mode {
-            m.mode &= !lost;
-            meta.mode = m.mode;
-            drop(m);
-            self.set_ctime(Timestamp::now());
         }
     }
 

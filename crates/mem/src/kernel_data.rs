@@ -234,19 +234,6 @@ impl Drop for KernelFile {
     }
 }
 
-/// What one `stat` of a data file tells.
-#[derive(Clone, Copy, Debug)]
-pub struct DataAttrs {
-    /// Size in bytes.
-    pub size: u64,
-    /// 512-byte blocks.
-    pub blocks: u64,
-    /// atime, mtime, ctime.
-    pub times: [Timestamp; 3],
-    /// Permission bits (`0o7777`).
-    pub mode: u32,
-}
-
 impl KernelFile {
     fn name(&self) -> DataName {
         DataName::new(self.id)
@@ -305,52 +292,26 @@ impl KernelFile {
         }
     }
 
-    /// Size, 512-byte blocks, (atime, mtime, ctime) and permission bits of the data file,
-    /// from one `stat`.
-    pub fn attrs(&self) -> Option<DataAttrs> {
+    /// Size, 512-byte blocks and (atime, mtime, ctime) of the data file, from one `stat`.
+    pub fn attrs(&self) -> Option<(u64, u64, [Timestamp; 3])> {
         let st = self.stat().ok()?;
         let times = [
             Timestamp::from_timespec(st.st_atime, st.st_atime_nsec as u32),
             Timestamp::from_timespec(st.st_mtime, st.st_mtime_nsec as u32),
             Timestamp::from_timespec(st.st_ctime, st.st_ctime_nsec as u32),
         ];
-        Some(DataAttrs {
-            size: st.st_size as u64,
-            blocks: st.st_blocks as u64,
-            times,
-            mode: st.st_mode & 0o7777,
-        })
+        Some((st.st_size as u64, st.st_blocks as u64, times))
     }
 
     /// Size and 512-byte blocks.
     pub fn size_and_blocks(&self) -> (u64, u64) {
-        self.attrs().map_or((0, 0), |a| (a.size, a.blocks))
+        self.attrs()
+            .map_or((0, 0), |(size, blocks, _)| (size, blocks))
     }
 
     /// Access, data modification and status change times of the data file.
     pub fn times(&self) -> Option<[Timestamp; 3]> {
-        self.attrs().map(|a| a.times)
-    }
-
-    /// Gives the data file the memofs file's permission bits (owner read and write kept for
-    /// the server). Its setuid and setgid bits are the point: a write the kernel passes
-    /// through clears them there as on any file (the backing file is registered without
-    /// `CAP_FSETID`), and [`crate::inode::Inode::attr`] carries that back to the memofs file.
-    pub fn set_mode(&self, mode: u32) -> Result<()> {
-        let name = self.name();
-        // SAFETY: `root` is an open directory fd and `name` a NUL-terminated component.
-        let r = unsafe {
-            libc::fchmodat(
-                self.root.as_raw_fd(),
-                name.as_cstr().as_ptr(),
-                (mode & 0o7777) | 0o600,
-                0,
-            )
-        };
-        if r != 0 {
-            return Err(Errno::last());
-        }
-        Ok(())
+        self.attrs().map(|(_, _, times)| times)
     }
 
     /// Sets the data file's atime and/or mtime (utimensat on the memofs file).

@@ -118,13 +118,6 @@ impl MemFs {
             return Err(e);
         }
         let (owner, mode) = Self::new_owner(caller, pinode, inherited.mode);
-        if let NodeData::File(RegularFile::Kernel(k)) = &spec.data {
-            if let Err(e) = k.set_mode(mode) {
-                self.uncharge_meta(sym_bytes + acl_bytes);
-                self.limits.uncharge_inode();
-                return Err(e);
-            }
-        }
         let inode = self
             .table
             .insert(mode, spec.rdev, owner, spec.data, Timestamp::now());

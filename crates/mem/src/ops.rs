@@ -103,22 +103,10 @@ impl MemFs {
                 }
             }
         }
-        if let Err(e) = mirror_mode(inode, mode) {
-            log::warn!("inode {}: the data file keeps its old mode: {e}", inode.ino);
-        }
         meta.mode = mode;
         drop(meta);
         inode.set_ctime(Timestamp::now());
         Ok(())
-    }
-}
-
-/// Gives a kernel-backed file's data file the permission bits `mode`, before the file
-/// itself gets them (see `Inode::privs_cleared_by_kernel`).
-fn mirror_mode(inode: &Inode, mode: u32) -> Result<()> {
-    match &inode.data {
-        NodeData::File(RegularFile::Kernel(k)) => k.set_mode(mode),
-        _ => Ok(()),
     }
 }
 
@@ -163,9 +151,7 @@ impl Backend for MemFs {
         {
             let mut meta = inode.meta.lock();
             if let Some(mode) = set.mode {
-                let mode = (meta.mode & libc::S_IFMT) | (mode & 0o7777);
-                mirror_mode(&inode, mode)?;
-                meta.mode = mode;
+                meta.mode = (meta.mode & libc::S_IFMT) | (mode & 0o7777);
                 chmod_acl(&inode, meta.mode);
             }
             if let Some(uid) = set.uid {
