@@ -98,6 +98,7 @@ impl MemFs {
     /// if the private tmpfs for file data cannot be mounted (needs root).
     pub fn new(config: MemConfig) -> std::io::Result<MemFs> {
         let inode_limit = config.inode_limit;
+        crate::reclaim::tune_allocator();
         let store = match config.kernel_data {
             // The server enforces nr_inodes; the private tmpfs needs room for its own root
             // and the ballast besides the data files.
@@ -107,10 +108,7 @@ impl MemFs {
                 config.atime,
                 config.huge,
             )?),
-            false => {
-                crate::reclaim::tune_allocator();
-                None
-            }
+            false => None,
         };
         let fs = MemFs {
             table: InodeTable::new(),

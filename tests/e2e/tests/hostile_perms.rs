@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use memofs_e2e::checks::{eventually, export_tmpfs};
+use memofs_e2e::checks::{eventually, export_tmpfs, rss_bytes};
 use memofs_e2e::user::{as_user, USER1};
 use memofs_e2e::{assert_errno, memofs, ok, require_mount, run, skip, sys, which, Mount};
 
@@ -245,4 +245,62 @@ fn the_control_socket_belongs_to_the_mount() {
     eventually("the socket removed", Duration::from_secs(5), || {
         (!sock.exists(), ())
     });
+}
+
+/// Memory of deleted extended attributes goes back to the system: a user fills 48 MB of
+/// xattrs and deletes them; the server's resident memory falls back within seconds.
+#[test]
+fn memory_of_deleted_xattrs_goes_back() {
+    require_mount!();
+    let m = Mount::memofs(&["allow_other", "size=256m"]);
+    let pid = m.server_pid().expect("the server's pid");
+    ok!(sys::chmod(m.path(), 0o1777));
+    let root = m.path().to_path_buf();
+    let files = 800;
+    {
+        let root = root.clone();
+        as_user(USER1.0, USER1.1, &[], move || {
+            for i in 0..files {
+                ok!(fs::write(root.join(format!("f{i}")), b""));
+            }
+        });
+    }
+    let before = rss_bytes(pid);
+    {
+        let root = root.clone();
+        as_user(USER1.0, USER1.1, &[], move || {
+            for i in 0..files {
+                let value = vec![i as u8; 60_000];
+                ok!(sys::setxattr(
+                    root.join(format!("f{i}")),
+                    "user.big",
+                    &value,
+                    0
+                ));
+            }
+        });
+    }
+    let full = rss_bytes(pid);
+    assert!(
+        full > before + (30 << 20),
+        "48 MB of xattrs grew the server by {} MiB only",
+        (full - before) >> 20
+    );
+    as_user(USER1.0, USER1.1, &[], move || {
+        for i in 0..files {
+            ok!(sys::removexattr(root.join(format!("f{i}")), "user.big"));
+        }
+    });
+    let grown = full - before;
+    eventually(
+        "the xattrs' memory handed back",
+        Duration::from_secs(10),
+        || {
+            let now = rss_bytes(pid);
+            (
+                now < before + grown / 4,
+                (now >> 20, before >> 20, full >> 20),
+            )
+        },
+    );
 }
