@@ -190,19 +190,19 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
         .first()
         .map(|a| Path::new(a).file_name().unwrap_or_default().to_owned())
         .unwrap_or_default();
+    let cmd = command();
     let args = if program == "mount.memofs" || program == "mount.fuse.memofs" {
-        helper_args(&args[1..])?
+        helper_args(&cmd, &args[1..])?
     } else {
-        mount_fuse_form(args)
+        mount_fuse_form(&cmd, args)
     };
-    let matches = command().try_get_matches_from(args)?;
+    let matches = cmd.try_get_matches_from(args)?;
     Cli::from_arg_matches(&matches)
 }
 
 /// `memofs SOURCE MOUNTPOINT ...` (mount.fuse3's call) becomes `memofs mount SOURCE
 /// MOUNTPOINT ...`; anything else is left for clap.
-fn mount_fuse_form(mut args: Vec<OsString>) -> Vec<OsString> {
-    let command = command();
+fn mount_fuse_form(command: &clap::Command, mut args: Vec<OsString>) -> Vec<OsString> {
     let first = match args.get(1).and_then(|a| a.to_str()) {
         Some(a) => a.to_owned(),
         None => return args,
@@ -222,9 +222,9 @@ fn mount_fuse_form(mut args: Vec<OsString>) -> Vec<OsString> {
 
 /// mount(8)'s helper arguments `SOURCE DIR [-sfnv] [-t TYPE] [-N NS] [-o OPTS]` as
 /// `memofs mount` arguments.
-fn helper_args(args: &[OsString]) -> Result<Vec<OsString>, clap::Error> {
+fn helper_args(cmd: &clap::Command, args: &[OsString]) -> Result<Vec<OsString>, clap::Error> {
     let usage = |msg: String| {
-        command().error(
+        cmd.clone().error(
             clap::error::ErrorKind::InvalidValue,
             format!("{msg} (usage: mount.memofs SOURCE DIR [-sfnv] [-t TYPE] [-o OPTS])"),
         )

@@ -29,24 +29,24 @@ use memofs_request::Stats;
 /// Where a server run by `uid` keeps its mounts' control sockets: `/run/memofs` for root
 /// (only root can create files there), else the user's runtime directory
 /// (`$XDG_RUNTIME_DIR`, or `/run/user/UID`), which only the user can write.
-fn socket_dir(uid: u32) -> Option<PathBuf> {
+fn socket_dir(uid: u32) -> PathBuf {
     if uid == 0 {
-        return Some(PathBuf::from(ROOT_DIR));
+        return PathBuf::from(ROOT_DIR);
     }
     // SAFETY: getuid has no preconditions.
     let runtime = match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if uid == unsafe { libc::getuid() } => PathBuf::from(d),
         _ => PathBuf::from(format!("/run/user/{uid}")),
     };
-    Some(runtime.join("memofs"))
+    runtime.join("memofs")
 }
 
 /// The control socket directory of root's servers.
 const ROOT_DIR: &str = "/run/memofs";
 
 /// The control socket of the mount with device `dev` served by `uid`.
-pub fn socket_path(uid: u32, dev: u64) -> Option<PathBuf> {
-    socket_dir(uid).map(|d| d.join(format!("{dev}.sock")))
+pub fn socket_path(uid: u32, dev: u64) -> PathBuf {
+    socket_dir(uid).join(format!("{dev}.sock"))
 }
 
 /// The uid that owns the mount with device `dev` (its `user_id=`; root if unknown).
@@ -67,10 +67,14 @@ fn connect(dev: u64) -> io::Result<UnixStream> {
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
     let mut last = io::Error::from(io::ErrorKind::NotFound);
-    for uid in [0, owner, me] {
-        let Some(path) = socket_path(uid, dev) else {
-            continue;
-        };
+    let mut uids = vec![0];
+    for uid in [owner, me] {
+        if !uids.contains(&uid) {
+            uids.push(uid);
+        }
+    }
+    for uid in uids {
+        let path = socket_path(uid, dev);
         match UnixStream::connect(&path) {
             Ok(conn) => {
                 let peer = peer_cred(&conn).map(|c| c.uid);
@@ -333,7 +337,7 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let path = socket_path(uid, dev).ok_or(io::ErrorKind::NotFound)?;
+    let path = socket_path(uid, dev);
     private_dir(path.parent().expect("a socket path has a directory"))?;
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),

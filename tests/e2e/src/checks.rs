@@ -162,6 +162,37 @@ pub fn export_tmpfs(sub: &str, host_opts: &[&str], opts: &[&str]) -> (Mount, Mou
     (host, m)
 }
 
+/// A memofs mount of either backend, for tests that run on both (fields drop in order: the
+/// memofs mount before the tmpfs its passthrough export lives on).
+pub struct BackendMount {
+    /// `mem` or `passthrough`.
+    pub name: &'static str,
+    /// The memofs mount.
+    pub m: Mount,
+    /// The host tmpfs a passthrough mount exports.
+    pub host: Option<Mount>,
+}
+
+/// The two memofs backends, each on an `allow_other` mount: the mem backend with
+/// `mem_opts`, and the passthrough backend exporting `export` on a fresh 64 MiB tmpfs.
+pub fn both_backends(mem_opts: &[&str]) -> Vec<BackendMount> {
+    let mut opts = vec!["allow_other"];
+    opts.extend_from_slice(mem_opts);
+    let (host, exported) = export_tmpfs("export", &["size=64m"], &["allow_other"]);
+    vec![
+        BackendMount {
+            name: "mem",
+            m: Mount::memofs(&opts),
+            host: None,
+        },
+        BackendMount {
+            name: "passthrough",
+            m: exported,
+            host: Some(host),
+        },
+    ]
+}
+
 /// `rm -rf PATH` with the system tool (which handles any depth), asserting success.
 #[track_caller]
 pub fn rm_rf(p: &Path) {

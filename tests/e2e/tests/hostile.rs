@@ -16,37 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memofs_e2e::checks::{
-    eventually, export_tmpfs, process_alive, rm_rf, rss_bytes, scaled, stats_usage, Dir, Usage,
+    both_backends, eventually, export_tmpfs, process_alive, rm_rf, rss_bytes, scaled, stats_usage,
+    Dir, Usage,
 };
 use memofs_e2e::tree::{self, Detail};
 use memofs_e2e::user::{as_user, USER1, USER2};
 use memofs_e2e::{assert_errno, errno_name, ok, pattern, require_mount, skip, sys, Mount};
-
-/// A memofs mount of either backend (fields drop in order: the memofs mount first).
-struct Target {
-    name: &'static str,
-    m: Mount,
-    host: Option<Mount>,
-}
-
-/// The two memofs backends, each on an `allow_other` mount.
-fn both_backends(mem_opts: &[&str]) -> Vec<Target> {
-    let mut opts = vec!["allow_other"];
-    opts.extend_from_slice(mem_opts);
-    let (host, exported) = export_tmpfs("export", &["size=64m"], &["allow_other"]);
-    vec![
-        Target {
-            name: "mem",
-            m: Mount::memofs(&opts),
-            host: None,
-        },
-        Target {
-            name: "passthrough",
-            m: exported,
-            host: Some(host),
-        },
-    ]
-}
 
 fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(-1)
