@@ -131,17 +131,20 @@ bench-real: setup build
 	bench/memofs-bench fetch real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real $(if $(OUT),--out $(OUT))
 
-# bench/reports: one current report per family, each replaced whole (about 45 minutes on two
-# idle cores): the seed experiments, real work, the passthrough backend against libfuse's
-# passthrough_ll and bindfs, and memory per GiB and per file.
+# bench/reports: one current report per family, each replaced whole (about an hour on two
+# idle cores): the seed experiments, real work, real work through FUSE-over-io_uring against
+# /dev/fuse (with fuse.enable_uring set for that run only), the passthrough backend against
+# libfuse's passthrough_ll and bindfs, and memory per GiB and per file.
 REPORTS := bench/reports
 PT_TARGETS := memofs-pt,passthrough_ll,bindfs
 MEM_TARGETS := tmpfs,memofs,memofs:-o passthrough=off
+URING_TARGETS := tmpfs,memofs:-o io_uring=off,memofs:-o io_uring=on
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/passthrough $(REPORTS)/memory
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/passthrough $(REPORTS)/memory
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
+	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
 

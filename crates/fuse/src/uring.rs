@@ -14,6 +14,15 @@
 //! thread. FORGET, INTERRUPT and notifications still use `/dev/fuse`, so one `/dev/fuse`
 //! thread keeps reading (see [`crate::Session::serve`]).
 //!
+//! A queue's thread is pinned to its CPU, and after committing answers it polls its
+//! completion queue for up to the `busy_poll=` window, yielding the CPU between looks, before
+//! it sleeps in `io_uring_enter(2)`; as on `/dev/fuse` (see [`crate::busy_poll`]) only while
+//! requests keep arriving within a window of the previous answer. A thread asleep leaves its
+//! vCPU idle, and the kernel then wakes the caller there rather than on the CPU it issued
+//! from: its next request lands on the other CPU's queue, and every request pays for waking
+//! an idle vCPU (figures in docs/performance.md). A request that finds the thread asleep
+//! arrives later than it would have, so up to [`QUICK`] windows count as quick here.
+//!
 //! Requests that may wait for a disk (FSYNC) run on [`crate::blocking`]'s threads; their
 //! answer comes back to the queue's thread through a channel and an eventfd the ring polls,
 //! because only that thread submits to its ring.
@@ -22,9 +31,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use memofs_core::{Backend, Errno};
+use memofs_request::stats::{Event, Stats};
 use memofs_request::{Handled, Op, ReplyOut, Server};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -217,6 +228,58 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// How many windows after an answer a request still counts as coming quickly.
+const QUICK: u32 = 4;
+
+/// One queue's busy polling: whether requests keep arriving within a window of the answer
+/// before them, and the wait for the next completion after an answer.
+struct RingPoll {
+    window: Duration,
+    /// When the last answers were committed.
+    answered: Instant,
+    /// The last request arrived within a window of the answer before it.
+    quick: bool,
+}
+
+impl RingPoll {
+    fn new(window: Duration) -> RingPoll {
+        RingPoll {
+            window,
+            answered: Instant::now(),
+            quick: false,
+        }
+    }
+
+    /// A request arrived (`polled`: the last wait saw it come). A request that finds the
+    /// thread asleep arrives later than it would have (the wakeup of an idle vCPU is in the
+    /// gap), so a gap of up to [`QUICK`] windows counts as quick.
+    fn arrived(&mut self, polled: bool) {
+        self.quick = polled || self.answered.elapsed() <= self.window * QUICK;
+    }
+
+    /// After answers were committed: waits until `ready` says a completion is there or the
+    /// window is over, yielding the CPU between looks; at once unless requests have been
+    /// coming quickly. Returns whether a completion came.
+    fn wait(&mut self, stats: &Stats, mut ready: impl FnMut() -> bool) -> bool {
+        self.answered = Instant::now();
+        if self.window.is_zero() || !self.quick {
+            return false;
+        }
+        loop {
+            if ready() {
+                stats.event(Event::BusyPollHit);
+                return true;
+            }
+            if self.answered.elapsed() >= self.window {
+                stats.event(Event::BusyPollMiss);
+                return false;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+}
+
 impl<B: Backend> UringChannel<B> {
     /// A channel for `server` on `dev`, a duplicate of the session descriptor (INIT granted
     /// the ring).
@@ -261,7 +324,9 @@ impl<B: Backend> UringChannel<B> {
         let mut live = DEPTH;
         let mut scratch = Vec::new();
         let mut staged = Staged::default();
+        let mut poll = RingPoll::new(self.server.plan().busy_poll);
         while live > 0 {
+            let answered = !pending.is_empty();
             {
                 let mut sq = ring.submission();
                 for e in pending.drain(..) {
@@ -272,10 +337,17 @@ impl<B: Backend> UringChannel<B> {
                     }
                 }
             }
-            match ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e),
+            // Answers (or the first registrations) go in first; then, while requests come
+            // quickly, a look at the completion queue before sleeping.
+            let polled = answered
+                && ring.submit().is_ok()
+                && poll.wait(self.server.stats(), || !ring.completion().is_empty());
+            if !polled {
+                match ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => return Err(e),
+                }
             }
             let done: Vec<(u64, i32)> = ring
                 .completion()
@@ -293,6 +365,7 @@ impl<B: Backend> UringChannel<B> {
                 let i = data as usize;
                 match res {
                     0 => {
+                        poll.arrived(polled);
                         let commit =
                             self.request(&mut slots[i], i, &tx, &wake, &mut scratch, &mut staged);
                         if let Some(commit_id) = commit {
@@ -468,6 +541,35 @@ mod tests {
             u32::from_ne_bytes(slot.header.as_bytes()[272..276].try_into().unwrap()),
             5
         );
+    }
+
+    #[test]
+    fn ring_polls_only_while_requests_come_quickly() {
+        let stats = Stats::new();
+        let mut p = RingPoll::new(Duration::from_millis(20));
+        // Nothing arrived quickly yet: no poll at all.
+        assert!(!p.wait(&stats, || panic!("polled while requests came slowly")));
+        p.arrived(false);
+        // Within the window of the answer: the next wait looks, and returns at a completion.
+        let mut looks = 0;
+        assert!(p.wait(&stats, || {
+            looks += 1;
+            looks == 3
+        }));
+        assert_eq!(looks, 3);
+        p.arrived(true);
+        // Nothing comes: the wait ends with the window.
+        let t = Instant::now();
+        assert!(!p.wait(&stats, || false));
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        // A request long after the answer turns polling off.
+        std::thread::sleep(Duration::from_millis(20 * QUICK as u64 + 10));
+        p.arrived(false);
+        assert!(!p.wait(&stats, || panic!("polled after a slow request")));
+        // busy_poll=0 never polls.
+        let mut off = RingPoll::new(Duration::ZERO);
+        off.arrived(true);
+        assert!(!off.wait(&stats, || panic!("polled with busy_poll=0")));
     }
 
     #[test]

@@ -125,18 +125,20 @@ impl BackingStore {
         })
     }
 
-    /// A new, empty data file (not held open).
-    pub fn new_file(&self) -> Result<KernelFile> {
+    /// A new, empty data file. With `to_open` the descriptor that created it stays held for
+    /// the [`KernelFile::open`] that follows (a create opens what it made: one `openat`
+    /// instead of a create, a close and an open).
+    pub fn new_file(&self, to_open: bool) -> Result<KernelFile> {
         let id = self.next_name.fetch_add(1, Ordering::Relaxed);
-        drop(open_at(
+        let file = open_at(
             &self.root,
             DataName::new(id).as_cstr(),
             libc::O_CREAT | libc::O_EXCL,
-        )?);
+        )?;
         Ok(KernelFile {
             root: self.root.clone(),
             id,
-            open: Mutex::new((0, None)),
+            open: Mutex::new((0, to_open.then(|| Arc::new(file)))),
         })
     }
 
@@ -273,19 +275,30 @@ impl KernelFile {
         self.file().ok()
     }
 
+    /// The held descriptor, if the file is open.
+    fn held(&self) -> Option<Arc<File>> {
+        self.open.lock().1.clone()
+    }
+
+    /// `stat` of the data file: through the held descriptor while the file is open (no
+    /// path walk), by name otherwise.
     fn stat(&self) -> Result<libc::stat> {
+        let held = self.held();
         let name = self.name();
-        // SAFETY: `st` is a zeroed stat buffer the call fills; `root` is open and `name` a
-        // NUL-terminated component.
+        // SAFETY: `st` is a zeroed stat buffer the call fills; the descriptor is open, or
+        // `root` is open and `name` a NUL-terminated component.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstatat(
-                self.root.as_raw_fd(),
-                name.as_cstr().as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            ) != 0
-            {
+            let rc = match &held {
+                Some(f) => libc::fstat(f.as_raw_fd(), &mut st),
+                None => libc::fstatat(
+                    self.root.as_raw_fd(),
+                    name.as_cstr().as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ),
+            };
+            if rc != 0 {
                 return Err(Errno::last());
             }
             Ok(st)
@@ -330,17 +343,22 @@ impl KernelFile {
             }
         };
         let times = [ts(atime), ts(mtime)];
+        let held = self.held();
         let name = self.name();
-        // SAFETY: `times` is a valid two-element array; `root` and `name` are valid.
-        if unsafe {
-            libc::utimensat(
-                self.root.as_raw_fd(),
-                name.as_cstr().as_ptr(),
-                times.as_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        } != 0
-        {
+        // SAFETY: `times` is a valid two-element array; the descriptor is open, or `root`
+        // is open and `name` a NUL-terminated component.
+        let rc = unsafe {
+            match &held {
+                Some(f) => libc::futimens(f.as_raw_fd(), times.as_ptr()),
+                None => libc::utimensat(
+                    self.root.as_raw_fd(),
+                    name.as_cstr().as_ptr(),
+                    times.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ),
+            }
+        };
+        if rc != 0 {
             return Err(Errno::last());
         }
         Ok(())
@@ -520,7 +538,7 @@ mod tests {
         }
         let store =
             BackingStore::new(1 << 20, 16, AtimePolicy::default(), HugeMode::Never).unwrap();
-        let f = store.new_file().unwrap();
+        let f = store.new_file(false).unwrap();
         let big = vec![7u8; 2 << 20];
         let written = f.write(0, &big).unwrap();
         assert_eq!(written, 1 << 20, "the kernel stops the write at size=");
@@ -535,8 +553,14 @@ mod tests {
         // Dropping the file frees its data; closed files hold no descriptor.
         drop(f);
         assert_eq!(store.usage().unwrap().1, 1 << 20);
-        let g = store.new_file().unwrap();
+        let g = store.new_file(true).unwrap();
+        assert!(
+            g.open.lock().1.is_some(),
+            "a file made to be opened keeps its descriptor"
+        );
         g.open().unwrap();
+        g.write(0, b"x").unwrap();
+        assert_eq!(g.size_and_blocks().0, 1, "stat through the held descriptor");
         g.close();
         g.close();
         assert!(g.open.lock().1.is_none());

@@ -161,11 +161,12 @@ impl MemFs {
         }
     }
 
-    /// Contents for a new regular file.
-    pub(crate) fn new_regular(&self) -> memofs_core::Result<RegularFile> {
+    /// Contents for a new regular file; `to_open` when the caller opens it next (see
+    /// [`BackingStore::new_file`]).
+    pub(crate) fn new_regular(&self, to_open: bool) -> memofs_core::Result<RegularFile> {
         match &self.store {
             None => Ok(RegularFile::new()),
-            Some(store) => Ok(RegularFile::Kernel(store.new_file()?)),
+            Some(store) => Ok(RegularFile::Kernel(store.new_file(to_open)?)),
         }
     }
 }

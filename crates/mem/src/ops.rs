@@ -35,13 +35,13 @@ impl MemFs {
         })
     }
 
-    /// A regular file to create with `mode` under the caller's `umask`.
+    /// A regular file to create (and open at once) with `mode` under the caller's `umask`.
     fn new_file_spec(&self, mode: u32, umask: u32) -> Result<NewInode> {
         Ok(NewInode {
             mode: libc::S_IFREG | (mode & 0o7777),
             umask: Some(umask),
             rdev: 0,
-            data: NodeData::File(self.new_regular()?),
+            data: NodeData::File(self.new_regular(true)?),
         })
     }
 
@@ -198,7 +198,7 @@ impl Backend for MemFs {
         rdev: u32,
     ) -> Result<Attr> {
         let data = match FileKind::from_mode(mode) {
-            Some(FileKind::Regular) => NodeData::File(self.new_regular()?),
+            Some(FileKind::Regular) => NodeData::File(self.new_regular(false)?),
             Some(
                 FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice,
             ) => NodeData::Special,
