@@ -194,6 +194,13 @@ pub trait Backend: Send + Sync + 'static {
     fn attr_unseen_changes(&self, _attr: &Attr) -> bool {
         false
     }
+    /// Whether every change made behind the kernel's back (on a host, by another process)
+    /// to the names in any directory the kernel holds is reported to the invalidator as it
+    /// happens, so the kernel may keep directory listings although the backend is not the
+    /// only writer. Asked at every OPENDIR. Default: no.
+    fn name_changes_reported(&self) -> bool {
+        false
+    }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every
     /// change comes through the mount ignore it.
     fn attach_invalidator(&self, _invalidator: Arc<dyn Invalidator>) {}

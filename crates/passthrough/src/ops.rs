@@ -276,6 +276,12 @@ impl Backend for PassthroughFs {
         attr.kind == FileKind::Regular && attr.nlink > 1 && !self.watching.load(Ordering::Acquire)
     }
 
+    /// A watcher that marks the whole filesystem sees every name change on it, and reports
+    /// each with an invalidation of the directory (which drops a listing the kernel keeps).
+    fn name_changes_reported(&self) -> bool {
+        self.watching.load(Ordering::Acquire)
+    }
+
     fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {
         self.start_watcher(invalidator);
     }

@@ -416,7 +416,7 @@ impl<B: Backend> Server<B> {
     /// the request holds: the kernel only bumps the inode's attribute version and drops the
     /// directory's pages).
     fn times_moved(&self, ino: Ino) {
-        if !self.kept_listings() {
+        if !self.cached_listings() {
             return;
         }
         let Ok(attr) = self.backend.getattr(ino) else {
@@ -435,6 +435,16 @@ impl<B: Backend> Server<B> {
     /// every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
     fn kept_listings(&self) -> bool {
         self.plan.sole_writer && self.keeper.listings_kept()
+    }
+
+    /// Whether the kernel may keep directory listings at all: as above, or the backend
+    /// reports every change to names made behind the kernel's back (a passthrough export
+    /// whose watcher marks the whole filesystem). Then each OPENDIR the backend answers asks
+    /// the kernel to keep the listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) while no listing
+    /// could move the directory's atime, as for file pages at OPEN.
+    fn cached_listings(&self) -> bool {
+        (self.plan.sole_writer || self.backend.name_changes_reported())
+            && self.keeper.listings_kept()
     }
 
     fn listxattr(&self, caller: &Caller, ino: Ino, size: u32, out: &mut dyn ReplyOut) {
@@ -565,8 +575,11 @@ impl<B: Backend> Server<B> {
             }
             Op::Opendir { .. } if self.kept_listings() => out.error(Errno::ENOSYS),
             Op::Opendir { flags } => answer(out, b.opendir(caller, ino, flags), |out, o| {
+                let keep = self.cached_listings() && self.keep(ino);
                 out.opened(&OpenOut {
                     fh: o.fh,
+                    keep_cache: keep,
+                    cache_dir: keep,
                     ..OpenOut::default()
                 })
             }),

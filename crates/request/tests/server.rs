@@ -49,6 +49,10 @@ struct Fake {
     perms: Mutex<HashMap<Ino, u16>>,
     xattrs: Mutex<Vec<(OsString, Vec<u8>)>>,
     lends_fd: bool,
+    /// Declared as the only writer (a mem-like backend).
+    sole_writer: bool,
+    /// Reports every name change made behind the kernel's back (a watched export).
+    names_reported: bool,
     dev_null: std::fs::File,
 }
 
@@ -59,8 +63,19 @@ impl Fake {
             perms: Mutex::new(HashMap::from([(1, 0o755), (2, 0o6755)])),
             xattrs: Mutex::new(Vec::new()),
             lends_fd,
+            sole_writer: true,
+            names_reported: false,
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
+    }
+
+    /// A backend others write to as well (a passthrough export), which reports their name
+    /// changes or not.
+    fn shared(names_reported: bool) -> Arc<Fake> {
+        let mut fake = Arc::into_inner(Fake::new(false)).unwrap();
+        fake.sole_writer = false;
+        fake.names_reported = names_reported;
+        Arc::new(fake)
     }
 
     fn note(&self, s: String) {
@@ -257,9 +272,12 @@ impl Backend for Fake {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             backing_fds: self.lends_fd,
-            sole_writer: true,
+            sole_writer: self.sole_writer,
             posix_acl: true,
         }
+    }
+    fn name_changes_reported(&self) -> bool {
+        self.names_reported
     }
 }
 
@@ -378,8 +396,11 @@ struct Setup {
 }
 
 fn setup(opts: &[&str], lends_fd: bool, granted: Granted) -> Setup {
+    setup_with(opts, Fake::new(lends_fd), granted)
+}
+
+fn setup_with(opts: &[&str], fake: Arc<Fake>, granted: Granted) -> Setup {
     let o = parse_options(opts, 8 << 30).unwrap();
-    let fake = Fake::new(lends_fd);
     let mut plan = MountPlan::new(&o, BackendKind::Mem, true);
     plan.adopt(fake.capabilities());
     let mut server = Server::new(fake.clone(), plan, Arc::new(Stats::new()));
@@ -730,6 +751,34 @@ fn inode_flags_through_the_fileattr_ioctls() {
         ),
         Reply::Error(Errno::ENOTTY)
     );
+}
+
+#[test]
+fn listings_stay_in_the_kernel_only_where_every_change_is_seen() {
+    let opendir = || Op::Opendir { flags: 0 };
+    let kept = |r: Reply| match r {
+        Reply::Opened(o) => {
+            assert_eq!(o.keep_cache, o.cache_dir, "{o:?}");
+            o.cache_dir
+        }
+        Reply::Error(Errno::ENOSYS) => true,
+        r => panic!("OPENDIR answered {r:?}"),
+    };
+    // The only writer: OPENDIR is declined once and the kernel keeps every listing.
+    let s = setup(&["noatime"], false, Granted::default());
+    assert_eq!(s.ask(1, USER, opendir()), Reply::Error(Errno::ENOSYS));
+    // Others write too, and their name changes are reported: kept per open.
+    let s = setup_with(&["noatime"], Fake::shared(true), Granted::default());
+    assert!(kept(s.ask(1, USER, opendir())));
+    // ... unless a listing could move the directory's atime now (relatime, atime not after
+    // mtime), or every listing must (strictatime).
+    let s = setup_with(&["relatime"], Fake::shared(true), Granted::default());
+    assert!(!kept(s.ask(1, USER, opendir())));
+    let s = setup_with(&["strictatime"], Fake::shared(true), Granted::default());
+    assert!(!kept(s.ask(1, USER, opendir())));
+    // Changes nobody reports: never kept.
+    let s = setup_with(&["noatime"], Fake::shared(false), Granted::default());
+    assert!(!kept(s.ask(1, USER, opendir())));
 }
 
 #[test]

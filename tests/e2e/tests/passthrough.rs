@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use memofs_e2e::user::{as_user, USER1};
-use memofs_e2e::{assert_errno, checks, cli, ok, pattern, require_mount, sys, Mount};
+use memofs_e2e::{assert_errno, checks, cli, ok, pattern, require_mount, skip, sys, Mount};
 
 fn export() -> (Mount, Mount) {
     export_with(&[])
@@ -166,6 +166,60 @@ fn invalidate_without_anything_to_drop_says_so_unless_the_kernel_has_the_epoch()
             out.describe("invalidate that could do nothing says why")
         );
     }
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = ok!(fs::read_dir(dir))
+        .map(|e| ok!(e).file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn host_changes_reach_listings_the_kernel_keeps() {
+    require_mount!();
+    // noatime: no listing could move a directory's atime, so every one may be kept.
+    let (host, m) = export_with(&["noatime"]);
+    let doc = ok!(checks::stats_json(m.path()).map_err(std::io::Error::other));
+    if !doc.contains("one mark on the whole filesystem") {
+        skip!(
+            Fanotify,
+            "the watcher does not mark the whole filesystem, so no listing is kept"
+        );
+    }
+    ok!(fs::create_dir(host.join("d")));
+    for n in ["a", "b", "c"] {
+        ok!(fs::write(host.join("d").join(n), b"x"));
+    }
+    assert_eq!(listing(&m.join("d")), ["a", "b", "c"]);
+    let reads = |m: &Mount| checks::settled(m, "READDIR") + checks::settled(m, "READDIRPLUS");
+    let before = reads(&m);
+    assert_eq!(listing(&m.join("d")), ["a", "b", "c"]);
+    assert_eq!(
+        reads(&m),
+        before,
+        "a second listing was not served by the kernel"
+    );
+    // A name created on the host, which the kernel never looked up: only the watcher's
+    // invalidation of the directory drops the kept listing.
+    ok!(fs::write(host.join("d/new"), b"x"));
+    eventually(
+        "a name created on the host in a listing the kernel keeps",
+        || listing(&m.join("d")) == ["a", "b", "c", "new"],
+    );
+    // Deleted and renamed names (these the listing's READDIRPLUS made the kernel know).
+    ok!(fs::remove_file(host.join("d/a")));
+    ok!(fs::rename(host.join("d/b"), host.join("d/b2")));
+    ok!(fs::rename(host.join("d/c"), host.join("c-moved-out")));
+    eventually("host changes in a listing the kernel keeps", || {
+        listing(&m.join("d")) == ["b2", "new"]
+    });
+    assert_eq!(listing(m.path()), ["c-moved-out", "d"]);
+    // Changes through the mount show at once, as on any filesystem.
+    ok!(fs::write(m.join("d/mine"), b"x"));
+    assert_eq!(listing(&m.join("d")), ["b2", "mine", "new"]);
 }
 
 #[test]
