@@ -337,3 +337,28 @@ fn busy_poll_catches_back_to_back_requests_and_zero_turns_it_off() {
         busy_polls_after_getattrs(&["attr_timeout=0", "busy_poll=0", "io_uring=off"]);
     assert_eq!((hits, misses), (0, 0), "busy_poll=0 still polled");
 }
+
+#[test]
+fn ring_queues_poll_for_back_to_back_requests_too() {
+    require_mount!();
+    // The suite's io_uring run mounts with io_uring=on; in the others requests come through
+    // /dev/fuse, which the test above covers.
+    let probe = Mount::memofs(&[]);
+    let doc = memofs_e2e::checks::stats_json(probe.path()).unwrap_or_else(|e| panic!("{e}"));
+    drop(probe);
+    if !doc.contains(r#""transport":"io_uring"#) {
+        skip!(
+            Need::Config("io_uring_off"),
+            "requests come through /dev/fuse in this run"
+        );
+    }
+    // A queue's thread polls its completion queue after each answer while requests keep
+    // coming: most of 2000 back-to-back GETATTRs arrive during a poll.
+    let (hits, misses) = busy_polls_after_getattrs(&["attr_timeout=0", "busy_poll=1000"]);
+    assert!(
+        hits > 100,
+        "2000 back-to-back GETATTRs through a ring: polling saw {hits} arrive ({misses} windows missed)"
+    );
+    let (hits, misses) = busy_polls_after_getattrs(&["attr_timeout=0", "busy_poll=0"]);
+    assert_eq!((hits, misses), (0, 0), "busy_poll=0 still polled a ring");
+}
