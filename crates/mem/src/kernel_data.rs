@@ -263,8 +263,8 @@ impl KernelFile {
 
     /// The data file: the held descriptor, or a fresh one for this call.
     fn file(&self) -> Result<Arc<File>> {
-        if let Some(f) = &self.open.lock().1 {
-            return Ok(f.clone());
+        if let Some(f) = self.held() {
+            return Ok(f);
         }
         Ok(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?))
     }
