@@ -133,18 +133,24 @@ bench-real: setup build
 
 # bench/reports: one current report per family, each replaced whole (about an hour on two
 # idle cores): the seed experiments, real work, real work through FUSE-over-io_uring against
-# /dev/fuse (with fuse.enable_uring set for that run only), the passthrough backend against
-# libfuse's passthrough_ll and bindfs, and memory per GiB and per file.
+# /dev/fuse and libfuse's passthrough_hp, the uncached request path the same way (both with
+# fuse.enable_uring set for that run only), the passthrough backend against libfuse's
+# passthrough_ll and bindfs, and memory per GiB and per file.
 REPORTS := bench/reports
 PT_TARGETS := memofs-pt,passthrough_ll,bindfs
 MEM_TARGETS := tmpfs,memofs,memofs:-o passthrough=off
-URING_TARGETS := tmpfs,memofs:-o io_uring=off,memofs:-o io_uring=on
+URING_TARGETS := tmpfs,memofs:-o io_uring=off,memofs:-o io_uring=on,passthrough_hp,passthrough_hp:-o io_uring
+# every request reaching the server: no negative entries, memofs's page store, and
+# passthrough_hp without its caches or FUSE passthrough
+URING_UNCACHED := memofs:-o io_uring=off,negative_timeout=0,passthrough=off,memofs:-o io_uring=on,negative_timeout=0,passthrough=off,passthrough_hp:--nocache --nopassthrough,passthrough_hp:--nocache --nopassthrough -o io_uring
+URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/passthrough $(REPORTS)/memory
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
+	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench run stat-missing loopdd lat-mmap --targets '$(URING_UNCACHED)' $(URING_PARAMS) --out $(REPORTS)/uring-uncached
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
 

@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 # qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
-# libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests.
+# libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
+# meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring.
 for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv gcc make valgrind libacl1-dev \
-    qemu-system-x86 busybox-static cpio binutils xz-utils zstd; do
+    qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar
 
-from . import mounts
+from . import libfuse, mounts
 from .tools import REPO, BenchError, ToolMissing, compile_c, require
 
 
@@ -219,6 +219,23 @@ class PassthroughLL(ProcessServer):
         return [str(self.binary()), "-f", "-o", f"source={backing}", *self.args, str(mnt)]
 
 
+class PassthroughHP(ProcessServer):
+    kind = "passthrough_hp"
+    summary = ("libfuse's passthrough_hp (libfuse 3.18, built with io_uring: `-o io_uring` "
+               "serves requests through FUSE-over-io_uring) over a fresh tmpfs directory")
+
+    def check(self) -> None:
+        require("fusermount3", "apt-get install fuse3")
+        libfuse.passthrough_hp()
+
+    def version(self) -> str:
+        return "libfuse " + libfuse.UPSTREAM
+
+    def command(self, mnt: Path, backing: Path) -> list[str]:
+        return [str(libfuse.passthrough_hp()), "--foreground", *self.args, str(backing),
+                str(mnt)]
+
+
 class Bindfs(ProcessServer):
     kind, summary = "bindfs", "bindfs over a fresh tmpfs directory"
 
@@ -343,7 +360,7 @@ def _alive(pid: int) -> bool:
 
 
 KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough, Tmpfs,
-                                                       PassthroughLL, Bindfs)}
+                                                       PassthroughLL, PassthroughHP, Bindfs)}
 
 
 class UnknownTarget(ValueError):

@@ -11,6 +11,7 @@ import pytest
 from memofs_bench import cli, mounts, results
 from memofs_bench.runner import Runner
 from memofs_bench.targets import make_target
+from memofs_bench.tools import ToolMissing
 from memofs_bench.workloads import Metric, Part, Workload, registry
 
 pytestmark = pytest.mark.smoke
@@ -188,13 +189,18 @@ def test_coherence_on_a_host_directory_export(tmp_path):
 
 
 @pytest.mark.parametrize("spec,tool", [("passthrough_ll", "fusermount3"), ("bindfs", "bindfs"),
-                                       ("passthrough_ll:-o timeout=10", "fusermount3")])
+                                       ("passthrough_ll:-o timeout=10", "fusermount3"),
+                                       ("passthrough_hp", "fusermount3")])
 def test_fuse_peer_mounts_and_unmounts(tmp_path, spec, tool):
     if not shutil.which(tool) or not Path("/dev/fuse").exists():
         pytest.skip(f"{tool} or /dev/fuse missing")
     if spec.startswith("passthrough_ll") and not shutil.which("pkg-config"):
         pytest.skip("pkg-config missing (apt-get install pkg-config libfuse3-dev)")
     t = make_target(spec, tmp_path)
+    try:
+        t.check()
+    except ToolMissing as e:
+        pytest.skip(str(e))
     with t as mnt:
         assert mounts.mount_entry(mnt)["fstype"].startswith("fuse")
         (mnt / "hello").write_text("hi")
