@@ -18,9 +18,8 @@
 //! apart, does not poll at all, and a burst's end costs one window (a burst of two requests
 //! too). At most one thread polls at a time.
 //!
-//! Measured on two vCPUs, `rm -rf` of a 2000-file tree through a passthrough export: 0.191 s
-//! with `busy_poll=0`, 0.163 s with the default 50 µs (`memofs-bench run tree`, 10 rounds),
-//! for 130-150 instead of 110-120 ms of server CPU; a 20 µs window did as well by hand.
+//! Polling trades some server CPU for the wakeup a sleeping thread would cost each request
+//! (docs/performance.md, "How the server waits").
 //!
 //! A parked thread rejoins the reading every [`crate::gate::REJOIN`], and while it waits in
 //! `read(2)` the thread that answers is not the only reader, so it parks instead of polling.

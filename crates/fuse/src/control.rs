@@ -197,7 +197,12 @@ pub struct ErrorDoc {
 }
 
 fn to_json<T: Serialize>(doc: &T) -> String {
-    serde_json::to_string(doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    serde_json::to_string(doc).unwrap_or_else(|e| {
+        let refused = ErrorDoc {
+            error: e.to_string(),
+        };
+        serde_json::to_string(&refused).expect("a string field always serializes")
+    })
 }
 
 impl StatsSource {

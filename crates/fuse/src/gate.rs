@@ -5,9 +5,8 @@
 //! process using the mount at a time (a shell, `tar`, `rm -rf`, a compiler) a second
 //! reader only adds wakeups: `rm -rf` queues a FORGET right after each UNLINK reply, which
 //! wakes the idle thread while the busy one already comes back for it, and on two CPUs
-//! those wakeups compete with the caller. Measured on two CPUs, `rm -rf` of a 2000-file tree
-//! through a passthrough export: 0.208 s with two request threads, 0.165 s with one; but
-//! two readers of one file through `direct_io` read 37% less with one thread than with two.
+//! those wakeups compete with the caller; but two callers reading at once need two threads
+//! (docs/performance.md, "How the server waits", has the measurements).
 //!
 //! So a thread that finishes a request parks (in the callback, after its reply went out)
 //! when another thread is waiting in `read(2)`, unless the caller changed or a READ, WRITE

@@ -9,11 +9,14 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::hash::BuildHasher;
 use std::hash::RandomState;
+use std::ops::{Deref, DerefMut};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use hashbrown::HashTable;
 use memofs_core::{FileKind, Ino};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// tmpfs reports a directory's size as this many bytes per entry (plus two for `.`/`..`).
 pub const BOGO_DIRENT_SIZE: u64 = 20;
@@ -52,6 +55,70 @@ impl Entry {
 fn name_hash(name: &[u8]) -> u64 {
     static KEYS: OnceLock<RandomState> = OnceLock::new();
     KEYS.get_or_init(RandomState::new).hash_one(name)
+}
+
+/// A directory inode's entries behind their lock, with the entry count readable without it.
+///
+/// Attributes of a directory need its size; reading it from the atomic means a thread that
+/// holds one directory's lock (READDIRPLUS, LOOKUP) never waits for another directory's lock
+/// to answer a child's attributes (see the crate's lock order).
+pub struct DirNode {
+    entries: RwLock<Directory>,
+    len: AtomicU64,
+}
+
+impl DirNode {
+    /// An empty directory whose `..` is `parent`.
+    pub fn new(parent: Ino) -> DirNode {
+        DirNode {
+            entries: RwLock::new(Directory::new(parent)),
+            len: AtomicU64::new(0),
+        }
+    }
+
+    /// The entries, shared.
+    pub fn read(&self) -> RwLockReadGuard<'_, Directory> {
+        self.entries.read()
+    }
+
+    /// The entries, exclusively; the count is published when the guard goes.
+    pub fn write(&self) -> DirWriteGuard<'_> {
+        DirWriteGuard {
+            guard: self.entries.write(),
+            len: &self.len,
+        }
+    }
+
+    /// Size as tmpfs reports it, without taking the lock.
+    pub fn bogo_size(&self) -> u64 {
+        (self.len.load(Ordering::Relaxed) + 2) * BOGO_DIRENT_SIZE
+    }
+}
+
+/// Exclusive access to a directory's entries; stores the entry count as it is released.
+pub struct DirWriteGuard<'a> {
+    guard: RwLockWriteGuard<'a, Directory>,
+    len: &'a AtomicU64,
+}
+
+impl Deref for DirWriteGuard<'_> {
+    type Target = Directory;
+    fn deref(&self) -> &Directory {
+        &self.guard
+    }
+}
+
+impl DerefMut for DirWriteGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Directory {
+        &mut self.guard
+    }
+}
+
+impl Drop for DirWriteGuard<'_> {
+    fn drop(&mut self) {
+        // Runs before the lock itself is released (fields drop after this body).
+        self.len.store(self.guard.len() as u64, Ordering::Relaxed);
+    }
 }
 
 /// One directory's entries.
@@ -230,6 +297,24 @@ mod tests {
         assert!(seen.iter().any(|n| n == "late"));
         assert_eq!(d.subdirs, 1);
         assert_eq!(d.bogo_size(), (d.len() as u64 + 2) * BOGO_DIRENT_SIZE);
+    }
+
+    #[test]
+    fn node_size_follows_writes_without_the_lock() {
+        let node = DirNode::new(1);
+        assert_eq!(node.bogo_size(), 2 * BOGO_DIRENT_SIZE);
+        {
+            let mut d = node.write();
+            d.insert(OsStr::new("a"), 5, FileKind::Regular);
+            d.insert(OsStr::new("b"), 6, FileKind::Directory);
+        }
+        assert_eq!(node.bogo_size(), 4 * BOGO_DIRENT_SIZE);
+        let held = node.read();
+        // A reader holding the lock does not keep the size from being read.
+        assert_eq!(node.bogo_size(), held.bogo_size());
+        drop(held);
+        node.write().remove(OsStr::new("a"));
+        assert_eq!(node.bogo_size(), 3 * BOGO_DIRENT_SIZE);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use memofs_core::{
 };
 use parking_lot::{Mutex, RwLock};
 
-use crate::dir::Directory;
+use crate::dir::DirNode;
 use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::xattr::Xattrs;
@@ -27,7 +27,7 @@ pub struct Owner {
 pub enum NodeData {
     /// A directory's entries (boxed: a directory is much larger than what the other kinds
     /// keep inline, and most inodes are not directories).
-    Dir(Box<RwLock<Directory>>),
+    Dir(Box<DirNode>),
     /// A regular file's pages.
     File(RegularFile),
     /// A symlink's target.
@@ -39,7 +39,7 @@ pub enum NodeData {
 impl NodeData {
     /// An empty directory whose `..` is `parent`.
     pub fn new_dir(parent: Ino) -> NodeData {
-        NodeData::Dir(Box::new(RwLock::new(Directory::new(parent))))
+        NodeData::Dir(Box::new(DirNode::new(parent)))
     }
 }
 
@@ -94,7 +94,7 @@ impl Inode {
                 let (size, blocks) = f.size_and_blocks();
                 (size, blocks, None)
             }
-            NodeData::Dir(d) => (d.read().bogo_size(), 0, None),
+            NodeData::Dir(d) => (d.bogo_size(), 0, None),
             NodeData::Symlink(s) => (s.target().len() as u64, 0, None),
             NodeData::Special => (0, 0, None),
         };
@@ -131,7 +131,7 @@ impl Inode {
     }
 
     /// The directory contents, or `ENOTDIR`.
-    pub fn dir(&self) -> Result<&RwLock<Directory>> {
+    pub fn dir(&self) -> Result<&DirNode> {
         match &self.data {
             NodeData::Dir(d) => Ok(d),
             _ => Err(Errno::ENOTDIR),

@@ -533,8 +533,7 @@ mod tests {
     #[test]
     fn store_enforces_its_size_and_has_no_path() {
         if !is_root() {
-            eprintln!("SKIP: needs root to mount a private tmpfs");
-            return;
+            memofs_e2e::skip!(Root, "mounting a private tmpfs needs root");
         }
         let store =
             BackingStore::new(1 << 20, 16, AtimePolicy::default(), HugeMode::Never).unwrap();

@@ -13,7 +13,12 @@
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
 //! 1. [`MemFs::rename_lock`]: held by every operation that locks two directories (rename,
 //!    rmdir), so at most one thread ever holds more than one directory lock;
-//! 2. directory locks (`RwLock<Directory>`), in ascending inode number;
+//! 2. directory locks ([`dir::DirNode`]). A thread without `rename_lock` holds at most one
+//!    and takes no other while holding it: a child directory's attributes (READDIRPLUS,
+//!    LOOKUP) read its size from an atomic, not under its lock. The `rename_lock` holder
+//!    takes the two parents in ascending inode number, then, as it needs them, the moved or
+//!    replaced directories and the ancestors it walks; the other threads, holding one
+//!    directory lock each and waiting for no second, cannot close a cycle with it;
 //! 3. an inode's `meta` mutex;
 //! 4. a regular file's page-store lock;
 //! 5. leaf locks, never held while taking another: an inode's xattr mutex, inode-table shards.

@@ -504,6 +504,76 @@ fn concurrent_writers_and_renamers_keep_counts_consistent() {
     assert_eq!(fs.usage().bytes_used, 800 * 2 * PAGE);
 }
 
+/// READDIRPLUS holds the listed directory's lock while it answers each child's attributes;
+/// a rename locks both parents. With `c` inside `q` and the lower inode number, a rename
+/// from `c` into `q` locks `c` then `q`, while READDIRPLUS of `q` holds `q` and answers `c`'s
+/// attributes: if those needed `c`'s lock, the two would wait for each other forever.
+#[test]
+fn readdirplus_and_renames_of_children_and_parents_never_deadlock() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    let fs = Arc::new(fs());
+    let c = fs.mkdir(&C, ROOT_INO, n("c"), 0o755, 0).unwrap().ino;
+    let q = fs.mkdir(&C, ROOT_INO, n("q"), 0o755, 0).unwrap().ino;
+    assert!(c < q, "the child must have the lower inode number");
+    fs.rename(&C, ROOT_INO, n("c"), q, n("c"), 0).unwrap();
+    fs.mkdir(&C, c, n("x"), 0o755, 0).unwrap();
+    fs.mknod(&C, c, n("f"), libc::S_IFREG | 0o644, 0, 0)
+        .unwrap();
+
+    const ROUNDS: usize = 5_000;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done, finished) = mpsc::channel();
+    let mut workers = Vec::new();
+    // Entries move from the child into the parent and back (locks c, then q).
+    let renamer = |from: u64, to: u64, name: &'static str| {
+        let (fs, done) = (fs.clone(), done.clone());
+        std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                fs.rename(&C, from, n(name), to, n(name), 0).unwrap();
+                fs.rename(&C, to, n(name), from, n(name), 0).unwrap();
+            }
+            done.send(()).unwrap();
+        })
+    };
+    workers.push(renamer(c, q, "x"));
+    workers.push(renamer(c, q, "f"));
+    // The parent and the child are listed with attributes all the while.
+    for dir in [q, c, ROOT_INO] {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        workers.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut seen = 0;
+                fs.readdir(dir, 0, 0, true, &mut |e| {
+                    let dot = e.name == "." || e.name == "..";
+                    assert!(
+                        dot || e.attr.is_some(),
+                        "{:?} came without attributes",
+                        e.name
+                    );
+                    seen += 1;
+                    true
+                })
+                .unwrap();
+                assert!(seen >= 2);
+            }
+        }));
+    }
+    for _ in 0..2 {
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("renames stopped making progress: a lock cycle with READDIRPLUS");
+    }
+    stop.store(true, Ordering::Relaxed);
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    // Entries are where the last rename left them, and the sizes say so.
+    assert_eq!(names(&fs, c).len(), 4);
+    assert_eq!(fs.getattr(c).unwrap().size, 4 * 20);
+    assert_eq!(fs.getattr(q).unwrap().size, 3 * 20);
+}
+
 #[test]
 fn kernel_backed_files_read_write_truncate_punch_and_seek() {
     let Some(fs) = kernel_fs(64 * PAGE, AtimeMode::Relatime) else {

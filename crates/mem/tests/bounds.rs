@@ -38,7 +38,8 @@ fn unlimited() -> Vec<(&'static str, Arc<MemFs>)> {
         };
         out.push(("kernel-backed", Arc::new(MemFs::new(config).unwrap())));
     } else {
-        eprintln!("SKIP kernel-backed cases: the private tmpfs needs root");
+        let why = "the kernel-backed cases need root (a private tmpfs)";
+        memofs_e2e::skip::report(module_path!(), memofs_e2e::skip::Need::Root, why);
     }
     out
 }

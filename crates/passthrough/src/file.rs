@@ -3,8 +3,8 @@
 //! A regular file is opened by re-opening its `O_PATH` descriptor through `/proc/self/fd`
 //! ([`crate::fd::ProcSelf::reopen`]) after checking that the inode is a regular file, so no
 //! host path is resolved and no device or FIFO is ever opened by the server. Data calls use
-//! `pread`/`pwrite` on the handle's descriptor, which Linux turns into appends for
-//! `O_APPEND` descriptors.
+//! `pread`/`pwrite` on the handle's descriptor at the offsets the kernel gives (descriptors
+//! are opened without `O_APPEND`: the kernel turns appends into offsets itself).
 
 use std::ffi::{CStr, OsStr};
 use std::os::fd::{AsFd, OwnedFd};

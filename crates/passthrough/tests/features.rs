@@ -119,11 +119,11 @@ fn a_host_default_acl_replaces_the_umask() {
         )
     };
     if r != 0 {
-        eprintln!(
-            "SKIP: the host filesystem takes no default ACL ({})",
-            std::io::Error::last_os_error()
+        let e = std::io::Error::last_os_error();
+        memofs_e2e::skip!(
+            Kernel("posix_acl"),
+            "the host filesystem takes no default ACL ({e})"
         );
-        return;
     }
     let d = fs.lookup(&ROOT, ROOT_INO, n("d")).unwrap().ino;
     with_server_umask(0o022, || {
@@ -158,8 +158,7 @@ fn tmpfile_gets_a_name_only_by_link() {
 #[test]
 fn rename_whiteout_reaches_the_host() {
     if !is_root() {
-        eprintln!("SKIP: a whiteout needs CAP_MKNOD");
-        return;
+        memofs_e2e::skip!(Root, "a whiteout needs CAP_MKNOD");
     }
     let (_t, export, fs) = setup("whiteout");
     std::fs::write(export.join("a"), b"A").unwrap();
@@ -191,10 +190,7 @@ fn inode_flags_are_the_hosts() {
     let d = fs.lookup(&ROOT, ROOT_INO, n("d")).unwrap().ino;
     let before = match fs.get_flags(f) {
         Ok(flags) => flags,
-        Err(e) => {
-            eprintln!("SKIP: the host filesystem has no inode flags ({e})");
-            return;
-        }
+        Err(e) => memofs_e2e::skip!(Kernel("inode_flags"), "the host filesystem has none ({e})"),
     };
     fs.set_flags(&ROOT, f, before | NODUMP).unwrap();
     fs.set_flags(&ROOT, d, fs.get_flags(d).unwrap() | NODUMP)
@@ -225,8 +221,7 @@ fn birth_time_comes_from_the_host() {
     std::fs::write(export.join("f"), b"x").unwrap();
     let a = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
     let Ok(created) = std::fs::metadata(export.join("f")).unwrap().created() else {
-        eprintln!("SKIP: the host filesystem keeps no birth time");
-        return;
+        memofs_e2e::skip!(Kernel("btime"), "the host filesystem keeps no birth time");
     };
     assert_ne!(a.crtime, Timestamp::default());
     assert_eq!(a.crtime, Timestamp::from_system_time(created));

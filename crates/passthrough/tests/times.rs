@@ -15,8 +15,7 @@ use memofs_passthrough::PassthroughConfig;
 fn times_reach_the_host_and_come_back_exactly() {
     let Some((_tmp, export, _mounted, fs)) = setup_tmpfs("times", PassthroughConfig::default())
     else {
-        eprintln!("SKIP: mounting a tmpfs export needs root");
-        return;
+        memofs_e2e::skip!(Root, "mounting a tmpfs export needs root");
     };
     let (attr, o) = fs
         .create(&Caller::ROOT, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)

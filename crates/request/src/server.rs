@@ -291,13 +291,23 @@ impl<B: Backend> Server<B> {
     }
 
     /// Clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if anything
-    /// changed, tells the kernel to drop the attributes it cached.
-    fn kill_privs(&self, caller: &Caller, ino: Ino) {
-        if let Ok(true) = kill_suidgid(&*self.backend, caller, ino) {
+    /// changed, tells the kernel to drop the attributes it cached. An error fails the
+    /// request that asked for it, as the kernel fails a write whose privileges it cannot drop.
+    fn kill_privs(&self, caller: &Caller, ino: Ino) -> Result<()> {
+        if kill_suidgid(&*self.backend, caller, ino)? {
             if let Some(inv) = &self.invalidator {
                 inv.inode(ino);
             }
         }
+        Ok(())
+    }
+
+    /// Gives up an open handle of `ino`: its backing file, then the backend's handle.
+    fn release(&self, ino: Ino, fh: u64) -> Result<()> {
+        if let Some(k) = &self.kernel {
+            self.backings.release(&**k, ino);
+        }
+        self.backend.release(ino, fh)
     }
 
     /// How an open file of `ino` is served: through a backing file if the backend lends
@@ -522,10 +532,20 @@ impl<B: Backend> Server<B> {
                     // With passthrough the server never sees the writes, so an unprivileged
                     // open for writing drops the bits now rather than at the first write.
                     let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-                    if kill_suidgid || (writing && o.backing_id.is_some() && !privileged(caller)) {
-                        self.kill_privs(caller, ino);
+                    let kill =
+                        kill_suidgid || (writing && o.backing_id.is_some() && !privileged(caller));
+                    match if kill {
+                        self.kill_privs(caller, ino)
+                    } else {
+                        Ok(())
+                    } {
+                        Ok(()) => out.opened(&o),
+                        Err(e) => {
+                            // The kernel never sees this open: nothing may stay open for it.
+                            let _ = self.release(ino, o.fh);
+                            out.error(e);
+                        }
                     }
-                    out.opened(&o);
                 }
                 Err(e) => out.error(e),
             },
@@ -561,18 +581,19 @@ impl<B: Backend> Server<B> {
                 data,
                 kill_suidgid,
             } => {
-                if kill_suidgid {
-                    self.kill_privs(caller, ino);
-                }
-                answer(out, b.write(ino, fh, offset, data), |out, n| out.written(n));
+                let r = if kill_suidgid {
+                    self.kill_privs(caller, ino)
+                } else {
+                    Ok(())
+                };
+                answer(
+                    out,
+                    r.and_then(|()| b.write(ino, fh, offset, data)),
+                    |out, n| out.written(n),
+                );
             }
             Op::Flush { .. } => out.empty(),
-            Op::Release { fh } => {
-                if let Some(k) = &self.kernel {
-                    self.backings.release(&**k, ino);
-                }
-                answer(out, b.release(ino, fh), |out, ()| out.empty());
-            }
+            Op::Release { fh } => answer(out, self.release(ino, fh), |out, ()| out.empty()),
             Op::Opendir { .. } if self.kept_listings() => out.error(Errno::ENOSYS),
             Op::Opendir { flags } => answer(out, b.opendir(caller, ino, flags), |out, o| {
                 let keep = self.cached_listings() && self.keep(ino);
@@ -624,12 +645,14 @@ impl<B: Backend> Server<B> {
                 length,
                 mode,
             } => {
-                if !privileged(caller) {
-                    self.kill_privs(caller, ino);
-                }
+                let r = if privileged(caller) {
+                    Ok(())
+                } else {
+                    self.kill_privs(caller, ino)
+                };
                 answer(
                     out,
-                    b.fallocate(ino, fh, offset, length, mode),
+                    r.and_then(|()| b.fallocate(ino, fh, offset, length, mode)),
                     |out, ()| out.empty(),
                 );
             }
@@ -647,10 +670,14 @@ impl<B: Backend> Server<B> {
                 offset_out,
                 len,
             } => {
-                if !privileged(caller) {
-                    self.kill_privs(caller, ino_out);
-                }
-                let r = b.copy_file_range(ino, fh_in, offset_in, ino_out, fh_out, offset_out, len);
+                let r = if privileged(caller) {
+                    Ok(())
+                } else {
+                    self.kill_privs(caller, ino_out)
+                };
+                let r = r.and_then(|()| {
+                    b.copy_file_range(ino, fh_in, offset_in, ino_out, fh_out, offset_out, len)
+                });
                 answer(out, r, |out, n| out.written(n.min(u32::MAX as u64) as u32));
             }
             Op::Destroy => out.empty(),

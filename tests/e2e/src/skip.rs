@@ -2,7 +2,8 @@
 //! output capture, so it shows in every run) and, when `MEMOFS_E2E_SKIPS` names a file, appends
 //! a record there. libtest itself has no runtime skip (the test returns and counts as passed),
 //! so `make e2e` joins these records with libtest's counts ([`crate::summary`]) and counts the
-//! test as skipped, or as failed where the capability is required.
+//! test as skipped, or as failed where the capability is required. The crates' own tests use
+//! the same records (a dev-dependency), and `make unit` counts them the same way.
 //!
 //! Environment:
 //! * `MEMOFS_E2E_SKIPS`: the file records are appended to (one line each: capability, test,

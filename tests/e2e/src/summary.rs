@@ -1,6 +1,7 @@
-//! The summary of `make e2e` (`scripts/e2e.sh`, binary `memofs-e2e-summary`): for each run,
-//! libtest's counts from the `cargo test` output joined with the skip records of
-//! [`crate::skip`], per capability, and a closing `e2e: N passed, N failed, N skipped`.
+//! The summary of `make e2e` and `make unit` (`scripts/e2e.sh`, `scripts/unit.sh`, binary
+//! `memofs-e2e-summary`): for each run, libtest's counts from the `cargo test` output joined
+//! with the skip records of [`crate::skip`], per capability, and a closing line such as
+//! `e2e: N passed, N failed, N skipped` (the suite's name first).
 //!
 //! A skipped test returned early and libtest counted it as passed, so it is taken off the
 //! passed count. It counts as skipped, or as failed when its capability is required: the
@@ -25,6 +26,8 @@ pub struct Policy {
     pub required: String,
     /// Ids and patterns declared missing on this machine (taken out of `required`).
     pub lacks: String,
+    /// The suite's name, first on every line (`e2e`, `unit`).
+    pub suite: String,
 }
 
 impl Policy {
@@ -34,6 +37,7 @@ impl Policy {
             required: std::env::var("MEMOFS_E2E_REQUIRE")
                 .unwrap_or_else(|_| DEFAULT_REQUIRED.to_string()),
             lacks: std::env::var("MEMOFS_E2E_LACKS").unwrap_or_default(),
+            suite: "e2e".into(),
         }
     }
 
@@ -220,8 +224,8 @@ pub fn summarize(runs: &[RunInput], policy: &Policy) -> Report {
             }
         }
         r.lines.push(format!(
-            "e2e {}: {passed} passed, {failed} failed, {skipped} skipped",
-            run.name
+            "{} {}: {passed} passed, {failed} failed, {skipped} skipped",
+            policy.suite, run.name
         ));
         r.lines.extend(lines);
         r.passed += passed;
@@ -229,7 +233,7 @@ pub fn summarize(runs: &[RunInput], policy: &Policy) -> Report {
         r.skipped += skipped;
     }
     if !per_need.is_empty() {
-        let mut l = String::from("e2e skipped per capability:");
+        let mut l = format!("{} skipped per capability:", policy.suite);
         for (need, (skipped, failed)) in &per_need {
             let _ = write!(l, " {need} {}", skipped + failed);
             if *failed > 0 {
@@ -246,8 +250,8 @@ pub fn summarize(runs: &[RunInput], policy: &Policy) -> Report {
         policy.lacks.trim()
     };
     r.lines.push(format!(
-        "e2e required capabilities: {}; declared lacking (E2E_LACKS): {lacks}",
-        policy.required
+        "{} required capabilities: {}; declared lacking (E2E_LACKS): {lacks}",
+        policy.suite, policy.required
     ));
     let missing: Vec<&str> = per_need
         .iter()
@@ -256,14 +260,15 @@ pub fn summarize(runs: &[RunInput], policy: &Policy) -> Report {
         .collect();
     if !missing.is_empty() {
         r.lines.push(format!(
-            "e2e: tests were skipped for lack of required capabilities ({0}); on a machine \
-             without them run `make test E2E_LACKS={0}` to have them reported as skipped",
+            "{0}: tests were skipped for lack of required capabilities ({1}); on a machine \
+             without them run `make test E2E_LACKS={1}` to have them reported as skipped",
+            policy.suite,
             missing.join(",")
         ));
     }
     r.lines.push(format!(
-        "e2e: {} passed, {} failed, {} skipped",
-        r.passed, r.failed, r.skipped
+        "{}: {} passed, {} failed, {} skipped",
+        policy.suite, r.passed, r.failed, r.skipped
     ));
     r
 }
@@ -314,6 +319,7 @@ test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; fini
         Policy {
             required: required.into(),
             lacks: lacks.into(),
+            suite: "e2e".into(),
         }
     }
 

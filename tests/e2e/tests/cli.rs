@@ -404,7 +404,7 @@ fn background_mount_returns_once_live() {
 fn a_mount_made_right_after_an_unmount_stays() {
     require_mount!();
     // The server of the mount just unmounted must not take down the next one at the same
-    // place when it ends (it used to, in about half of the rounds), whether `memofs umount`
+    // place when it ends, whether `memofs umount`
     // (which waits for the server) or umount(8) (which does not) unmounted it.
     let t = target();
     for round in 0..12 {

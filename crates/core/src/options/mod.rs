@@ -8,7 +8,7 @@
 
 mod table;
 
-pub use table::{option_docs, scope_of, OptionDoc, Scope};
+pub use table::{markdown_table, option_docs, scope_of, OptionDoc, Scope};
 
 use std::fmt;
 use std::time::Duration;
@@ -318,6 +318,41 @@ mod tests {
         );
         assert_eq!(get("cache="), o.cache.mode.name());
         assert_eq!(get("huge="), o.huge.as_str());
+    }
+
+    /// Each documented default, given as an option, leaves the defaults as they are; a
+    /// documented `off` is a flag that changes them. Only defaults that depend on the machine
+    /// or the caller are described in words.
+    #[test]
+    fn every_documented_default_is_the_parsers() {
+        let base = parse_options::<&str>(&[], RAM).unwrap();
+        let described = [
+            "RAM pages / 2",
+            "mounting user",
+            "mounting group",
+            "CPUs (at least 2)",
+        ];
+        for d in option_docs() {
+            let first = d.name.split([',', '|']).next().unwrap().trim();
+            let (key, valued) = match first.split_once('=') {
+                Some((key, _)) => (key, true),
+                None => (first, false),
+            };
+            let given = match (d.default.as_str(), valued) {
+                (text, _) if described.contains(&text) => continue,
+                ("-" | "always on", false) => continue,
+                ("off", false) => {
+                    let set = parse_options(&[key], RAM).unwrap();
+                    assert_ne!(set, base, "`{key}` is documented as off by default");
+                    continue;
+                }
+                (value, true) => format!("{key}={value}"),
+                (value, false) => value.to_string(),
+            };
+            let o = parse_options(&[given.as_str()], RAM)
+                .unwrap_or_else(|e| panic!("the documented default `{given}` does not parse: {e}"));
+            assert_eq!(o, base, "`{given}` is documented as the default but is not");
+        }
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Mem,
         default: || format!("{DEFAULT_SIZE_PERCENT}%"),
-        help: "limit on file data and xattrs (k/m/g/t suffixes, % of RAM, 0 = only the machine's memory)",
+        help: "limit on file data (in 4 KiB pages), xattrs and symlink targets (k/m/g/t suffixes, % of RAM, 0 = only the machine's memory)",
         apply: |p, g| {
             let v = g.need()?;
             p.o.size = if let Some(pct) = v.strip_suffix('%') {
@@ -466,7 +466,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         default: || "auto".into(),
-        help: "requests through FUSE-over-io_uring ring entries where the kernel offers them (Linux 6.14+, fuse.enable_uring=Y)",
+        help: "requests through FUSE-over-io_uring where the kernel offers it (Linux 6.14+ with fuse.enable_uring=Y, a host-wide choice memofs never makes itself); on fails with how to enable it",
         apply: |p, g| {
             p.o.io_uring = g.choice(&AUTO_ON_OFF_U)?;
             Ok(())
@@ -594,6 +594,18 @@ pub fn option_docs() -> Vec<OptionDoc> {
             scope: s.scope,
         })
         .collect()
+}
+
+/// The option table as Markdown: the README's table is this text (a test checks it).
+pub fn markdown_table() -> String {
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut t = String::from("| option | default | meaning |\n|---|---|---|\n");
+    for d in option_docs() {
+        let name = cell(d.name);
+        let (default, help) = (cell(&d.default), cell(d.help));
+        t.push_str(&format!("| `{name}` | {default} | {help} |\n"));
+    }
+    t
 }
 
 #[cfg(test)]

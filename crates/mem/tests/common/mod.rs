@@ -43,7 +43,8 @@ pub fn read_all(fs: &MemFs, ino: u64) -> Vec<u8> {
 pub fn kernel_fs(size: u64, atime: AtimeMode) -> Option<MemFs> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: the kernel-backed store needs root");
+        let why = "the kernel-backed store needs root";
+        memofs_e2e::skip::report(module_path!(), memofs_e2e::skip::Need::Root, why);
         return None;
     }
     let config = MemConfig {

@@ -79,7 +79,7 @@ struct Shared {
 /// Handles decoded on demand, for the filesystem the one filesystem mark watches, when the
 /// server may open handles (`CAP_DAC_READ_SEARCH`). Recording a handle costs every lookup,
 /// create and forget of a file a `name_to_handle_at` and two map updates under the lock the
-/// table hook takes (about 4% of the server's CPU time in an untar of 2000 files); an event
+/// table hook takes, on the request path; an event
 /// about a file, rare next to them and never one the server caused (skipped by pid first),
 /// instead costs an `open_by_handle_at` and a `statx`. Directories
 /// are still recorded: name events carry their handles, and `Everything` needs none.

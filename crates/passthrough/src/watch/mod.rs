@@ -14,8 +14,8 @@
 //! previous batch (every `write(2)` is an event), and batches of events the server caused
 //! itself while it works (read only to be skipped). After a stream batch the thread waits
 //! [`COALESCE_MS`] (5 ms) before its next read if events keep coming. The host kernel
-//! merges repeated events in its queue meanwhile (a `dd` of 4 KiB writes costs the
-//! watcher ~40 ms of CPU per GiB instead of ~2 s), the server's own bursts cost one wakeup
+//! merges repeated events in its queue meanwhile (a stream of small writes costs the
+//! watcher one read per window, not one per write), the server's own bursts cost one wakeup
 //! per window instead of one per operation, and each change is reported once per batch.
 //!
 //! Only changes in directories of the inode table are reported: the kernel can cache names

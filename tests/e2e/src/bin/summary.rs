@@ -1,4 +1,5 @@
-//! `memofs-e2e-summary DIR`: the closing summary of `make e2e` (see `memofs_e2e::summary`).
+//! `memofs-e2e-summary DIR [SUITE]`: the closing summary of `make e2e` (SUITE `e2e`, the
+//! default) or `make unit` (`unit`); see `memofs_e2e::summary`.
 //! DIR holds, per run NAME, what `scripts/e2e.sh` left: `NAME.log` (the `cargo test` output),
 //! `NAME.status` (its exit status) and `NAME.skips` (the skip records, absent when nothing
 //! skipped). Prints per run and per capability, then `e2e: N passed, N failed, N skipped`;
@@ -12,10 +13,11 @@ use memofs_e2e::summary::{summarize, Policy, RunInput};
 
 fn main() -> ExitCode {
     let Some(dir) = std::env::args_os().nth(1) else {
-        eprintln!("usage: memofs-e2e-summary DIR");
+        eprintln!("usage: memofs-e2e-summary DIR [SUITE]");
         return ExitCode::from(2);
     };
     let dir = Path::new(&dir);
+    let suite = std::env::args().nth(2).unwrap_or_else(|| "e2e".into());
     let mut names: Vec<String> = fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| {
@@ -27,8 +29,8 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     names.sort();
     if names.is_empty() {
-        println!("e2e: no run found in {}", dir.display());
-        println!("e2e: 0 passed, 1 failed, 0 skipped");
+        println!("{suite}: no run found in {}", dir.display());
+        println!("{suite}: 0 passed, 1 failed, 0 skipped");
         return ExitCode::FAILURE;
     }
     let read = |name: &str, ext: &str| fs::read_to_string(dir.join(format!("{name}.{ext}")));
@@ -43,7 +45,11 @@ fn main() -> ExitCode {
             skips: read(name, "skips").unwrap_or_default(),
         })
         .collect();
-    let report = summarize(&runs, &Policy::from_env());
+    let policy = Policy {
+        suite,
+        ..Policy::from_env()
+    };
+    let report = summarize(&runs, &policy);
     for l in &report.lines {
         println!("{l}");
     }
