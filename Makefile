@@ -133,7 +133,7 @@ bench-real: setup build
 	bench/memofs-bench fetch real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real $(if $(OUT),--out $(OUT))
 
-# bench/reports: one current report per family, each replaced whole (about an hour on two
+# bench/reports: one current report per family, each replaced whole (about two hours on two
 # idle cores): the seed experiments, real work, real work through FUSE-over-io_uring against
 # /dev/fuse and libfuse's passthrough_hp, the uncached request path the same way (both with
 # fuse.enable_uring set for that run only), the passthrough backend against libfuse's

@@ -14,8 +14,10 @@
 //! - invalidations after changes the kernel did not see, sent from their own thread;
 //! - request counters and latencies ([`stats`]).
 //!
-//! Lookup counting is the backend's (see [`memofs_core::Backend`]); the layer only makes
-//! sure every request that wants a reply gets exactly one.
+//! Lookup counting is the backend's (see [`memofs_core::Backend`]): an inode lives in the
+//! backend's table until the kernel forgets it, so the count is taken where the inode is
+//! handed out, under the lock that finds it, and a concurrent FORGET cannot free it between
+//! the two. The layer only makes sure every request that wants a reply gets exactly one.
 #![deny(missing_docs)]
 
 mod backing;

@@ -290,11 +290,12 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    /// Clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if anything
-    /// changed, tells the kernel to drop the attributes it cached. An error fails the
-    /// request that asked for it, as the kernel fails a write whose privileges it cannot drop.
-    fn kill_privs(&self, caller: &Caller, ino: Ino) -> Result<()> {
-        if kill_suidgid(&*self.backend, caller, ino)? {
+    /// If `due`, clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if
+    /// anything changed, tells the kernel to drop the attributes it cached. An error fails
+    /// the request that asked for it, as the kernel fails a write whose privileges it cannot
+    /// drop.
+    fn kill_privs(&self, due: bool, caller: &Caller, ino: Ino) -> Result<()> {
+        if due && kill_suidgid(&*self.backend, caller, ino)? {
             if let Some(inv) = &self.invalidator {
                 inv.inode(ino);
             }
@@ -532,13 +533,9 @@ impl<B: Backend> Server<B> {
                     // With passthrough the server never sees the writes, so an unprivileged
                     // open for writing drops the bits now rather than at the first write.
                     let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-                    let kill =
+                    let due =
                         kill_suidgid || (writing && o.backing_id.is_some() && !privileged(caller));
-                    match if kill {
-                        self.kill_privs(caller, ino)
-                    } else {
-                        Ok(())
-                    } {
+                    match self.kill_privs(due, caller, ino) {
                         Ok(()) => out.opened(&o),
                         Err(e) => {
                             // The kernel never sees this open: nothing may stay open for it.
@@ -581,16 +578,10 @@ impl<B: Backend> Server<B> {
                 data,
                 kill_suidgid,
             } => {
-                let r = if kill_suidgid {
-                    self.kill_privs(caller, ino)
-                } else {
-                    Ok(())
-                };
-                answer(
-                    out,
-                    r.and_then(|()| b.write(ino, fh, offset, data)),
-                    |out, n| out.written(n),
-                );
+                let r = self
+                    .kill_privs(kill_suidgid, caller, ino)
+                    .and_then(|()| b.write(ino, fh, offset, data));
+                answer(out, r, |out, n| out.written(n));
             }
             Op::Flush { .. } => out.empty(),
             Op::Release { fh } => answer(out, self.release(ino, fh), |out, ()| out.empty()),
@@ -645,16 +636,10 @@ impl<B: Backend> Server<B> {
                 length,
                 mode,
             } => {
-                let r = if privileged(caller) {
-                    Ok(())
-                } else {
-                    self.kill_privs(caller, ino)
-                };
-                answer(
-                    out,
-                    r.and_then(|()| b.fallocate(ino, fh, offset, length, mode)),
-                    |out, ()| out.empty(),
-                );
+                let r = self
+                    .kill_privs(!privileged(caller), caller, ino)
+                    .and_then(|()| b.fallocate(ino, fh, offset, length, mode));
+                answer(out, r, |out, ()| out.empty());
             }
             Op::Lseek { fh, offset, whence } => {
                 let r = u64::try_from(offset)
@@ -670,14 +655,11 @@ impl<B: Backend> Server<B> {
                 offset_out,
                 len,
             } => {
-                let r = if privileged(caller) {
-                    Ok(())
-                } else {
-                    self.kill_privs(caller, ino_out)
-                };
-                let r = r.and_then(|()| {
-                    b.copy_file_range(ino, fh_in, offset_in, ino_out, fh_out, offset_out, len)
-                });
+                let r = self
+                    .kill_privs(!privileged(caller), caller, ino_out)
+                    .and_then(|()| {
+                        b.copy_file_range(ino, fh_in, offset_in, ino_out, fh_out, offset_out, len)
+                    });
                 answer(out, r, |out, n| out.written(n.min(u32::MAX as u64) as u32));
             }
             Op::Destroy => out.empty(),

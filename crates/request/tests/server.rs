@@ -78,16 +78,21 @@ fn writeback_opens_write_only_files_read_write_and_append_reaches_the_backend() 
     );
 }
 
-#[test]
-fn privileges_that_cannot_be_dropped_fail_the_write_or_open() {
-    let s = setup(&[], false, Granted::default());
-    *s.fake.refuse_chmod.lock().unwrap() = Some(Errno::EROFS);
-    let op = Op::Write {
+/// A write the kernel flags for clearing setuid/setgid.
+fn flagged_write() -> Op<'static> {
+    Op::Write {
         fh: 42,
         offset: 0,
         data: b"abc",
         kill_suidgid: true,
-    };
+    }
+}
+
+#[test]
+fn privileges_that_cannot_be_dropped_fail_the_write_or_open() {
+    let s = setup(&[], false, Granted::default());
+    *s.fake.refuse_chmod.lock().unwrap() = Some(Errno::EROFS);
+    let op = flagged_write();
     assert_eq!(s.ask(2, USER, op), Reply::Error(Errno::EROFS));
     assert!(s.fake.calls().is_empty(), "{:?}", s.fake.calls());
     *s.fake.refuse_chmod.lock().unwrap() = Some(Errno::EIO);
@@ -103,12 +108,7 @@ fn privileges_that_cannot_be_dropped_fail_the_write_or_open() {
 #[test]
 fn a_flagged_write_clears_setuid_and_tells_the_kernel() {
     let s = setup(&[], false, Granted::default());
-    let op = Op::Write {
-        fh: 42,
-        offset: 0,
-        data: b"abc",
-        kill_suidgid: true,
-    };
+    let op = flagged_write();
     assert_eq!(s.ask(2, USER, op), Reply::Written(3));
     let calls = s.fake.calls();
     assert_eq!(calls[0], "chmod 2 755");
