@@ -21,6 +21,11 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// tmpfs reports a directory's size as this many bytes per entry (plus two for `.`/`..`).
 pub const BOGO_DIRENT_SIZE: u64 = 20;
 
+/// Size as tmpfs reports it for a directory of `entries` entries (`.` and `..` besides).
+fn bogo_size_of(entries: u64) -> u64 {
+    (entries + 2) * BOGO_DIRENT_SIZE
+}
+
 /// First cookie handed to a real entry.
 const FIRST_COOKIE: u64 = 3;
 
@@ -91,7 +96,7 @@ impl DirNode {
 
     /// Size as tmpfs reports it, without taking the lock.
     pub fn bogo_size(&self) -> u64 {
-        (self.len.load(Ordering::Relaxed) + 2) * BOGO_DIRENT_SIZE
+        bogo_size_of(self.len.load(Ordering::Relaxed))
     }
 }
 
@@ -177,7 +182,7 @@ impl Directory {
 
     /// Size as tmpfs reports it.
     pub fn bogo_size(&self) -> u64 {
-        (self.entries.len() as u64 + 2) * BOGO_DIRENT_SIZE
+        bogo_size_of(self.entries.len() as u64)
     }
 
     /// Adds `name`; the caller checked that it is absent.

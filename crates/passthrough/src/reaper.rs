@@ -4,12 +4,13 @@
 //! host file was already deleted that `close(2)` is what frees it: the host kernel evicts the
 //! inode and drops its pages. In an `rm -rf` through the export that is a large share of the
 //! server's work, and on the request thread it would sit between the FORGET and the caller's
-//! next request (which waits for it). A reaper thread does it instead: forgotten inodes queue up and the
-//! thread drops them in batches, at most [`BATCH`] apart, so it wakes at most once per batch.
-//! At most [`MAX_PENDING`] wait (besides the batch being dropped); past that the request
-//! thread drops them itself, so the descriptors held for closing stay bounded. They still count against the descriptor
-//! budget until closed (see [`crate::fd`]), and a request that finds the budget spent
-//! closes what waits before it gives up ([`Reaper::drain_now`]).
+//! next request (which waits for it). A reaper thread does it instead: forgotten inodes
+//! queue up and the thread drops them in batches, at most [`BATCH`] apart, so it wakes at
+//! most once per batch. At most [`MAX_PENDING`] wait (besides the batch being dropped);
+//! past that the request thread drops them itself, so the descriptors held for closing stay
+//! bounded. They still count against the descriptor budget until closed (see
+//! [`crate::fd`]), and a request that finds the budget spent closes what waits before it
+//! gives up ([`Reaper::drain_now`]).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
