@@ -19,7 +19,12 @@
 //! too). At most one thread polls at a time.
 //!
 //! Polling trades some server CPU for the wakeup a sleeping thread would cost each request
-//! (docs/performance.md, "How the server waits").
+//! (docs/performance.md, "How the server waits"). It also takes CPU time from a caller that
+//! computes between short bursts of requests (a Python import: open, ioctl, stat, read,
+//! close, then seconds of work spread over a thousand files), where most polls end empty.
+//! So polling also stops while it does not pay: [`Payoff`] keeps an average of the recent
+//! polls' outcomes, and below one hit in four a thread polls only every [`PROBE`]th time it
+//! otherwise would, to notice when requests come back to back again.
 //!
 //! A parked thread rejoins the reading every [`crate::gate::REJOIN`], and while it waits in
 //! `read(2)` the thread that answers is not the only reader, so it parks instead of polling.
@@ -27,11 +32,60 @@
 //! against 6178 with two threads.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use memofs_request::stats::{Event, Stats};
+
+/// While polls miss more often than they hit, one poll in this many still happens.
+pub const PROBE: u32 = 16;
+/// [`Payoff`]'s score when every recent poll hit.
+const FULL: u32 = 1024;
+
+/// Whether busy polling has been paying off: an average of recent polls' outcomes, each poll
+/// weighing a sixteenth. A hit saves the caller a wakeup, which on a virtual machine costs
+/// more than the CPU a miss burns, so polling goes on while at least one poll in four hits
+/// (a run of 21 misses stops it after a run of hits). Shared by the threads that may poll;
+/// races only blur the average.
+pub struct Payoff {
+    /// The average, from 0 (every poll missed) to [`FULL`] (every poll hit).
+    score: AtomicU32,
+    /// Polls skipped since the last probe.
+    skipped: AtomicU32,
+}
+
+impl Default for Payoff {
+    /// Polling pays until polls say otherwise.
+    fn default() -> Self {
+        Payoff {
+            score: AtomicU32::new(FULL),
+            skipped: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Payoff {
+    /// Whether to poll now: while at least a quarter of the recent polls hit, and otherwise
+    /// once every [`PROBE`] times.
+    pub fn worth_polling(&self) -> bool {
+        if self.score.load(Ordering::Relaxed) >= FULL / 4 {
+            return true;
+        }
+        let skipped = self.skipped.load(Ordering::Relaxed) + 1;
+        let probe = skipped >= PROBE;
+        self.skipped
+            .store(if probe { 0 } else { skipped }, Ordering::Relaxed);
+        probe
+    }
+
+    /// A poll saw a request (`hit`) or ran out its window.
+    pub fn polled(&self, hit: bool) {
+        let score = self.score.load(Ordering::Relaxed);
+        let score = score - score / 16 + if hit { FULL / 16 } else { 0 };
+        self.score.store(score, Ordering::Relaxed);
+    }
+}
 
 /// How the reading thread waits for the next request.
 pub struct BusyPoll {
@@ -47,6 +101,7 @@ pub struct BusyPoll {
     quick: AtomicBool,
     /// The last poll saw a request arrive.
     hit: AtomicBool,
+    payoff: Payoff,
     stats: Arc<Stats>,
 }
 
@@ -60,6 +115,7 @@ impl BusyPoll {
             answered: AtomicU64::new(0),
             quick: AtomicBool::new(false),
             hit: AtomicBool::new(false),
+            payoff: Payoff::default(),
             stats,
         }
     }
@@ -103,9 +159,14 @@ impl BusyPoll {
 
     /// After [`BusyPoll::answered`]; `alone`: this thread is the only one that will read
     /// next. Returns once a request is waiting, the window since the answer is over, or at
-    /// once if requests have not been coming within a window of each other.
+    /// once if requests have not been coming within a window of each other or polls have
+    /// not been paying off.
     pub fn wait(&self, answered: Answered, alone: bool) {
-        if self.window_ns == 0 || !alone || !self.quick.load(Ordering::Relaxed) {
+        if self.window_ns == 0
+            || !alone
+            || !self.quick.load(Ordering::Relaxed)
+            || !self.payoff.worth_polling()
+        {
             return;
         }
         let Some(device) = self.device.get() else {
@@ -116,6 +177,7 @@ impl BusyPoll {
             match poll_device(device) {
                 Poll::Request => {
                     self.hit.store(true, Ordering::Relaxed);
+                    self.payoff.polled(true);
                     self.stats.event(Event::BusyPollHit);
                     return;
                 }
@@ -124,6 +186,7 @@ impl BusyPoll {
                 Poll::Nothing => {}
             }
             if self.now() >= end {
+                self.payoff.polled(false);
                 self.stats.event(Event::BusyPollMiss);
                 return;
             }
@@ -245,6 +308,42 @@ mod tests {
         std::thread::sleep(2 * window);
         p.arrived();
         assert!(!p.quick.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn polling_stops_while_polls_miss_and_probes_bring_it_back() {
+        let p = Payoff::default();
+        assert!(p.worth_polling(), "polling starts on");
+        // A few misses among hits keep it on.
+        for _ in 0..10 {
+            p.polled(false);
+            assert!(p.worth_polling());
+        }
+        for _ in 0..10 {
+            p.polled(true);
+        }
+        // A long run of misses stops it: then one chance in PROBE.
+        let mut misses = 0;
+        while p.worth_polling() {
+            p.polled(false);
+            misses += 1;
+            assert!(misses < 100, "polling never stopped");
+        }
+        assert!(misses > 10, "stopped after {misses} misses");
+        let polls = (0..10 * PROBE).filter(|_| p.worth_polling()).count();
+        assert_eq!(polls, 10, "one probe every {PROBE}");
+        // Probes that hit turn it on again.
+        let mut probes = 0;
+        while !p.worth_polling() {
+            if (0..PROBE).any(|_| p.worth_polling()) {
+                p.polled(true);
+                probes += 1;
+            }
+        }
+        assert!(
+            (1..=5).contains(&probes),
+            "{probes} probes to turn polling on"
+        );
     }
 
     #[test]

@@ -23,6 +23,13 @@
 //! an idle vCPU (figures in docs/performance.md). A request that finds the thread asleep
 //! arrives later than it would have, so up to [`QUICK`] windows count as quick here.
 //!
+//! Large READs are the exception to the pinning. A file read in sequence reaches the server
+//! as readahead, which the reader does not wait for page by page: on the reader's CPU, the
+//! thread's copy and the kernel's copy out of the ring entry run only when the reader stops,
+//! and never beside it. So while a queue serves READs of at least [`SPREAD_READ`] bytes its
+//! thread may run on any CPU the process may use (the kernel wakes it where a CPU is idle);
+//! the next other request pins it again ([`Placement`]).
+//!
 //! Requests that may wait for a disk (FSYNC) run on [`crate::blocking`]'s threads; their
 //! answer comes back to the queue's thread through a channel and an eventfd the ring polls,
 //! because only that thread submits to its ring.
@@ -41,6 +48,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::abi;
 use crate::blocking::Blocking;
+use crate::busy_poll::Payoff;
 use crate::decode::{decode, Args, Proto};
 use crate::encode::{Encoder, ReplySink};
 use crate::init::MAX_WRITE;
@@ -154,6 +162,8 @@ pub struct UringChannel<B: Backend> {
     /// A duplicate of the session's `/dev/fuse` descriptor, which ring commands name.
     dev: OwnedFd,
     blocking: Blocking,
+    /// Whether the queues' busy polling pays off (see [`crate::busy_poll`]).
+    payoff: Arc<Payoff>,
 }
 
 /// An answer computed off the queue's thread: slot, request, result.
@@ -228,6 +238,62 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// READs of at least this many bytes let a queue's thread leave its CPU (see the module
+/// documentation).
+const SPREAD_READ: u32 = 64 * 1024;
+
+/// Whether a request is a READ of at least [`SPREAD_READ`] bytes.
+fn large_read(header: &abi::fuse_uring_req_header) -> bool {
+    let read = abi::fuse_read_in::read_from_prefix(&header.op_in);
+    abi::fuse_in_header::read_from_prefix(&header.in_out)
+        .is_ok_and(|(h, _)| h.opcode == abi::opcode::READ)
+        && read.is_ok_and(|(r, _)| r.size >= SPREAD_READ)
+}
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is valid, and sched_getaffinity writes at most its size
+    // into it; on failure it stays empty, which `spread_over` treats as "leave it".
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        set
+    }
+}
+
+/// Lets the calling thread run on every CPU in `set` (nothing if `set` is empty).
+fn spread_over(set: &libc::cpu_set_t) {
+    // SAFETY: CPU_COUNT reads a valid set; sched_setaffinity reads the set for the calling
+    // thread.
+    unsafe {
+        if libc::CPU_COUNT(set) > 0 {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+        }
+    }
+}
+
+/// Where a queue's thread runs: on its CPU, or, while large READs come, anywhere.
+#[derive(Debug, PartialEq, Eq)]
+struct Placement {
+    spread: bool,
+}
+
+impl Placement {
+    /// The thread starts pinned.
+    fn pinned() -> Placement {
+        Placement { spread: false }
+    }
+
+    /// Before a request (`large`: a large READ); returns `Some(spread)` when the thread is
+    /// to move: `true` to run anywhere, `false` back to its CPU.
+    fn next(&mut self, large: bool) -> Option<bool> {
+        (large != self.spread).then(|| {
+            self.spread = large;
+            large
+        })
+    }
+}
+
 /// How many windows after an answer a request still counts as coming quickly.
 const QUICK: u32 = 4;
 
@@ -239,14 +305,17 @@ struct RingPoll {
     answered: Instant,
     /// The last request arrived within a window of the answer before it.
     quick: bool,
+    /// Shared by the queues: a queue whose caller moved on still keeps its CPU busy.
+    payoff: Arc<Payoff>,
 }
 
 impl RingPoll {
-    fn new(window: Duration) -> RingPoll {
+    fn new(window: Duration, payoff: Arc<Payoff>) -> RingPoll {
         RingPoll {
             window,
             answered: Instant::now(),
             quick: false,
+            payoff,
         }
     }
 
@@ -259,18 +328,21 @@ impl RingPoll {
 
     /// After answers were committed: waits until `ready` says a completion is there or the
     /// window is over, yielding the CPU between looks; at once unless requests have been
-    /// coming quickly. Returns whether a completion came.
+    /// coming quickly and polls have been paying off ([`Payoff`]). Returns whether a
+    /// completion came.
     fn wait(&mut self, stats: &Stats, mut ready: impl FnMut() -> bool) -> bool {
         self.answered = Instant::now();
-        if self.window.is_zero() || !self.quick {
+        if self.window.is_zero() || !self.quick || !self.payoff.worth_polling() {
             return false;
         }
         loop {
             if ready() {
+                self.payoff.polled(true);
                 stats.event(Event::BusyPollHit);
                 return true;
             }
             if self.answered.elapsed() >= self.window {
+                self.payoff.polled(false);
                 stats.event(Event::BusyPollMiss);
                 return false;
             }
@@ -289,6 +361,7 @@ impl<B: Backend> UringChannel<B> {
             proto,
             dev,
             blocking: Blocking::default(),
+            payoff: Arc::default(),
         }
     }
 
@@ -308,7 +381,9 @@ impl<B: Backend> UringChannel<B> {
 
     /// One queue: registers its entries, then serves requests until the connection ends.
     fn queue(&self, cpu: usize) -> io::Result<()> {
+        let allowed = allowed_cpus();
         pin_to(cpu);
+        let mut placement = Placement::pinned();
         let qid = cpu as u16;
         let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
             IoUring::builder().build((2 * DEPTH + 2) as u32)?;
@@ -324,7 +399,7 @@ impl<B: Backend> UringChannel<B> {
         let mut live = DEPTH;
         let mut scratch = Vec::new();
         let mut staged = Staged::default();
-        let mut poll = RingPoll::new(self.server.plan().busy_poll);
+        let mut poll = RingPoll::new(self.server.plan().busy_poll, self.payoff.clone());
         while live > 0 {
             let answered = !pending.is_empty();
             {
@@ -366,6 +441,11 @@ impl<B: Backend> UringChannel<B> {
                 match res {
                     0 => {
                         poll.arrived(polled);
+                        match placement.next(large_read(&slots[i].header)) {
+                            Some(true) => spread_over(&allowed),
+                            Some(false) => pin_to(cpu),
+                            None => {}
+                        }
                         let commit =
                             self.request(&mut slots[i], i, &tx, &wake, &mut scratch, &mut staged);
                         if let Some(commit_id) = commit {
@@ -546,7 +626,7 @@ mod tests {
     #[test]
     fn ring_polls_only_while_requests_come_quickly() {
         let stats = Stats::new();
-        let mut p = RingPoll::new(Duration::from_millis(20));
+        let mut p = RingPoll::new(Duration::from_millis(20), Arc::default());
         // Nothing arrived quickly yet: no poll at all.
         assert!(!p.wait(&stats, || panic!("polled while requests came slowly")));
         p.arrived(false);
@@ -567,9 +647,47 @@ mod tests {
         p.arrived(false);
         assert!(!p.wait(&stats, || panic!("polled after a slow request")));
         // busy_poll=0 never polls.
-        let mut off = RingPoll::new(Duration::ZERO);
+        let mut off = RingPoll::new(Duration::ZERO, Arc::default());
         off.arrived(true);
         assert!(!off.wait(&stats, || panic!("polled with busy_poll=0")));
+    }
+
+    #[test]
+    fn large_reads_unpin_the_thread_and_other_requests_pin_it_again() {
+        let mut p = Placement::pinned();
+        assert_eq!(p.next(false), None);
+        assert_eq!(p.next(true), Some(true));
+        assert_eq!(p.next(true), None, "no system call while large reads go on");
+        assert_eq!(p.next(false), Some(false));
+        assert_eq!(p.next(false), None);
+    }
+
+    #[test]
+    fn only_reads_of_64_kib_and_more_are_large() {
+        let mut slot = Slot::new();
+        let set = |slot: &mut Slot, opcode: u32, size: u32| {
+            let h = abi::fuse_in_header {
+                len: 80,
+                opcode,
+                unique: 1,
+                nodeid: 2,
+                uid: 0,
+                gid: 0,
+                pid: 0,
+                total_extlen: 0,
+                padding: 0,
+            };
+            slot.header.in_out[..40].copy_from_slice(h.as_bytes());
+            let mut r = abi::fuse_read_in::new_zeroed();
+            r.size = size;
+            slot.header.op_in[..40].copy_from_slice(r.as_bytes());
+        };
+        set(&mut slot, abi::opcode::READ, 128 * 1024);
+        assert!(large_read(&slot.header));
+        set(&mut slot, abi::opcode::READ, 4096);
+        assert!(!large_read(&slot.header));
+        set(&mut slot, abi::opcode::WRITE, 128 * 1024);
+        assert!(!large_read(&slot.header));
     }
 
     #[test]
