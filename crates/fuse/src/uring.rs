@@ -32,7 +32,12 @@
 //!
 //! Requests that may wait for a disk (FSYNC) run on [`crate::blocking`]'s threads; their
 //! answer comes back to the queue's thread through a channel and an eventfd the ring polls,
-//! because only that thread submits to its ring.
+//! because only that thread submits to its ring. RELEASE goes to those threads too, but is
+//! answered first: the kernel sends it in the background when a file's last descriptor
+//! closes, waits for no answer and ignores errors, so the work (the handle, the backing id)
+//! need not take the CPU of the caller, who is already on to its next file (over `/dev/fuse`
+//! it runs on another thread anyway). A later request on the same inode finds the backing id
+//! still counted, as it would if the release were slower.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -134,6 +139,13 @@ impl ReplySink for SlotSink<'_> {
     fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
         self.0.put_reply(unique, error, parts);
     }
+}
+
+/// The reply to a request already answered.
+struct Discard;
+
+impl ReplySink for Discard {
+    fn send(&mut self, _unique: u64, _error: i32, _parts: &[&[u8]]) {}
 }
 
 /// A reply kept aside while the request still borrows the slot's payload.
@@ -380,7 +392,7 @@ impl<B: Backend> UringChannel<B> {
     }
 
     /// One queue: registers its entries, then serves requests until the connection ends.
-    fn queue(&self, cpu: usize) -> io::Result<()> {
+    fn queue(self: Arc<Self>, cpu: usize) -> io::Result<()> {
         let allowed = allowed_cpus();
         pin_to(cpu);
         let mut placement = Placement::pinned();
@@ -491,7 +503,7 @@ impl<B: Backend> UringChannel<B> {
     /// Handles the request in slot `i`; returns the commit id to commit it with now, or
     /// `None` if it is answered later from another thread.
     fn request(
-        &self,
+        self: &Arc<Self>,
         slot: &mut Slot,
         i: usize,
         tx: &Sender<Answer>,
@@ -506,6 +518,20 @@ impl<B: Backend> UringChannel<B> {
             Err(_) => return Some(commit_id),
         };
         let payload_sz = (header.ring_ent_in_out.payload_sz as usize).min(slot.payload.len());
+        if h.opcode == abi::opcode::RELEASE {
+            // Answered at once and released on a helper thread (see the module documentation).
+            slot.put_reply(h.unique, 0, &[]);
+            let me = self.clone();
+            let op_in = header.op_in;
+            self.blocking.run(move || {
+                let mut scratch = Vec::new();
+                let args = Args::split(&op_in, &[]);
+                if let Some(job) = me.handle(&h, args, &mut scratch, &mut Discard) {
+                    let _ = job();
+                }
+            });
+            return Some(commit_id);
+        }
         let handled = if payload_sz == 0 {
             // Nothing borrowed from the payload: the reply goes straight into it.
             let args = Args::split(&header.op_in, &[]);

@@ -432,7 +432,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         default: || DEFAULT_BUSY_POLL_US.to_string(),
-        help: "after an answer, the request thread polls this long for the next request before it sleeps (on /dev/fuse the one reading thread, over io_uring each queue's thread), while requests keep coming that fast (0: never; at most 10000)",
+        help: "after an answer, the request thread polls this long for the next request before it sleeps (on /dev/fuse the one reading thread, over io_uring each queue's thread), while requests keep coming that fast and at least one poll in four finds one (0: never; at most 10000)",
         apply: |p, g| {
             let us: u64 = g
                 .need()?
