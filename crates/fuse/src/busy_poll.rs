@@ -79,11 +79,17 @@ impl Payoff {
         probe
     }
 
-    /// A poll saw a request (`hit`) or ran out its window.
-    pub fn polled(&self, hit: bool) {
+    /// A poll saw a request (`hit`) or ran out its window: counted in the average and in
+    /// `stats` (`busy_poll_hits`, `busy_poll_misses`).
+    pub fn polled(&self, hit: bool, stats: &Stats) {
         let score = self.score.load(Ordering::Relaxed);
         let score = score - score / 16 + if hit { FULL / 16 } else { 0 };
         self.score.store(score, Ordering::Relaxed);
+        stats.event(if hit {
+            Event::BusyPollHit
+        } else {
+            Event::BusyPollMiss
+        });
     }
 }
 
@@ -177,8 +183,7 @@ impl BusyPoll {
             match poll_device(device) {
                 Poll::Request => {
                     self.hit.store(true, Ordering::Relaxed);
-                    self.payoff.polled(true);
-                    self.stats.event(Event::BusyPollHit);
+                    self.payoff.polled(true, &self.stats);
                     return;
                 }
                 // The connection is gone (the next read says so) or the poll failed: read.
@@ -186,8 +191,7 @@ impl BusyPoll {
                 Poll::Nothing => {}
             }
             if self.now() >= end {
-                self.payoff.polled(false);
-                self.stats.event(Event::BusyPollMiss);
+                self.payoff.polled(false, &self.stats);
                 return;
             }
             // SAFETY: sched_yield has no preconditions.
@@ -313,19 +317,20 @@ mod tests {
     #[test]
     fn polling_stops_while_polls_miss_and_probes_bring_it_back() {
         let p = Payoff::default();
+        let stats = Stats::new();
         assert!(p.worth_polling(), "polling starts on");
         // A few misses among hits keep it on.
         for _ in 0..10 {
-            p.polled(false);
+            p.polled(false, &stats);
             assert!(p.worth_polling());
         }
         for _ in 0..10 {
-            p.polled(true);
+            p.polled(true, &stats);
         }
         // A long run of misses stops it: then one chance in PROBE.
         let mut misses = 0;
         while p.worth_polling() {
-            p.polled(false);
+            p.polled(false, &stats);
             misses += 1;
             assert!(misses < 100, "polling never stopped");
         }
@@ -336,7 +341,7 @@ mod tests {
         let mut probes = 0;
         while !p.worth_polling() {
             if (0..PROBE).any(|_| p.worth_polling()) {
-                p.polled(true);
+                p.polled(true, &stats);
                 probes += 1;
             }
         }

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use memofs_core::{Backend, Errno};
-use memofs_request::stats::{Event, Stats};
+use memofs_request::stats::Stats;
 use memofs_request::{Handled, Op, ReplyOut, Server};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -241,13 +241,13 @@ fn eventfd() -> io::Result<OwnedFd> {
 /// Keeps the calling thread on `cpu`, where the requests of this queue come from (best
 /// effort: a CPU outside the allowed set leaves the thread where it may run).
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads
-    // the set for the calling thread.
-    unsafe {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    let set = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+        set
+    };
+    run_on(&set);
 }
 
 /// READs of at least this many bytes let a queue's thread leave its CPU (see the module
@@ -265,7 +265,7 @@ fn large_read(header: &abi::fuse_uring_req_header) -> bool {
 /// The CPUs the calling thread may run on.
 fn allowed_cpus() -> libc::cpu_set_t {
     // SAFETY: a zeroed cpu_set_t is valid, and sched_getaffinity writes at most its size
-    // into it; on failure it stays empty, which `spread_over` treats as "leave it".
+    // into it; on failure it stays empty, which `run_on` treats as "leave it".
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
@@ -273,8 +273,9 @@ fn allowed_cpus() -> libc::cpu_set_t {
     }
 }
 
-/// Lets the calling thread run on every CPU in `set` (nothing if `set` is empty).
-fn spread_over(set: &libc::cpu_set_t) {
+/// Lets the calling thread run on every CPU in `set` (nothing if `set` is empty; a set the
+/// kernel refuses leaves the thread where it may run).
+fn run_on(set: &libc::cpu_set_t) {
     // SAFETY: CPU_COUNT reads a valid set; sched_setaffinity reads the set for the calling
     // thread.
     unsafe {
@@ -349,13 +350,11 @@ impl RingPoll {
         }
         loop {
             if ready() {
-                self.payoff.polled(true);
-                stats.event(Event::BusyPollHit);
+                self.payoff.polled(true, stats);
                 return true;
             }
             if self.answered.elapsed() >= self.window {
-                self.payoff.polled(false);
-                stats.event(Event::BusyPollMiss);
+                self.payoff.polled(false, stats);
                 return false;
             }
             // SAFETY: sched_yield has no preconditions.
@@ -454,7 +453,7 @@ impl<B: Backend> UringChannel<B> {
                     0 => {
                         poll.arrived(polled);
                         match placement.next(large_read(&slots[i].header)) {
-                            Some(true) => spread_over(&allowed),
+                            Some(true) => run_on(&allowed),
                             Some(false) => pin_to(cpu),
                             None => {}
                         }
@@ -517,7 +516,6 @@ impl<B: Backend> UringChannel<B> {
             Ok((h, _)) => h,
             Err(_) => return Some(commit_id),
         };
-        let payload_sz = (header.ring_ent_in_out.payload_sz as usize).min(slot.payload.len());
         if h.opcode == abi::opcode::RELEASE {
             // Answered at once and released on a helper thread (see the module documentation).
             slot.put_reply(h.unique, 0, &[]);
@@ -532,6 +530,7 @@ impl<B: Backend> UringChannel<B> {
             });
             return Some(commit_id);
         }
+        let payload_sz = (header.ring_ent_in_out.payload_sz as usize).min(slot.payload.len());
         let handled = if payload_sz == 0 {
             // Nothing borrowed from the payload: the reply goes straight into it.
             let args = Args::split(&header.op_in, &[]);
