@@ -27,9 +27,10 @@ SEED_PARAMS = {
 }
 
 
-# the real family on every data path: tmpfs (baseline), memofs with kernel-backed data, with
-# its own page store, its passthrough backend over tmpfs, and libfuse's passthrough_ll
-REAL_TARGETS = "tmpfs,memofs,memofs:-o passthrough=off,memofs-pt,passthrough_ll"
+# the real family on every data path: tmpfs (baseline), memofs with kernel-backed data (with
+# and without its CPU latency request), with its own page store, its passthrough backend over
+# tmpfs, and libfuse's passthrough_ll
+REAL_TARGETS = "tmpfs,memofs,memofs:-o cpu_latency=off,memofs:-o passthrough=off,memofs-pt,passthrough_ll"
 CHECK_FAILED = 1
 
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::atime::AtimePolicy;
 use crate::cache::CachePolicy;
-use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, UringMode, WatchMode};
+use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, Want, WatchMode};
 use crate::types::Capabilities;
 
 /// Which backend serves the mount.
@@ -64,7 +64,9 @@ pub struct MountPlan {
     /// Ask for the kernel's writeback cache (never together with passthrough).
     pub writeback: bool,
     /// Requests through FUSE-over-io_uring ring entries.
-    pub io_uring: UringMode,
+    pub io_uring: Want,
+    /// A CPU latency request while requests stream.
+    pub cpu_latency: Want,
     /// Every read and write reaches the server.
     pub direct_io: bool,
     /// The backend keeps POSIX ACLs: the kernel enforces them and leaves the umask to the
@@ -110,6 +112,7 @@ impl MountPlan {
             },
             writeback: opts.writeback,
             io_uring: opts.io_uring,
+            cpu_latency: opts.cpu_latency,
             direct_io: opts.direct_io,
             posix_acl: false,
             sole_writer: false,

@@ -17,6 +17,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::abi;
 use crate::blocking::Blocking;
 use crate::busy_poll::BusyPoll;
+use crate::cpu_latency::CpuLatency;
 use crate::decode::{decode, Args, Proto};
 use crate::device::{clone_queue, FdSink};
 use crate::encode::Encoder;
@@ -50,6 +51,7 @@ pub struct DevChannel<B: Backend> {
     proto: Proto,
     gate: Gate,
     poll: Arc<BusyPoll>,
+    latency: Arc<CpuLatency>,
     blocking: Blocking,
 }
 
@@ -80,13 +82,20 @@ fn read_request(fd: &OwnedFd, buf: &mut [u64]) -> io::Result<Read> {
 
 impl<B: Backend> DevChannel<B> {
     /// A channel serving `server` (INIT done, `proto` from it) with `threads` threads
-    /// polling for `busy_poll` after answers.
-    pub fn new(server: Arc<Server<B>>, proto: Proto, threads: usize, poll: Arc<BusyPoll>) -> Self {
+    /// polling for `busy_poll` after answers and telling `latency` of each request.
+    pub fn new(
+        server: Arc<Server<B>>,
+        proto: Proto,
+        threads: usize,
+        poll: Arc<BusyPoll>,
+        latency: Arc<CpuLatency>,
+    ) -> Self {
         DevChannel {
             server,
             proto,
             gate: Gate::new(threads),
             poll,
+            latency,
             blocking: Blocking::default(),
         }
     }
@@ -156,6 +165,7 @@ impl<B: Backend> DevChannel<B> {
         let gated = req.op.wants_reply();
         if gated {
             self.poll.arrived();
+            self.latency.arrived();
             self.gate.enter(req.caller.pid, req.op.moves_data());
         }
         let mut enc = Encoder::new(req.unique, scratch, &mut sink);

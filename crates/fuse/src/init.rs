@@ -1,7 +1,7 @@
 //! The INIT handshake: what memofs asks of the kernel, from the mount plan, and what the
 //! kernel granted.
 
-use memofs_core::options::UringMode;
+use memofs_core::options::Want;
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_request::Granted;
 use zerocopy::{FromZeros, IntoBytes};
@@ -110,7 +110,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.posix_acl {
         wanted |= init::POSIX_ACL;
     }
-    if plan.io_uring != UringMode::Off {
+    if plan.io_uring != Want::Off {
         wanted |= init::OVER_IO_URING;
     }
     let flags = wanted & offered;
@@ -118,7 +118,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.passthrough == Passthrough::Required && !has(init::PASSTHROUGH) {
         return Err(InitError::NoPassthrough);
     }
-    if plan.io_uring == UringMode::On && !has(init::OVER_IO_URING) {
+    if plan.io_uring == Want::On && !has(init::OVER_IO_URING) {
         return Err(InitError::NoUring);
     }
     let mut out = abi::fuse_init_out::new_zeroed();

@@ -7,7 +7,8 @@
 //!   [`init`]: the INIT handshake, from the mount plan.
 //! - [`dev`]: the `/dev/fuse` channel (request threads on cloned queues, [`gate`] and
 //!   [`busy_poll`] deciding which thread reads and how it waits; [`blocking`] for requests
-//!   that may wait for a disk); [`device`]: the descriptors, notifications and passthrough
+//!   that may wait for a disk); [`cpu_latency`] keeping idle CPUs awake while requests
+//!   stream (both channels); [`device`]: the descriptors, notifications and passthrough
 //!   backing files.
 //! - [`uring`]: the io_uring channel (FUSE over io_uring, Linux 6.14+): one ring per CPU
 //!   queue, with `/dev/fuse` still read for FORGET and INTERRUPT.
@@ -20,6 +21,7 @@ pub mod abi;
 pub mod blocking;
 pub mod busy_poll;
 pub mod control;
+pub mod cpu_latency;
 pub mod decode;
 pub mod dev;
 pub mod device;
@@ -36,6 +38,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use memofs_core::options::Want;
 use memofs_core::plan::MountPlan;
 use memofs_core::Backend;
 use memofs_request::invalidate::NotifyInvalidator;
@@ -43,6 +46,7 @@ use memofs_request::{Granted, Server, Stats};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::busy_poll::BusyPoll;
+use crate::cpu_latency::{CpuLatency, Timing};
 use crate::decode::Proto;
 use crate::dev::DevChannel;
 use crate::device::{Connection, FdSink};
@@ -65,6 +69,8 @@ pub enum SetupError {
     Mount(io::Error),
     /// The FUSE handshake (INIT) failed.
     Init(String),
+    /// `cpu_latency=on`, and the CPU latency device cannot be opened.
+    CpuLatency(io::Error),
 }
 
 impl fmt::Display for SetupError {
@@ -85,6 +91,11 @@ impl fmt::Display for SetupError {
             ),
             SetupError::Mount(e) => write!(f, "mount failed: {e}"),
             SetupError::Init(e) => write!(f, "FUSE handshake failed: {e}"),
+            SetupError::CpuLatency(e) => write!(
+                f,
+                "cpu_latency=on, but {} cannot be opened ({e}): it takes root; mount as root or with cpu_latency=auto or off",
+                cpu_latency::DEVICE
+            ),
         }
     }
 }
@@ -130,6 +141,7 @@ pub struct Session<B: Backend> {
     fd: OwnedFd,
     proto: Proto,
     poll: Arc<BusyPoll>,
+    latency: Arc<CpuLatency>,
     mountpoint: PathBuf,
 }
 
@@ -229,17 +241,57 @@ fn start<B: Backend>(
     let stats = Arc::new(Stats::new());
     let poll = Arc::new(BusyPoll::new(plan.busy_poll, stats.clone()));
     poll.attach(fd.try_clone().map_err(setup)?);
+    let (latency, latency_feature) = cpu_latency(plan.cpu_latency, &stats)?;
+    let mut features = features(&negotiated);
+    features.push(("cpu_latency".into(), latency_feature));
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
     Ok(Session {
         uring: negotiated.uring,
-        features: features(&negotiated),
+        features,
         server: Arc::new(server),
         fd,
         proto: negotiated.proto,
         poll,
+        latency: Arc::new(latency),
         mountpoint: mountpoint.to_path_buf(),
     })
+}
+
+/// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
+fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), SetupError> {
+    let device = match want {
+        Want::Off => {
+            return Ok((
+                CpuLatency::off(),
+                "off (cpu_latency=off): idle CPUs sleep as the kernel decides".into(),
+            ))
+        }
+        Want::Auto | Want::On => std::fs::File::options()
+            .write(true)
+            .open(cpu_latency::DEVICE),
+    };
+    match device {
+        Ok(device) => {
+            let latency = CpuLatency::start(device, Timing::DEFAULT, stats.clone())
+                .map_err(SetupError::Mount)?;
+            Ok((
+                latency,
+                format!(
+                    "0 while requests stream ({}): idle CPUs poll then",
+                    cpu_latency::DEVICE
+                ),
+            ))
+        }
+        Err(e) if want == Want::On => Err(SetupError::CpuLatency(e)),
+        Err(e) => Ok((
+            CpuLatency::off(),
+            format!(
+                "not asked ({} cannot be opened: {e}): idle CPUs sleep as the kernel decides",
+                cpu_latency::DEVICE
+            ),
+        )),
+    }
 }
 
 /// Unmounts a mount from another thread (signal handling).
@@ -305,12 +357,19 @@ impl<B: Backend> Session<B> {
                 self.server.clone(),
                 self.proto,
                 self.fd.try_clone()?,
+                self.latency.clone(),
             ));
             ring = channel.start()?;
             threads = 1;
         }
         let invalidator = self.server.invalidator();
-        let channel = Arc::new(DevChannel::new(self.server, self.proto, threads, self.poll));
+        let channel = Arc::new(DevChannel::new(
+            self.server,
+            self.proto,
+            threads,
+            self.poll,
+            self.latency,
+        ));
         let mut serving = channel.start(self.fd, threads)?;
         serving.0.extend(ring);
         std::fs::metadata(&self.mountpoint)?;

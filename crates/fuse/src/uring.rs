@@ -54,6 +54,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 use crate::abi;
 use crate::blocking::Blocking;
 use crate::busy_poll::Payoff;
+use crate::cpu_latency::CpuLatency;
 use crate::decode::{decode, Args, Proto};
 use crate::encode::{Encoder, ReplySink};
 use crate::init::MAX_WRITE;
@@ -176,6 +177,7 @@ pub struct UringChannel<B: Backend> {
     blocking: Blocking,
     /// Whether the queues' busy polling pays off (see [`crate::busy_poll`]).
     payoff: Arc<Payoff>,
+    latency: Arc<CpuLatency>,
 }
 
 /// An answer computed off the queue's thread: slot, request, result.
@@ -365,14 +367,20 @@ impl RingPoll {
 
 impl<B: Backend> UringChannel<B> {
     /// A channel for `server` on `dev`, a duplicate of the session descriptor (INIT granted
-    /// the ring).
-    pub fn new(server: Arc<Server<B>>, proto: Proto, dev: OwnedFd) -> Self {
+    /// the ring), telling `latency` of each request.
+    pub fn new(
+        server: Arc<Server<B>>,
+        proto: Proto,
+        dev: OwnedFd,
+        latency: Arc<CpuLatency>,
+    ) -> Self {
         UringChannel {
             server,
             proto,
             dev,
             blocking: Blocking::default(),
             payoff: Arc::default(),
+            latency,
         }
     }
 
@@ -452,6 +460,7 @@ impl<B: Backend> UringChannel<B> {
                 match res {
                     0 => {
                         poll.arrived(polled);
+                        self.latency.arrived();
                         match placement.next(large_read(&slots[i].header)) {
                             Some(true) => run_on(&allowed),
                             Some(false) => pin_to(cpu),

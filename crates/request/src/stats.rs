@@ -39,9 +39,11 @@ pub enum Event {
     BusyPollHit,
     /// A busy-polling thread's window ended with nothing to read.
     BusyPollMiss,
+    /// The CPU latency request was set for a stream of requests.
+    CpuLatencyHeld,
 }
 
-const N_EVENTS: usize = Event::BusyPollMiss as usize + 1;
+const N_EVENTS: usize = Event::CpuLatencyHeld as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -55,6 +57,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "inval_fallback",
     "busy_poll_hits",
     "busy_poll_misses",
+    "cpu_latency_holds",
 ];
 
 #[repr(align(128))]

@@ -362,3 +362,55 @@ fn ring_queues_poll_for_back_to_back_requests_too() {
     let (hits, misses) = busy_polls_after_getattrs(&["attr_timeout=0", "busy_poll=0"]);
     assert_eq!((hits, misses), (0, 0), "busy_poll=0 still polled a ring");
 }
+
+/// The machine's CPU latency bound, as `/dev/cpu_dma_latency` reads (microseconds).
+fn cpu_latency_bound() -> i32 {
+    let b = ok!(fs::read("/dev/cpu_dma_latency"));
+    i32::from_ne_bytes(b[..4].try_into().expect("a 32-bit value"))
+}
+
+#[test]
+fn cpu_latency_is_asked_for_while_requests_stream_and_never_with_off() {
+    require_mount!();
+    if fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")
+        .is_err()
+    {
+        // Without the device (or root to open it), `on` refuses to mount and says why.
+        match Mount::try_memofs(&["cpu_latency=on"]) {
+            Ok(_) => panic!("cpu_latency=on mounted without /dev/cpu_dma_latency"),
+            Err(e) => assert!(e.contains("/dev/cpu_dma_latency"), "{e}"),
+        }
+        skip!(
+            Need::Kernel("cpu_dma_latency"),
+            "/dev/cpu_dma_latency cannot be opened here"
+        );
+    }
+    // Back-to-back GETATTRs (attr_timeout=0) until the bound reads 0: the governor thread
+    // sets it a moment after the stream begins.
+    let m = Mount::memofs(&["cpu_latency=on", "attr_timeout=0"]);
+    ok!(fs::write(m.join("f"), b"x"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        for _ in 0..50 {
+            ok!(fs::metadata(m.join("f")));
+        }
+        if cpu_latency_bound() == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a stream of GETATTRs never set the CPU latency bound to 0"
+        );
+    }
+    assert!(memofs_e2e::checks::counter(&m, "cpu_latency_holds") >= 1);
+    let off = Mount::memofs(&["cpu_latency=off", "attr_timeout=0"]);
+    ok!(fs::write(off.join("f"), b"x"));
+    for _ in 0..2000 {
+        ok!(fs::metadata(off.join("f")));
+    }
+    assert_eq!(memofs_e2e::checks::counter(&off, "cpu_latency_holds"), 0);
+    let doc = memofs_e2e::checks::stats_json(off.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(doc.contains("cpu_latency=off"), "{doc}");
+}

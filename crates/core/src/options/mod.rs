@@ -27,13 +27,15 @@ pub enum PassthroughMode {
     Off,
 }
 
-/// `-o io_uring=`: whether requests come through FUSE-over-io_uring ring entries instead of
-/// `/dev/fuse` reads.
+/// An `auto|on|off` choice of something the host may not offer: `-o io_uring=` (requests
+/// through FUSE-over-io_uring ring entries instead of `/dev/fuse` reads) and
+/// `-o cpu_latency=` (a CPU latency request while requests stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UringMode {
-    /// Where the kernel offers it (Linux 6.14+ with `fuse.enable_uring` set).
+pub enum Want {
+    /// Where the host offers it (io_uring: Linux 6.14+ with `fuse.enable_uring` set;
+    /// cpu_latency: `/dev/cpu_dma_latency` can be opened, which takes root).
     Auto,
-    /// Required: the mount fails where the kernel does not offer it.
+    /// Required: the mount fails where the host does not offer it.
     On,
     /// Never.
     Off,
@@ -142,7 +144,9 @@ pub struct MountOptions {
     /// Kernel passthrough for file data.
     pub passthrough: PassthroughMode,
     /// FUSE-over-io_uring.
-    pub io_uring: UringMode,
+    pub io_uring: Want,
+    /// A CPU latency request (idle CPUs stay awake) while requests stream.
+    pub cpu_latency: Want,
     /// Host-change watcher (passthrough backend).
     pub watch: WatchMode,
     /// Large folios for kernel-backed file data (mem backend).
@@ -430,6 +434,8 @@ mod tests {
             "passthrough=yes",
             "watch=dnotify",
             "io_uring=yes",
+            "cpu_latency=0",
+            "cpu_latency",
             "huge=yes",
             "huge",
             "noatime=1",
@@ -451,6 +457,16 @@ mod tests {
         assert_eq!(o.busy_poll, Duration::ZERO);
         let o = parse_options(&["busy_poll=200"], RAM).unwrap();
         assert_eq!(o.busy_poll, Duration::from_micros(200));
+    }
+
+    #[test]
+    fn auto_on_off_choices() {
+        let d = parse_options::<&str>(&[], RAM).unwrap();
+        assert_eq!((d.io_uring, d.cpu_latency), (Want::Auto, Want::Auto));
+        let o = parse_options(&["cpu_latency=off,io_uring=on"], RAM).unwrap();
+        assert_eq!((o.io_uring, o.cpu_latency), (Want::On, Want::Off));
+        let o = parse_options(&["cpu_latency=on"], RAM).unwrap();
+        assert_eq!(o.cpu_latency, Want::On);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{
     err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, HugeMode, KernelFlag,
-    MountOptions, OptionError, PassthroughMode, UringMode, WatchMode, DEFAULT_BUSY_POLL_US,
+    MountOptions, OptionError, PassthroughMode, Want, WatchMode, DEFAULT_BUSY_POLL_US,
     DEFAULT_HUGE, DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, DEFAULT_WRITEBACK,
     MAX_BUSY_POLL_US, MAX_THREADS,
 };
@@ -96,7 +96,8 @@ impl Parsing {
                 threads: super::default_threads(),
                 busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
                 passthrough: PassthroughMode::Auto,
-                io_uring: UringMode::Auto,
+                io_uring: Want::Auto,
+                cpu_latency: Want::Auto,
                 watch: WatchMode::Auto,
                 huge: DEFAULT_HUGE,
                 kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
@@ -158,11 +159,8 @@ const AUTO_ON_OFF_P: [(&str, PassthroughMode); 3] = [
     ("on", PassthroughMode::On),
     ("off", PassthroughMode::Off),
 ];
-const AUTO_ON_OFF_U: [(&str, UringMode); 3] = [
-    ("auto", UringMode::Auto),
-    ("on", UringMode::On),
-    ("off", UringMode::Off),
-];
+const AUTO_ON_OFF_W: [(&str, Want); 3] =
+    [("auto", Want::Auto), ("on", Want::On), ("off", Want::Off)];
 
 /// mount(8), fstab and systemd options besides `comment=` and `x-*`.
 const MOUNT8_NAMES: [&str; 12] = [
@@ -468,7 +466,19 @@ pub(super) static OPTIONS: &[Spec] = &[
         default: || "auto".into(),
         help: "requests through FUSE-over-io_uring where the kernel offers it (Linux 6.14+ with fuse.enable_uring=Y, a host-wide choice memofs never makes itself); on fails with how to enable it",
         apply: |p, g| {
-            p.o.io_uring = g.choice(&AUTO_ON_OFF_U)?;
+            p.o.io_uring = g.choice(&AUTO_ON_OFF_W)?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "cpu_latency=auto|on|off",
+        names: &["cpu_latency"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "auto".into(),
+        help: "while requests stream (and 10 ms after), ask the kernel to keep idle CPUs awake (a CPU latency request of 0 through /dev/cpu_dma_latency, which takes root), so waking the caller an answer is for costs no return from a sleeping CPU; idle CPUs then poll instead of sleeping; on fails where it cannot be asked",
+        apply: |p, g| {
+            p.o.cpu_latency = g.choice(&AUTO_ON_OFF_W)?;
             Ok(())
         },
     },
