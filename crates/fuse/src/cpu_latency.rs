@@ -4,8 +4,8 @@
 //! has usually gone idle meanwhile. An idle CPU must come back before the process runs: from
 //! a deep idle state on a physical machine (tens of microseconds), and on a virtual machine
 //! from a halted vCPU, which the hypervisor has to run again. On the project's 2-vCPU VM that
-//! return is most of a FUSE round trip: 12 000 files untarred in 4.6-14.7 s with idle vCPUs
-//! halting, 2.4-3.3 s with them polling (docs/performance.md, "How the server waits for
+//! return is most of a FUSE round trip: 12 000 files untarred in 4.3-13.1 s with idle vCPUs
+//! halting, 2.5-2.8 s with this request (docs/performance.md, "How the server waits for
 //! requests").
 //!
 //! The kernel lets a process bound that latency for as long as it keeps
