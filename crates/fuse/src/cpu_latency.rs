@@ -10,17 +10,19 @@
 //!
 //! The kernel lets a process bound that latency for as long as it keeps
 //! `/dev/cpu_dma_latency` open with a value written to it (the CPU latency QoS request that
-//! cpuidle obeys when it picks an idle state). With 0, an idle CPU polls in its shallowest
-//! state instead of sleeping, and a wakeup finds it running. memofs asks for 0, but only
-//! while requests stream: [`Timing::streak`] requests in a row, each within [`Timing::gap`]
-//! of the one before, set the request, and [`Timing::quiet`] without any drops it. Polling
-//! CPUs cost power (and, on a virtual machine, the host's CPU time), which a mount that is
-//! idle or serves a request now and then never pays.
+//! cpuidle obeys when it picks an idle state). With 0, an idle CPU stays in its shallowest
+//! state (on x86 a polling loop) instead of sleeping, and a wakeup finds it running. memofs
+//! asks for 0, but only while requests stream: [`Timing::streak`] requests in a row, each
+//! within [`Timing::gap`] of the one before, set the request, and a [`Timing::quiet`] window
+//! without any drops it (one to two windows after the last request). Polling CPUs cost power
+//! (and, on a virtual machine, the host's CPU time), which a mount that is idle or serves a
+//! request now and then never pays.
 //!
-//! The request path only counts requests and compares their arrival times; a governor
-//! thread writes the values, so no request waits for them. Only root can open the device:
-//! `cpu_latency=auto` goes without it otherwise (`memofs stats` says so), `cpu_latency=on`
-//! fails the mount.
+//! The request path only notes arrivals and compares their times; a governor thread writes
+//! the values, so no request waits for them. Only root can open the device, and without a
+//! cpuidle driver the kernel ignores the request (idle CPUs halt regardless):
+//! `cpu_latency=auto` goes without it then (`memofs stats` says why), `cpu_latency=on` fails
+//! the mount where the device cannot be opened.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -32,8 +34,12 @@ use memofs_request::stats::{Event, Stats};
 /// The kernel's CPU latency QoS device.
 pub const DEVICE: &str = "/dev/cpu_dma_latency";
 
+/// Which cpuidle driver picks idle states (`none`: idle CPUs halt, whatever is asked).
+pub const CPUIDLE_DRIVER: &str = "/sys/devices/system/cpu/cpuidle/current_driver";
+
 /// The value that leaves idle states to cpuidle (the kernel's default for the CPU latency
-/// QoS, `PM_QOS_CPU_LATENCY_DEFAULT_VALUE`: 2 000 s in microseconds).
+/// QoS, `PM_QOS_CPU_LATENCY_DEFAULT_VALUE`: 2 000 s in microseconds). The device takes a
+/// native-endian 32-bit integer.
 pub const RELAXED: i32 = 2_000_000_000;
 
 /// When the request is set and dropped.
@@ -68,8 +74,8 @@ pub struct CpuLatency {
 struct Shared {
     timing: Timing,
     epoch: Instant,
-    /// Requests seen while the request is held (or about to be).
-    arrivals: AtomicU64,
+    /// A request arrived in the current quiet window, while the request is held.
+    seen: AtomicBool,
     /// Arrival of the last request while not held, in nanoseconds since `epoch`.
     last_ns: AtomicU64,
     /// Requests in a row within `gap` of each other, while not held.
@@ -105,7 +111,7 @@ impl CpuLatency {
         let shared = Arc::new(Shared {
             timing,
             epoch: Instant::now(),
-            arrivals: AtomicU64::new(0),
+            seen: AtomicBool::new(false),
             last_ns: AtomicU64::new(0),
             streak: AtomicU32::new(0),
             held: AtomicBool::new(false),
@@ -126,7 +132,10 @@ impl CpuLatency {
     pub fn arrived(&self) {
         let Some(s) = &self.shared else { return };
         if s.held.load(Ordering::Relaxed) {
-            s.arrivals.fetch_add(1, Ordering::Relaxed);
+            // Load first: the shared line is written once per window, not per request.
+            if !s.seen.load(Ordering::Relaxed) {
+                s.seen.store(true, Ordering::Relaxed);
+            }
             return;
         }
         let now = s.epoch.elapsed().as_nanos() as u64;
@@ -140,7 +149,6 @@ impl CpuLatency {
         {
             return;
         }
-        s.arrivals.fetch_add(1, Ordering::Relaxed);
         s.lock().wanted = true;
         s.wake.notify_one();
     }
@@ -174,26 +182,45 @@ impl Shared {
                 }
                 g.wanted = false;
             }
-            if let Err(e) = set(&mut device, 0) {
-                // `held` stays set: no request asks again.
-                log::warn!("cannot write {DEVICE} ({e}): idle CPUs sleep as the kernel decides");
+            if !self.write(&mut device, 0) {
                 return;
             }
             self.stats.event(Event::CpuLatencyHeld);
             let stopped = self.hold();
-            let _ = set(&mut device, RELAXED);
+            if !stopped {
+                // Before the write: a stream that begins meanwhile sets `wanted`, and its 0
+                // is written after this.
+                self.streak.store(0, Ordering::Relaxed);
+                self.held.store(false, Ordering::Relaxed);
+            }
+            if !self.write(&mut device, RELAXED) {
+                return;
+            }
+            self.stats.event(Event::CpuLatencyDropped);
             if stopped {
                 return;
             }
-            self.streak.store(0, Ordering::Relaxed);
-            self.held.store(false, Ordering::Relaxed);
         }
     }
 
-    /// Waits until a `quiet` spell passes without a request; true if the mount went first.
+    /// Writes `value` as the request; on failure (none is expected) says so, and the caller
+    /// ends the governor, whose return closes the device and so removes the request. `held`
+    /// then stays set once a stream sets it, and no request asks again.
+    fn write(&self, device: &mut impl Write, value: i32) -> bool {
+        match device.write_all(&value.to_ne_bytes()) {
+            Ok(()) => true,
+            Err(e) => {
+                log::warn!("cannot write {DEVICE} ({e}): idle CPUs sleep as the kernel decides");
+                false
+            }
+        }
+    }
+
+    /// Waits for a `quiet` window without a request (so the request is dropped `quiet` to
+    /// twice `quiet` after the last one); true if the mount went first.
     fn hold(&self) -> bool {
+        self.seen.store(false, Ordering::Relaxed);
         loop {
-            let before = self.arrivals.load(Ordering::Relaxed);
             let g = self.lock();
             let (g, _) = self
                 .wake
@@ -202,16 +229,11 @@ impl Shared {
             if g.stop {
                 return true;
             }
-            if self.arrivals.load(Ordering::Relaxed) == before {
+            if !self.seen.swap(false, Ordering::Relaxed) {
                 return false;
             }
         }
     }
-}
-
-/// Writes `value` as the request (the device takes a native-endian 32-bit integer).
-fn set(device: &mut impl Write, value: i32) -> io::Result<()> {
-    device.write_all(&value.to_ne_bytes())
 }
 
 #[cfg(test)]
@@ -259,8 +281,22 @@ mod tests {
         }
     }
 
-    fn holds(stats: &Stats) -> u64 {
-        stats.snapshot().events[Event::CpuLatencyHeld as usize].1
+    /// Times the request was set and dropped.
+    fn holds(stats: &Stats) -> (u64, u64) {
+        let e = stats.snapshot().events;
+        (
+            e[Event::CpuLatencyHeld as usize].1,
+            e[Event::CpuLatencyDropped as usize].1,
+        )
+    }
+
+    /// Polls until the governor thread has ended (it holds the other reference).
+    fn governor_gone(shared: &Arc<Shared>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(shared) > 1 {
+            assert!(Instant::now() < deadline, "the governor thread did not end");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     #[test]
@@ -283,13 +319,13 @@ mod tests {
         );
         l.arrived();
         until(&values, &[0, RELAXED]);
-        assert_eq!(holds(&stats), 1);
+        assert_eq!(holds(&stats), (1, 1));
         // Held again by the next stream.
         for _ in 0..3 {
             l.arrived();
         }
         until(&values, &[0, RELAXED, 0, RELAXED]);
-        assert_eq!(holds(&stats), 2);
+        assert_eq!(holds(&stats), (2, 2));
     }
 
     #[test]
@@ -307,7 +343,7 @@ mod tests {
             l.arrived();
         }
         std::thread::sleep(4 * timing.quiet);
-        assert_eq!((values(), holds(&stats)), (vec![], 0));
+        assert_eq!((values(), holds(&stats)), (vec![], (0, 0)));
     }
 
     #[test]
@@ -332,14 +368,44 @@ mod tests {
         assert_eq!(values(), [0]);
         drop(l);
         until(&values, &[0, RELAXED]);
-        assert_eq!(holds(&stats), 1);
+        assert_eq!(holds(&stats).0, 1);
     }
 
     #[test]
-    fn off_never_asks() {
-        let l = CpuLatency::off();
+    fn a_device_that_refuses_ends_the_governor_and_requests_go_on() {
+        struct Refuses;
+        impl Write for Refuses {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from_raw_os_error(libc::EFAULT))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let stats = Arc::new(Stats::new());
+        let timing = Timing {
+            gap: Duration::from_secs(5),
+            streak: 2,
+            quiet: Duration::from_millis(5),
+        };
+        let l = CpuLatency::start(Refuses, timing, stats.clone()).unwrap();
+        l.arrived();
+        l.arrived();
+        governor_gone(l.shared.as_ref().unwrap());
         for _ in 0..100 {
             l.arrived();
         }
+        assert_eq!(holds(&stats), (0, 0));
+    }
+
+    #[test]
+    fn dropped_while_idle_writes_nothing() {
+        let (f, values) = recorder();
+        let stats = Arc::new(Stats::new());
+        let l = CpuLatency::start(f, Timing::DEFAULT, stats.clone()).unwrap();
+        let shared = l.shared.clone().unwrap();
+        drop(l);
+        governor_gone(&shared);
+        assert_eq!((values(), holds(&stats)), (vec![], (0, 0)));
     }
 }

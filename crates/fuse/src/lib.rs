@@ -69,7 +69,8 @@ pub enum SetupError {
     Mount(io::Error),
     /// The FUSE handshake (INIT) failed.
     Init(String),
-    /// `cpu_latency=on`, and the CPU latency device cannot be opened.
+    /// `cpu_latency=on`, and the CPU latency request cannot be made (the device cannot be
+    /// opened, or its thread started).
     CpuLatency(io::Error),
 }
 
@@ -93,8 +94,13 @@ impl fmt::Display for SetupError {
             SetupError::Init(e) => write!(f, "FUSE handshake failed: {e}"),
             SetupError::CpuLatency(e) => write!(
                 f,
-                "cpu_latency=on, but {} cannot be opened ({e}): it takes root; mount as root or with cpu_latency=auto or off",
-                cpu_latency::DEVICE
+                "cpu_latency=on, but the CPU latency request cannot be made ({}: {e}){}; mount with cpu_latency=auto or off",
+                cpu_latency::DEVICE,
+                match e.kind() {
+                    io::ErrorKind::PermissionDenied => ": it takes root",
+                    io::ErrorKind::NotFound => ": this kernel or container has no such device",
+                    _ => "",
+                }
             ),
         }
     }
@@ -260,37 +266,36 @@ fn start<B: Backend>(
 
 /// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
 fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), SetupError> {
-    let device = match want {
-        Want::Off => {
-            return Ok((
-                CpuLatency::off(),
-                "off (cpu_latency=off): idle CPUs sleep as the kernel decides".into(),
-            ))
-        }
-        Want::Auto | Want::On => std::fs::File::options()
-            .write(true)
-            .open(cpu_latency::DEVICE),
-    };
-    match device {
-        Ok(device) => {
-            let latency = CpuLatency::start(device, Timing::DEFAULT, stats.clone())
-                .map_err(SetupError::Mount)?;
-            Ok((
-                latency,
-                format!(
-                    "0 while requests stream ({}): idle CPUs poll then",
-                    cpu_latency::DEVICE
-                ),
-            ))
-        }
-        Err(e) if want == Want::On => Err(SetupError::CpuLatency(e)),
-        Err(e) => Ok((
+    let without = |why: String| {
+        (
             CpuLatency::off(),
+            format!("not asked ({why}): idle CPUs sleep as the kernel decides"),
+        )
+    };
+    if want == Want::Off {
+        return Ok(without("cpu_latency=off".into()));
+    }
+    // Without a cpuidle driver the kernel halts idle CPUs whatever is asked.
+    let driver = std::fs::read_to_string(cpu_latency::CPUIDLE_DRIVER)
+        .map(|d| d.trim().to_string())
+        .unwrap_or_else(|_| "none".into());
+    if driver == "none" && want == Want::Auto {
+        return Ok(without("no cpuidle driver".into()));
+    }
+    let started = std::fs::File::options()
+        .write(true)
+        .open(cpu_latency::DEVICE)
+        .and_then(|device| CpuLatency::start(device, Timing::DEFAULT, stats.clone()));
+    match started {
+        Ok(latency) => Ok((
+            latency,
             format!(
-                "not asked ({} cannot be opened: {e}): idle CPUs sleep as the kernel decides",
+                "0 while requests stream ({}, cpuidle driver {driver}): idle CPUs stay in their shallowest state then",
                 cpu_latency::DEVICE
             ),
         )),
+        Err(e) if want == Want::On => Err(SetupError::CpuLatency(e)),
+        Err(e) => Ok(without(format!("{}: {e}", cpu_latency::DEVICE))),
     }
 }
 

@@ -41,9 +41,11 @@ pub enum Event {
     BusyPollMiss,
     /// The CPU latency request was set for a stream of requests.
     CpuLatencyHeld,
+    /// The CPU latency request was dropped after a quiet spell.
+    CpuLatencyDropped,
 }
 
-const N_EVENTS: usize = Event::CpuLatencyHeld as usize + 1;
+const N_EVENTS: usize = Event::CpuLatencyDropped as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -58,6 +60,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "busy_poll_hits",
     "busy_poll_misses",
     "cpu_latency_holds",
+    "cpu_latency_drops",
 ];
 
 #[repr(align(128))]

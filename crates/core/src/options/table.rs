@@ -476,7 +476,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         default: || "auto".into(),
-        help: "while requests stream (and 10 ms after), ask the kernel to keep idle CPUs awake (a CPU latency request of 0 through /dev/cpu_dma_latency, which takes root), so waking the caller an answer is for costs no return from a sleeping CPU; idle CPUs then poll instead of sleeping; on fails where it cannot be asked",
+        help: "while requests stream (and 10-20 ms after), ask the kernel to keep idle CPUs awake (a CPU latency request of 0 through /dev/cpu_dma_latency, which takes root), so waking the caller an answer is for costs no return from a sleeping CPU; idle CPUs then stay in their shallowest state (polling, on x86); auto asks where a cpuidle driver would heed it; on fails where it cannot be asked",
         apply: |p, g| {
             p.o.cpu_latency = g.choice(&AUTO_ON_OFF_W)?;
             Ok(())
