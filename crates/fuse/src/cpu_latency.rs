@@ -268,6 +268,20 @@ mod tests {
         (r, read)
     }
 
+    /// A governor of a recorder with these timings, its counters and a reader of what it
+    /// wrote.
+    fn governed(
+        gap: Duration,
+        streak: u32,
+        quiet: Duration,
+    ) -> (CpuLatency, impl Fn() -> Vec<i32>, Arc<Stats>) {
+        let (f, values) = recorder();
+        let stats = Arc::new(Stats::new());
+        let timing = Timing { gap, streak, quiet };
+        let l = CpuLatency::start(f, timing, stats.clone()).unwrap();
+        (l, values, stats)
+    }
+
     /// Polls `values` until it returns `want` (the governor writes from its own thread).
     fn until(values: &impl Fn() -> Vec<i32>, want: &[i32]) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -301,17 +315,11 @@ mod tests {
 
     #[test]
     fn a_stream_sets_the_request_and_a_quiet_spell_drops_it() {
-        let (f, values) = recorder();
-        let stats = Arc::new(Stats::new());
-        let timing = Timing {
-            gap: Duration::from_secs(5),
-            streak: 3,
-            quiet: Duration::from_millis(20),
-        };
-        let l = CpuLatency::start(f, timing, stats.clone()).unwrap();
+        let quiet = Duration::from_millis(20);
+        let (l, values, stats) = governed(Duration::from_secs(5), 3, quiet);
         l.arrived();
         l.arrived();
-        std::thread::sleep(3 * timing.quiet);
+        std::thread::sleep(3 * quiet);
         assert_eq!(
             values(),
             Vec::<i32>::new(),
@@ -330,37 +338,25 @@ mod tests {
 
     #[test]
     fn requests_further_apart_than_the_gap_set_nothing() {
-        let (f, values) = recorder();
-        let stats = Arc::new(Stats::new());
-        let timing = Timing {
-            gap: Duration::from_millis(2),
-            streak: 2,
-            quiet: Duration::from_millis(5),
-        };
-        let l = CpuLatency::start(f, timing, stats.clone()).unwrap();
+        let (gap, quiet) = (Duration::from_millis(2), Duration::from_millis(5));
+        let (l, values, stats) = governed(gap, 2, quiet);
         for _ in 0..5 {
-            std::thread::sleep(4 * timing.gap);
+            std::thread::sleep(4 * gap);
             l.arrived();
         }
-        std::thread::sleep(4 * timing.quiet);
+        std::thread::sleep(4 * quiet);
         assert_eq!((values(), holds(&stats)), (vec![], (0, 0)));
     }
 
     #[test]
     fn held_while_requests_keep_coming_and_dropped_with_the_mount() {
-        let (f, values) = recorder();
-        let stats = Arc::new(Stats::new());
-        let timing = Timing {
-            gap: Duration::from_secs(5),
-            streak: 2,
-            quiet: Duration::from_millis(300),
-        };
-        let l = CpuLatency::start(f, timing, stats.clone()).unwrap();
+        let quiet = Duration::from_millis(300);
+        let (l, values, stats) = governed(Duration::from_secs(5), 2, quiet);
         l.arrived();
         l.arrived();
         until(&values, &[0]);
         // Requests every few milliseconds for three quiet spells: never dropped.
-        let end = Instant::now() + 3 * timing.quiet;
+        let end = Instant::now() + 3 * quiet;
         while Instant::now() < end {
             l.arrived();
             std::thread::sleep(Duration::from_millis(5));
@@ -400,9 +396,8 @@ mod tests {
 
     #[test]
     fn dropped_while_idle_writes_nothing() {
-        let (f, values) = recorder();
-        let stats = Arc::new(Stats::new());
-        let l = CpuLatency::start(f, Timing::DEFAULT, stats.clone()).unwrap();
+        let t = Timing::DEFAULT;
+        let (l, values, stats) = governed(t.gap, t.streak, t.quiet);
         let shared = l.shared.clone().unwrap();
         drop(l);
         governor_gone(&shared);
