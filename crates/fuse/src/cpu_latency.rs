@@ -49,14 +49,15 @@ pub struct Timing {
     pub gap: Duration,
     /// Requests in a row, each within `gap` of the one before, that set the request.
     pub streak: u32,
-    /// Time without a request that drops it.
+    /// A window without a request drops it (so it is dropped one to two windows after the
+    /// last request).
     pub quiet: Duration,
 }
 
 impl Timing {
     /// What mounts use: a caller working through the mount sends its next request
     /// microseconds after an answer (`tar`, `rm -rf`), or some hundred microseconds apart
-    /// while it computes in between (a Python import); 10 ms of polling after a stream
+    /// while it computes in between (a Python import); 10-20 ms of polling after a stream
     /// ends is little next to the stream.
     pub const DEFAULT: Timing = Timing {
         gap: Duration::from_millis(1),
