@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::atime::AtimePolicy;
 use crate::cache::CachePolicy;
-use crate::options::{HugeMode, KernelFlag, MountOptions, PassthroughMode, Want, WatchMode};
+use crate::options::{HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
 
 /// Which backend serves the mount.
@@ -93,10 +93,10 @@ impl MountPlan {
     pub fn new(opts: &MountOptions, backend: BackendKind, privileged: bool) -> MountPlan {
         let kernel_data = backend == BackendKind::Mem
             && match opts.passthrough {
-                PassthroughMode::On => true,
-                PassthroughMode::Off => false,
+                Want::On => true,
+                Want::Off => false,
                 // The server's own data path is what direct_io and writeback=on ask for.
-                PassthroughMode::Auto => privileged && !opts.direct_io && !opts.writeback,
+                Want::Auto => privileged && !opts.direct_io && !opts.writeback,
             };
         MountPlan {
             backend,
@@ -106,9 +106,9 @@ impl MountPlan {
             huge: opts.huge,
             watch: opts.watch,
             passthrough: match opts.passthrough {
-                PassthroughMode::Off => Passthrough::Off,
-                PassthroughMode::Auto => Passthrough::IfGranted,
-                PassthroughMode::On => Passthrough::Required,
+                Want::Off => Passthrough::Off,
+                Want::Auto => Passthrough::IfGranted,
+                Want::On => Passthrough::Required,
             },
             writeback: opts.writeback,
             io_uring: opts.io_uring,

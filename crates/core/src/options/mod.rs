@@ -16,24 +16,15 @@ use std::time::Duration;
 use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::CachePolicy;
 
-/// `-o passthrough=`: whether to use the kernel's FUSE passthrough for file data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PassthroughMode {
-    /// Use it where the kernel and privileges allow.
-    Auto,
-    /// Require it; mounting fails where it is unavailable.
-    On,
-    /// Never use it.
-    Off,
-}
-
-/// An `auto|on|off` choice of something the host may not offer: `-o io_uring=` (requests
-/// through FUSE-over-io_uring ring entries instead of `/dev/fuse` reads) and
-/// `-o cpu_latency=` (a CPU latency request while requests stream).
+/// An `auto|on|off` choice of something the host may not offer: `-o passthrough=` (the
+/// kernel's FUSE passthrough for file data), `-o io_uring=` (requests through
+/// FUSE-over-io_uring ring entries instead of `/dev/fuse` reads) and `-o cpu_latency=` (a CPU
+/// latency request while requests stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Want {
-    /// Where the host offers it (io_uring: Linux 6.14+ with `fuse.enable_uring` set;
-    /// cpu_latency: `/dev/cpu_dma_latency` can be opened, which takes root).
+    /// Where the host offers it (passthrough: Linux 6.9+ and root; io_uring: Linux 6.14+
+    /// with `fuse.enable_uring` set; cpu_latency: `/dev/cpu_dma_latency` can be opened, which
+    /// takes root, and a cpuidle driver heeds it).
     Auto,
     /// Required: the mount fails where the host does not offer it.
     On,
@@ -142,7 +133,7 @@ pub struct MountOptions {
     /// How long the reading request thread polls for the next request before it sleeps.
     pub busy_poll: Duration,
     /// Kernel passthrough for file data.
-    pub passthrough: PassthroughMode,
+    pub passthrough: Want,
     /// FUSE-over-io_uring.
     pub io_uring: Want,
     /// A CPU latency request (idle CPUs stay awake) while requests stream.

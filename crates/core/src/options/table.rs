@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::{
     err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, HugeMode, KernelFlag,
-    MountOptions, OptionError, PassthroughMode, Want, WatchMode, DEFAULT_BUSY_POLL_US,
-    DEFAULT_HUGE, DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, DEFAULT_WRITEBACK,
+    MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US, DEFAULT_HUGE,
+    DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, DEFAULT_WRITEBACK,
     MAX_BUSY_POLL_US, MAX_THREADS,
 };
 use crate::atime::{AtimeMode, AtimePolicy};
@@ -95,7 +95,7 @@ impl Parsing {
                 direct_io: false,
                 threads: super::default_threads(),
                 busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
-                passthrough: PassthroughMode::Auto,
+                passthrough: Want::Auto,
                 io_uring: Want::Auto,
                 cpu_latency: Want::Auto,
                 watch: WatchMode::Auto,
@@ -154,13 +154,7 @@ fn on_off(b: bool) -> String {
     if b { "on" } else { "off" }.into()
 }
 
-const AUTO_ON_OFF_P: [(&str, PassthroughMode); 3] = [
-    ("auto", PassthroughMode::Auto),
-    ("on", PassthroughMode::On),
-    ("off", PassthroughMode::Off),
-];
-const AUTO_ON_OFF_W: [(&str, Want); 3] =
-    [("auto", Want::Auto), ("on", Want::On), ("off", Want::Off)];
+const AUTO_ON_OFF: [(&str, Want); 3] = [("auto", Want::Auto), ("on", Want::On), ("off", Want::Off)];
 
 /// mount(8), fstab and systemd options besides `comment=` and `x-*`.
 const MOUNT8_NAMES: [&str; 12] = [
@@ -454,7 +448,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         default: || "auto".into(),
         help: "kernel FUSE passthrough for file data",
         apply: |p, g| {
-            p.o.passthrough = g.choice(&AUTO_ON_OFF_P)?;
+            p.o.passthrough = g.choice(&AUTO_ON_OFF)?;
             Ok(())
         },
     },
@@ -466,7 +460,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         default: || "auto".into(),
         help: "requests through FUSE-over-io_uring where the kernel offers it (Linux 6.14+ with fuse.enable_uring=Y, a host-wide choice memofs never makes itself); on fails with how to enable it",
         apply: |p, g| {
-            p.o.io_uring = g.choice(&AUTO_ON_OFF_W)?;
+            p.o.io_uring = g.choice(&AUTO_ON_OFF)?;
             Ok(())
         },
     },
@@ -478,7 +472,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         default: || "auto".into(),
         help: "while requests stream (and 10-20 ms after), ask the kernel to keep idle CPUs awake (a CPU latency request of 0 through /dev/cpu_dma_latency, which takes root), so waking the caller an answer is for costs no return from a sleeping CPU; idle CPUs then stay in their shallowest state (polling, on x86); auto asks where a cpuidle driver would heed it; on fails where it cannot be asked",
         apply: |p, g| {
-            p.o.cpu_latency = g.choice(&AUTO_ON_OFF_W)?;
+            p.o.cpu_latency = g.choice(&AUTO_ON_OFF)?;
             Ok(())
         },
     },
