@@ -175,6 +175,13 @@ pub trait Backend: Send + Sync + 'static {
     ) -> bool {
         false
     }
+    /// Whether the descriptor [`Backend::with_backing_fd`] lent for `ino` stays the file
+    /// holding `ino`'s data after its last open closes, so the kernel's registration of it
+    /// may be kept for the next open. Asked at the last release and at FORGET; answering
+    /// false (the default) closes the registration then.
+    fn keeps_backing(&self, _ino: Ino) -> bool {
+        false
+    }
     /// The inode flags `FS_IOC_GETFLAGS` reports (`FS_IMMUTABLE_FL`, `FS_APPEND_FL`, ...).
     fn get_flags(&self, _ino: Ino) -> Result<u32> {
         Err(Errno::ENOTTY)

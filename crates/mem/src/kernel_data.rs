@@ -224,7 +224,8 @@ pub struct KernelFile {
     root: Arc<OwnedFd>,
     /// Number naming the data file (see [`DataName`]).
     id: u64,
-    /// Opens of the memofs file, and the data file's descriptor while there are any.
+    /// Opens of the memofs file, and the data file's descriptor, held from its first use
+    /// while there are any (an open served by a kept backing registration never needs it).
     open: Mutex<(usize, Option<Arc<File>>)>,
 }
 
@@ -241,15 +242,10 @@ impl KernelFile {
         DataName::new(self.id)
     }
 
-    /// The memofs file was opened: keep the data file open until the matching
-    /// [`KernelFile::close`].
-    pub fn open(&self) -> Result<()> {
-        let mut open = self.open.lock();
-        if open.1.is_none() {
-            open.1 = Some(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?));
-        }
-        open.0 += 1;
-        Ok(())
+    /// The memofs file was opened: a descriptor of the data file, once one is needed,
+    /// stays held until the matching [`KernelFile::close`].
+    pub fn open(&self) {
+        self.open.lock().0 += 1;
     }
 
     /// One open of the memofs file was released.
@@ -261,12 +257,17 @@ impl KernelFile {
         }
     }
 
-    /// The data file: the held descriptor, or a fresh one for this call.
+    /// The data file: the held descriptor, or a fresh one, held if the file is open.
     fn file(&self) -> Result<Arc<File>> {
-        if let Some(f) = self.held() {
-            return Ok(f);
+        let mut open = self.open.lock();
+        if let Some(f) = &open.1 {
+            return Ok(f.clone());
         }
-        Ok(Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?))
+        let f = Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?);
+        if open.0 > 0 {
+            open.1 = Some(f.clone());
+        }
+        Ok(f)
     }
 
     /// The data file's descriptor, for FUSE passthrough: the one held while the memofs file
@@ -557,7 +558,7 @@ mod tests {
             g.open.lock().1.is_some(),
             "a file made to be opened keeps its descriptor"
         );
-        g.open().unwrap();
+        g.open();
         g.write(0, b"x").unwrap();
         assert_eq!(g.size_and_blocks().0, 1, "stat through the held descriptor");
         g.close();
@@ -566,5 +567,13 @@ mod tests {
         g.write(0, b"still works without a held descriptor")
             .unwrap();
         assert_eq!(g.size_and_blocks().0, 37);
+        assert!(g.open.lock().1.is_none(), "a closed file holds nothing");
+        // An open holds no descriptor until the data file is used, then keeps it.
+        g.open();
+        assert!(g.open.lock().1.is_none());
+        let lent = g.data_file().unwrap();
+        assert!(Arc::ptr_eq(&lent, &g.data_file().unwrap()));
+        g.close();
+        assert!(g.open.lock().1.is_none());
     }
 }

@@ -3,6 +3,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memofs_core::{
@@ -27,7 +28,7 @@ impl MemFs {
             inode.touch_modified(Timestamp::now());
         }
         if let Some(k) = file.kernel() {
-            k.open()?;
+            k.open();
         }
         inode.inc_open();
         Ok(Opened {
@@ -557,6 +558,15 @@ impl Backend for MemFs {
             }
             None => false,
         }
+    }
+
+    /// A kernel-backed file keeps its data file until its inode goes; an unlinked one
+    /// lets the registration go at once so that its data is freed with the last close.
+    fn keeps_backing(&self, ino: Ino) -> bool {
+        self.table.get(ino).is_ok_and(|inode| {
+            inode.nlink.load(Ordering::Relaxed) > 0
+                && inode.file().is_ok_and(|f| f.kernel().is_some())
+        })
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -631,6 +631,37 @@ fn kernel_backed_files_read_write_truncate_punch_and_seek() {
 }
 
 #[test]
+fn kernel_backed_files_keep_their_backing_while_named() {
+    let page_store = fs();
+    let (f, _) = page_store
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    assert!(
+        !page_store.keeps_backing(f.ino),
+        "the page store lends none"
+    );
+    let Some(fs) = kernel_fs(0, AtimeMode::Relatime) else {
+        return;
+    };
+    let (f, o) = fs
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    assert!(fs.keeps_backing(f.ino));
+    fs.release(f.ino, o.fh).unwrap();
+    assert!(fs.keeps_backing(f.ino), "closed, still named");
+    let o = fs.open(&C, f.ino, libc::O_RDONLY).unwrap();
+    let mut lent = false;
+    assert!(fs.with_backing_fd(f.ino, o.fh, &mut |_| lent = true) && lent);
+    fs.unlink(&C, ROOT_INO, n("f")).unwrap();
+    assert!(!fs.keeps_backing(f.ino), "unlinked");
+    fs.release(f.ino, o.fh).unwrap();
+    fs.forget(f.ino, 1);
+    assert!(!fs.keeps_backing(f.ino), "gone");
+    let d = fs.mkdir(&C, ROOT_INO, n("d"), 0o755, 0).unwrap();
+    assert!(!fs.keeps_backing(d.ino), "a directory has no data file");
+}
+
+#[test]
 fn kernel_backed_unlinked_files_keep_their_atime() {
     let Some(fs) = kernel_fs(0, AtimeMode::Strict) else {
         return;

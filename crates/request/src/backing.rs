@@ -1,22 +1,70 @@
-//! FUSE passthrough backing ids: one per inode with passthrough opens, registered with the
-//! kernel at the inode's first passthrough open and unregistered at its last release (an
-//! open file keeps the kernel's own reference to the backing file).
+//! FUSE passthrough backing ids: one per inode, registered with the kernel at the inode's
+//! first passthrough open.
+//!
+//! At the inode's last release the registration is closed, or, where the backend keeps
+//! lending the same file ([`Backend::keeps_backing`]), kept idle for the next open: that
+//! open costs no registration ioctl, and the backend need not open its file at all. A
+//! warm `grep -r` or build opens every file again and again; each of those opens is then a
+//! map lookup. Idle registrations are bounded ([`IDLE_MAX`], the longest idle closed
+//! first) and closed as soon as the backend stops keeping the file: asked at the last
+//! release and at every FORGET of an inode that has one (an unlinked file's last FORGET
+//! arrives before its `unlink(2)` returns, unless it is still open).
+//!
+//! An idle registration holds the kernel's reference to the backing file, not a descriptor
+//! of the server's, so it costs no slot of the server's descriptor limit.
+//!
+//! Lock order: the map's lock, then the backend's (`with_backing_fd`, `keeps_backing`
+//! are called with the map locked: an open and a release of one inode never interleave).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use memofs_core::{Backend, Ino};
 use parking_lot::Mutex;
 
 use crate::kernel::Kernel;
+use crate::stats::{Event, Stats};
 
-/// The backing ids of open files.
+/// Idle registrations kept at most; past it, the longest idle is closed.
+pub(crate) const IDLE_MAX: usize = 16 * 1024;
+
+/// One inode's registration.
+struct Registration {
+    id: u32,
+    /// Opens using it; 0 while idle.
+    opens: usize,
+    /// Its key in [`Map::idle`] while idle.
+    idle_key: u64,
+}
+
+#[derive(Default)]
+struct Map {
+    by_ino: HashMap<Ino, Registration>,
+    /// Idle registrations, oldest first (key: a counter taken when they went idle).
+    idle: BTreeMap<u64, Ino>,
+    next_key: u64,
+}
+
+impl Map {
+    /// Closes and forgets the registration of `ino`.
+    fn close_locked(&mut self, kernel: &dyn Kernel, ino: Ino) {
+        if let Some(r) = self.by_ino.remove(&ino) {
+            if r.opens == 0 {
+                self.idle.remove(&r.idle_key);
+            }
+            if let Err(e) = kernel.close_backing(r.id) {
+                log::debug!("closing backing id {}: {e}", r.id);
+            }
+        }
+    }
+}
+
+/// The backing ids of open files, and of files whose registration is kept.
 #[derive(Default)]
 pub(crate) struct Backings {
     /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
     enabled: AtomicBool,
-    /// One backing id per inode with passthrough opens, with its open count.
-    map: Mutex<HashMap<Ino, (u32, usize)>>,
+    map: Mutex<Map>,
 }
 
 impl Backings {
@@ -30,13 +78,14 @@ impl Backings {
         self.enabled.load(Ordering::Relaxed)
     }
 
-    /// The backing id to open `ino`/`fh` with, registering the backend's descriptor with
-    /// the kernel on the inode's first passthrough open. `None`: serve this open through
-    /// the server.
+    /// The backing id to open `ino`/`fh` with: the inode's registration (open or idle),
+    /// or a new one of the backend's descriptor. `None`: serve this open through the
+    /// server.
     pub(crate) fn open<B: Backend>(
         &self,
         backend: &B,
         kernel: &dyn Kernel,
+        stats: &Stats,
         ino: Ino,
         fh: u64,
     ) -> Option<u32> {
@@ -44,9 +93,13 @@ impl Backings {
             return None;
         }
         let mut map = self.map.lock();
-        if let Some((id, opens)) = map.get_mut(&ino) {
-            *opens += 1;
-            return Some(*id);
+        let map = &mut *map;
+        if let Some(r) = map.by_ino.get_mut(&ino) {
+            if r.opens == 0 {
+                map.idle.remove(&r.idle_key);
+            }
+            r.opens += 1;
+            return Some(r.id);
         }
         let mut registered = None;
         backend.with_backing_fd(ino, fh, &mut |fd| {
@@ -54,7 +107,13 @@ impl Backings {
         });
         match registered? {
             Ok(id) => {
-                map.insert(ino, (id, 1));
+                stats.event(Event::BackingRegistered);
+                let r = Registration {
+                    id,
+                    opens: 1,
+                    idle_key: 0,
+                };
+                map.by_ino.insert(ino, r);
                 Some(id)
             }
             Err(e) => {
@@ -65,18 +124,50 @@ impl Backings {
         }
     }
 
-    /// A passthrough open of `ino` was released.
-    pub(crate) fn release(&self, kernel: &dyn Kernel, ino: Ino) {
+    /// A passthrough open of `ino` was released (after the backend's own release): at the
+    /// last one the registration goes idle if the backend keeps the file, else it closes.
+    pub(crate) fn release<B: Backend>(
+        &self,
+        backend: &B,
+        kernel: &dyn Kernel,
+        stats: &Stats,
+        ino: Ino,
+    ) {
         let mut map = self.map.lock();
-        if let Some((id, opens)) = map.get_mut(&ino) {
-            *opens -= 1;
-            if *opens == 0 {
-                let id = *id;
-                map.remove(&ino);
-                if let Err(e) = kernel.close_backing(id) {
-                    log::debug!("closing backing id {id}: {e}");
-                }
-            }
+        let map = &mut *map;
+        let Some(r) = map.by_ino.get_mut(&ino) else {
+            return;
+        };
+        if r.opens == 0 {
+            // Not an open this map counted (the kernel releases only what it opened).
+            return;
+        }
+        r.opens -= 1;
+        if r.opens > 0 {
+            return;
+        }
+        if !backend.keeps_backing(ino) {
+            map.close_locked(kernel, ino);
+            return;
+        }
+        r.idle_key = map.next_key;
+        map.next_key += 1;
+        map.idle.insert(r.idle_key, ino);
+        stats.event(Event::BackingKept);
+        while map.idle.len() > IDLE_MAX {
+            let Some((_, oldest)) = map.idle.pop_first() else {
+                break;
+            };
+            map.close_locked(kernel, oldest);
+        }
+    }
+
+    /// The kernel forgot `ino` (after the backend's FORGET): an idle registration closes
+    /// unless the backend still keeps the file.
+    pub(crate) fn forgotten<B: Backend>(&self, backend: &B, kernel: &dyn Kernel, ino: Ino) {
+        let mut map = self.map.lock();
+        if map.by_ino.get(&ino).is_some_and(|r| r.opens == 0) && !backend.keeps_backing(ino) {
+            map.close_locked(kernel, ino);
         }
     }
 }

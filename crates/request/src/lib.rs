@@ -6,7 +6,8 @@
 //! here, once, for every transport:
 //! - reply timeouts and negative entries, from the mount's [`memofs_core::CachePolicy`];
 //! - which kernel caches an open may use, and FUSE passthrough backing files
-//!   (one backing id per inode, registered through [`Kernel`]);
+//!   (one backing id per inode, registered through [`Kernel`] and, where the backend
+//!   keeps the file, kept for the next open);
 //! - clearing setuid/setgid/capabilities where the kernel leaves it to the server
 //!   ([`privs`]);
 //! - open-flag normalization, the umask the backend must apply, hiding `trusted.*` xattr

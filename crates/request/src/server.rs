@@ -228,12 +228,12 @@ impl<B: Backend> Server<B> {
         };
         match &req.op {
             Op::Forget { nlookup } => {
-                self.backend.forget(req.nodeid, *nlookup);
+                self.forget(req.nodeid, *nlookup);
                 out.count();
             }
             Op::BatchForget { forgets } => {
                 for [ino, n] in forgets.iter() {
-                    self.backend.forget(*ino, *n);
+                    self.forget(*ino, *n);
                 }
                 out.count();
             }
@@ -303,12 +303,24 @@ impl<B: Backend> Server<B> {
         Ok(())
     }
 
-    /// Gives up an open handle of `ino`: its backing file, then the backend's handle.
+    /// Gives up an open handle of `ino`: the backend's handle, then the open's use of the
+    /// backing file (which may outlive it: see [`crate::backing`]).
     fn release(&self, ino: Ino, fh: u64) -> Result<()> {
+        let r = self.backend.release(ino, fh);
         if let Some(k) = &self.kernel {
-            self.backings.release(&**k, ino);
+            self.backings
+                .release(&*self.backend, &**k, &self.stats, ino);
         }
-        self.backend.release(ino, fh)
+        r
+    }
+
+    /// FORGET of `nlookup` lookups of `ino`: the backend's, then a backing file
+    /// registration the backend no longer keeps.
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.backend.forget(ino, nlookup);
+        if let Some(k) = &self.kernel {
+            self.backings.forgotten(&*self.backend, &**k, ino);
+        }
     }
 
     /// How an open file of `ino` is served: through a backing file if the backend lends
@@ -319,7 +331,7 @@ impl<B: Backend> Server<B> {
         let backing_id = self
             .kernel
             .as_deref()
-            .and_then(|k| self.backings.open(&*self.backend, k, ino, fh));
+            .and_then(|k| self.backings.open(&*self.backend, k, &self.stats, ino, fh));
         let served = backing_id.is_none() && !self.plan.direct_io;
         let keep_cache = served && self.plan.sole_writer && self.keep(ino);
         OpenOut {

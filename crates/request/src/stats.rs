@@ -43,9 +43,13 @@ pub enum Event {
     CpuLatencyHeld,
     /// The CPU latency request was dropped after a quiet spell.
     CpuLatencyDropped,
+    /// A backend's file was registered with the kernel as a FUSE passthrough backing file.
+    BackingRegistered,
+    /// A last release kept the backing file registration for the next open.
+    BackingKept,
 }
 
-const N_EVENTS: usize = Event::CpuLatencyDropped as usize + 1;
+const N_EVENTS: usize = Event::BackingKept as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -61,6 +65,8 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "busy_poll_misses",
     "cpu_latency_holds",
     "cpu_latency_drops",
+    "backings_registered",
+    "backings_kept",
 ];
 
 #[repr(align(128))]

@@ -1,5 +1,6 @@
 //! The request layer against a fake backend and a fake kernel: no root, no mount.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use memofs_core::{Caller, Errno, SetAttr};
@@ -228,6 +229,87 @@ fn one_backing_id_per_inode_across_opens() {
         Reply::Opened(o) => assert!(o.backing_id.is_none() && o.direct_io),
         r => panic!("{r:?}"),
     }
+}
+
+/// The backing id a read-only OPEN of `ino` is answered with.
+fn open_backing_id(s: &Setup, ino: u64) -> Option<u32> {
+    let op = Op::Open {
+        flags: libc::O_RDONLY,
+        kill_suidgid: false,
+    };
+    match s.ask(ino, Caller::ROOT, op) {
+        Reply::Opened(o) => o.backing_id,
+        r => panic!("{r:?}"),
+    }
+}
+
+fn event(s: &Setup, name: &str) -> u64 {
+    let snap = s.server.stats().snapshot();
+    snap.events.iter().find(|e| e.0 == name).unwrap().1
+}
+
+#[test]
+fn kept_backing_registrations_serve_later_opens_until_the_backend_lets_go() {
+    let granted = Granted {
+        passthrough: true,
+        ..Granted::default()
+    };
+    let s = setup(&[], true, granted);
+    s.fake.keeps_backing.store(true, Ordering::Relaxed);
+    let log = |s: &Setup| s.kernel.lock().unwrap().clone();
+    assert_eq!(open_backing_id(&s, 2), Some(5));
+    s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
+    assert_eq!(log(&s), ["open_backing"], "the last release keeps it");
+    assert_eq!(event(&s, "backings_kept"), 1);
+    assert_eq!(event(&s, "backings_registered"), 1);
+    // A release the map did not count (its open was not passthrough) changes nothing.
+    s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
+    assert_eq!(
+        open_backing_id(&s, 2),
+        Some(5),
+        "reused, not registered again"
+    );
+    assert_eq!(open_backing_id(&s, 2), Some(5));
+    assert_eq!(log(&s), ["open_backing"]);
+    assert_eq!(event(&s, "backings_registered"), 1);
+    s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
+    s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
+    // FORGET keeps it while the backend keeps the file, and closes it once it does not.
+    s.ask(2, Caller::ROOT, Op::Forget { nlookup: 1 });
+    assert_eq!(log(&s), ["open_backing"]);
+    s.fake.keeps_backing.store(false, Ordering::Relaxed);
+    s.ask(2, Caller::ROOT, Op::Forget { nlookup: 1 });
+    assert_eq!(log(&s), ["open_backing", "close_backing 5"]);
+    // Gone for good: the next open registers again, and an open one is never closed by
+    // FORGET.
+    assert_eq!(open_backing_id(&s, 2), Some(6));
+    s.ask(2, Caller::ROOT, Op::Forget { nlookup: 1 });
+    assert_eq!(log(&s).len(), 3);
+    // A last release the backend does not keep closes at once.
+    s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
+    assert_eq!(log(&s).last().unwrap(), "close_backing 6");
+}
+
+#[test]
+fn idle_backing_registrations_are_bounded_longest_idle_first() {
+    let granted = Granted {
+        passthrough: true,
+        ..Granted::default()
+    };
+    let s = setup(&[], true, granted);
+    s.fake.keeps_backing.store(true, Ordering::Relaxed);
+    const IDLE_MAX: u64 = 16 * 1024;
+    for ino in 10..10 + IDLE_MAX + 1 {
+        assert!(open_backing_id(&s, ino).is_some());
+        s.ask(ino, Caller::ROOT, Op::Release { fh: 40 + ino });
+    }
+    let log = s.kernel.lock().unwrap().clone();
+    assert_eq!(log.len() as u64, IDLE_MAX + 2);
+    assert_eq!(log.last().unwrap(), "close_backing 5", "the first one went");
+    // The second is still there; the first registers again.
+    assert_eq!(open_backing_id(&s, 11), Some(6));
+    let fresh = open_backing_id(&s, 10).unwrap();
+    assert_eq!(fresh as u64, 5 + IDLE_MAX + 1);
 }
 
 #[test]

@@ -84,6 +84,20 @@ pub fn counter(m: &Mount, name: &str) -> u64 {
     leading_u64(rest.strip_prefix("{\"count\":").unwrap_or(rest)).unwrap_or(0)
 }
 
+/// Why file data on `m` is not kernel-backed (no data file lent to the kernel through FUSE
+/// passthrough), if it is not: this run's options turn passthrough off, or the kernel did
+/// not grant it.
+pub fn not_kernel_backed(m: &Mount) -> Option<crate::skip::Need> {
+    let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    if doc.contains(r#""file_data":"kernel tmpfs""#) {
+        None
+    } else if crate::skip::passthrough_off_by_options() {
+        Some(crate::skip::Need::Config("passthrough_off"))
+    } else {
+        Some(crate::skip::Need::FusePassthrough)
+    }
+}
+
 /// `counter` once it stops moving: the server counts a request just after replying to it,
 /// so the count of the last request may land a moment after the syscall returned.
 pub fn settled(m: &Mount, name: &str) -> u64 {

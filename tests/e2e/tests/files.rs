@@ -4,9 +4,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::time::Duration;
 
-use memofs_e2e::checks::settled;
-use memofs_e2e::{assert_bytes_eq, assert_errno, ok, pattern, require_mount, sys, Mount};
+use memofs_e2e::checks::{eventually, not_kernel_backed, settled};
+use memofs_e2e::{assert_bytes_eq, assert_errno, ok, pattern, require_mount, skip, sys, Mount};
 
 macro_rules! need_mount {
     () => {{
@@ -532,4 +533,51 @@ fn close_costs_no_round_trip() {
         settled(&wb, "FLUSH") >= 1,
         "writeback cache: close writes back"
     );
+}
+
+/// Reopening a kernel-backed file reuses the backing registration its last close kept: the
+/// data, a truncate made while nothing held it open and an append through a later open are
+/// all seen, and an unlinked file's space comes back.
+#[test]
+fn reopened_files_reuse_their_kept_backing_registration() {
+    require_mount!();
+    let m = Mount::memofs(&["size=8m"]);
+    if let Some(need) = not_kernel_backed(&m) {
+        skip!(need, "file data is not kernel-backed on this mount");
+    }
+    let p = m.join("f");
+    let data = pattern(3, 1 << 20);
+    ok!(fs::write(&p, &data));
+    for _ in 0..5 {
+        assert_bytes_eq(&ok!(fs::read(&p)), &data, "reopened");
+    }
+    // However the RELEASE of one open and the next OPEN interleave (RELEASE is answered
+    // after close(2) returns), the file was registered once.
+    let registered = settled(&m, "backings_registered");
+    assert_eq!(registered, 1, "a file written once and read five times");
+    ok!(sys::truncate(&p, 100));
+    assert_bytes_eq(&ok!(fs::read(&p)), &data[..100], "truncated while closed");
+    ok!(OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .and_then(|mut f| f.write_all(b"tail")));
+    let mut want = data[..100].to_vec();
+    want.extend_from_slice(b"tail");
+    assert_bytes_eq(&ok!(fs::read(&p)), &want, "appended through a reopen");
+    // 6 of the 8 MiB, read once more after the write, then unlinked: the space returns
+    // (the FORGET that lets the registration go is answered on its own thread).
+    let big = m.join("big");
+    ok!(fs::write(&big, pattern(4, 6 << 20)));
+    ok!(fs::read(&big));
+    ok!(fs::remove_file(&big));
+    eventually(
+        "space of an unlinked file freed",
+        Duration::from_secs(10),
+        || {
+            let st = ok!(sys::statfs(m.path()));
+            let free = st.f_bfree * sys::block_size(&st);
+            (free >= 6 << 20, free)
+        },
+    );
+    ok!(fs::write(m.join("again"), pattern(5, 6 << 20)));
 }

@@ -287,15 +287,11 @@ fn huge_reaches_the_kernel_data_store() {
         );
     }
     let m = Mount::memofs(&["huge=within_size"]);
-    let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
-    if !doc.contains(r#""huge":"within_size""#) {
-        let need = if memofs_e2e::skip::passthrough_off_by_options() {
-            Need::Config("passthrough_off")
-        } else {
-            Need::FusePassthrough
-        };
+    if let Some(need) = memofs_e2e::checks::not_kernel_backed(&m) {
         skip!(need, "file data is not kernel-backed on this mount");
     }
+    let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(doc.contains(r#""huge":"within_size""#), "{doc}");
     let before = shmem_large_folio_attempts().unwrap_or(0);
     let data = pattern(7, 8 << 20);
     let f = ok!(fs::File::create(m.join("big")));

@@ -6,6 +6,7 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ pub struct Fake {
     pub names_reported: bool,
     /// What the next change of a mode fails with, if anything.
     pub refuse_chmod: Mutex<Option<Errno>>,
+    /// What `keeps_backing` answers.
+    pub keeps_backing: AtomicBool,
     pub dev_null: std::fs::File,
 }
 
@@ -69,6 +72,7 @@ impl Fake {
             sole_writer: true,
             names_reported: false,
             refuse_chmod: Mutex::new(None),
+            keeps_backing: AtomicBool::new(false),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -273,6 +277,9 @@ impl Backend for Fake {
         }
         self.lends_fd
     }
+    fn keeps_backing(&self, _ino: Ino) -> bool {
+        self.keeps_backing.load(Ordering::Relaxed)
+    }
     fn get_flags(&self, _ino: Ino) -> Result<u32> {
         Ok(0x10)
     }
@@ -288,16 +295,17 @@ impl Backend for Fake {
     }
 }
 
-/// A kernel connection that records notifications and hands out backing ids.
+/// A kernel connection that records notifications and hands out backing ids (5, 6, ...).
 #[derive(Default)]
 pub struct FakeKernel {
     pub log: Log,
+    registered: AtomicU32,
 }
 
 impl Kernel for FakeKernel {
     fn open_backing(&self, _fd: BorrowedFd<'_>) -> io::Result<u32> {
         self.log.lock().unwrap().push("open_backing".into());
-        Ok(5)
+        Ok(5 + self.registered.fetch_add(1, Ordering::Relaxed))
     }
     fn close_backing(&self, id: u32) -> io::Result<()> {
         self.log.lock().unwrap().push(format!("close_backing {id}"));
