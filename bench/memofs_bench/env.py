@@ -7,12 +7,13 @@ import os
 import platform
 import resource
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 from . import __version__
 from .targets import memofs_binary
-from .tools import REPO
+from .tools import REPO, BenchError, ToolMissing, helper
 
 
 def _first_line(cmd: list[str]) -> str | None:
@@ -66,7 +67,63 @@ def now() -> str:
     return dt.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def capture() -> dict:
+# Round trips per pipe measurement: about a second where a wake-up costs 50 µs.
+PIPE_ITERS = 20000
+
+
+def pipe_roundtrip_us(iters: int = PIPE_ITERS) -> dict:
+    """Mean microseconds per round trip of one byte between two processes over pipes
+    (csrc/pipe_roundtrip.c): placed by the scheduler ("free"), on two CPUs, on one CPU. Then
+    the same while a CPU latency request of 0 is held (/dev/cpu_dma_latency, what memofs's
+    `cpu_latency` option asks for while requests stream), where the device can be opened. A
+    FUSE request that a caller waits for costs at least one such round trip."""
+    try:
+        exe = str(helper("pipe_roundtrip"))
+    except (BenchError, ToolMissing) as e:
+        return {"error": str(e)}
+    cpus = sorted(os.sched_getaffinity(0))
+    placements = {"free": []}
+    if len(cpus) >= 2:
+        placements["two_cpus"] = [str(cpus[0]), str(cpus[1])]
+    placements["one_cpu"] = [str(cpus[0])] * 2
+
+    def measure() -> dict:
+        out = {}
+        for name, args in placements.items():
+            try:
+                r = subprocess.run([exe, str(iters), *args], capture_output=True, text=True,
+                                   timeout=120)
+                out[name] = float(r.stdout) if r.returncode == 0 else None
+            except (subprocess.TimeoutExpired, ValueError):
+                out[name] = None
+        return out
+
+    result = {"idle": measure()}
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+    except OSError:
+        return result
+    try:
+        os.write(fd, struct.pack("i", 0))
+        result["cpu_latency_0"] = measure()
+    finally:
+        os.close(fd)
+    return result
+
+
+def _pipe_summary(p: dict | None) -> str | None:
+    if not p or "error" in p:
+        return p and p.get("error")
+    def one(m: dict) -> str:
+        return ", ".join(f"{k.replace('_', ' ')} {v:.1f}" if v is not None else f"{k} failed"
+                         for k, v in m.items())
+    s = one(p["idle"])
+    if "cpu_latency_0" in p:
+        s += f"; holding a CPU latency request of 0: {one(p['cpu_latency_0'])}"
+    return s
+
+
+def capture(pipe_iters: int = PIPE_ITERS) -> dict:
     mem = next((line.split()[1] for line in (_read("/proc/meminfo") or "").splitlines()
                 if line.startswith("MemTotal")), None)
     memofs = memofs_binary()
@@ -97,6 +154,7 @@ def capture() -> dict:
         "fusermount3": _first_line(["fusermount3", "--version"]),
         "bindfs": _first_line(["bindfs", "--version"]),
         "nofile_limit": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
+        "pipe_roundtrip_us": pipe_roundtrip_us(pipe_iters),
     }
 
 
@@ -124,4 +182,7 @@ def summary_lines(env: dict) -> list[str]:
     keys = ["time", "kernel", "cpu_model", "online_cpus", "memory_kib", "runner_affinity",
             "thp", "free_page_reporting", "nofile_limit", "repo_commit", "memofs_binary", "memofs_version",
             "perf", "cc"]
-    return [f"{k}: {env.get(k)}" for k in keys if k in env]
+    lines = [f"{k}: {env.get(k)}" for k in keys if k in env]
+    if "pipe_roundtrip_us" in env:
+        lines.append(f"pipe_roundtrip_us: {_pipe_summary(env['pipe_roundtrip_us'])}")
+    return lines

@@ -4,6 +4,7 @@ the real FUSE peers' mount/unmount. Values are checked for sanity, never for spe
 
 import math
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from memofs_bench import cli, mounts, results
 from memofs_bench.runner import Runner
 from memofs_bench.targets import make_target
-from memofs_bench.tools import ToolMissing
+from memofs_bench.env import summary_lines
+from memofs_bench.tools import ToolMissing, helper
 from memofs_bench.workloads import Metric, Part, Workload, registry
 
 pytestmark = pytest.mark.smoke
@@ -79,6 +81,19 @@ def test_messaging_perf_part(smoke_doc):
                     "messaging's perf-pipe part cannot run")
     got = samples(smoke_doc, "messaging/perf-pipe")
     assert {s["param"] for s in got} == {"1", "2"}
+
+
+def test_pipe_roundtrip_recorded_with_the_environment(smoke_doc):
+    p = smoke_doc["env"]["pipe_roundtrip_us"]
+    assert "error" not in p, p
+    assert "one_cpu" in p["idle"] and all(v > 0 for v in p["idle"].values()), p
+    assert any(line.startswith("pipe_roundtrip_us: free ") for line in summary_lines(smoke_doc["env"]))
+
+
+def test_pipe_roundtrip_fails_cleanly_on_a_cpu_it_cannot_use():
+    r = subprocess.run([str(helper("pipe_roundtrip")), "100", "0", "100000"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "sched_setaffinity" in r.stderr, r
 
 
 def test_lat_mmap_lmbench_touch(tmp_path):
