@@ -10,6 +10,7 @@ use memofs_core::{
 use parking_lot::{Mutex, RwLock};
 
 use crate::dir::DirNode;
+use crate::kernel_data::KernelFile;
 use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::xattr::Xattrs;
@@ -147,12 +148,17 @@ impl Inode {
         }
     }
 
-    /// Times of kernel-backed file data, if this is such a file.
-    fn kernel_times(&self) -> Option<[Timestamp; 3]> {
+    /// The kernel-backed data file, if this is a regular file whose data lives there.
+    pub fn kernel_file(&self) -> Option<&KernelFile> {
         match &self.data {
-            NodeData::File(f) => f.kernel()?.times(),
+            NodeData::File(f) => f.kernel(),
             _ => None,
         }
+    }
+
+    /// Times of kernel-backed file data, if this is such a file.
+    fn kernel_times(&self) -> Option<[Timestamp; 3]> {
+        self.kernel_file()?.times()
     }
 
     /// Removes one hard link; the links left. When the last goes, a kernel-backed file's
@@ -170,7 +176,7 @@ impl Inode {
     /// True for kernel-backed data: the kernel applies the same atime rule to the data
     /// file (its private tmpfs is mounted with it), so the server stores nothing.
     fn kernel_times_kept(&self) -> bool {
-        matches!(&self.data, NodeData::File(f) if f.kernel().is_some())
+        self.kernel_file().is_some()
     }
 
     /// The atime choke point: the only place where reads and readdir update atime.

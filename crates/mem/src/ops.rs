@@ -345,7 +345,7 @@ impl Backend for MemFs {
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
         let inode = self.table.get(ino)?;
-        if let Some(k) = inode.file().ok().and_then(|f| f.kernel()) {
+        if let Some(k) = inode.kernel_file() {
             k.close();
         }
         self.table.close(&inode);
@@ -550,7 +550,7 @@ impl Backend for MemFs {
         let Ok(inode) = self.table.get(ino) else {
             return false;
         };
-        let file = inode.file().ok().and_then(|f| f.kernel()?.data_file());
+        let file = inode.kernel_file().and_then(|k| k.data_file());
         match file {
             Some(file) => {
                 use_fd(file.as_fd());
@@ -564,8 +564,7 @@ impl Backend for MemFs {
     /// lets the registration go at once so that its data is freed with the last close.
     fn keeps_backing(&self, ino: Ino) -> bool {
         self.table.get(ino).is_ok_and(|inode| {
-            inode.nlink.load(Ordering::Relaxed) > 0
-                && inode.file().is_ok_and(|f| f.kernel().is_some())
+            inode.nlink.load(Ordering::Relaxed) > 0 && inode.kernel_file().is_some()
         })
     }
 
