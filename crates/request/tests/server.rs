@@ -188,25 +188,40 @@ fn trusted_xattrs_are_listed_to_privileged_callers_only() {
     );
 }
 
-#[test]
-fn one_backing_id_per_inode_across_opens() {
+/// A server granted FUSE passthrough over a backend that lends descriptors and, if `keeps`,
+/// keeps lending the same one after the last close.
+fn lending(keeps: bool) -> Setup {
     let granted = Granted {
         passthrough: true,
         ..Granted::default()
     };
     let s = setup(&[], true, granted);
+    s.fake.keeps_backing.store(keeps, Ordering::Relaxed);
+    s
+}
+
+/// The backing id a read-only OPEN of `ino` is answered with.
+fn open_backing_id(s: &Setup, ino: u64) -> Option<u32> {
+    let op = Op::Open {
+        flags: libc::O_RDONLY,
+        kill_suidgid: false,
+    };
+    match s.ask(ino, Caller::ROOT, op) {
+        Reply::Opened(o) => o.backing_id,
+        r => panic!("{r:?}"),
+    }
+}
+
+fn event(s: &Setup, name: &str) -> u64 {
+    let snap = s.server.stats().snapshot();
+    snap.events.iter().find(|e| e.0 == name).unwrap().1
+}
+
+#[test]
+fn one_backing_id_per_inode_across_opens() {
+    let s = lending(false);
     for _ in 0..2 {
-        match s.ask(
-            2,
-            Caller::ROOT,
-            Op::Open {
-                flags: libc::O_RDONLY,
-                kill_suidgid: false,
-            },
-        ) {
-            Reply::Opened(o) => assert_eq!(o.backing_id, Some(5)),
-            r => panic!("{r:?}"),
-        }
+        assert_eq!(open_backing_id(&s, 2), Some(5));
     }
     assert_eq!(*s.kernel.lock().unwrap(), ["open_backing"]);
     s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
@@ -231,31 +246,9 @@ fn one_backing_id_per_inode_across_opens() {
     }
 }
 
-/// The backing id a read-only OPEN of `ino` is answered with.
-fn open_backing_id(s: &Setup, ino: u64) -> Option<u32> {
-    let op = Op::Open {
-        flags: libc::O_RDONLY,
-        kill_suidgid: false,
-    };
-    match s.ask(ino, Caller::ROOT, op) {
-        Reply::Opened(o) => o.backing_id,
-        r => panic!("{r:?}"),
-    }
-}
-
-fn event(s: &Setup, name: &str) -> u64 {
-    let snap = s.server.stats().snapshot();
-    snap.events.iter().find(|e| e.0 == name).unwrap().1
-}
-
 #[test]
 fn kept_backing_registrations_serve_later_opens_until_the_backend_lets_go() {
-    let granted = Granted {
-        passthrough: true,
-        ..Granted::default()
-    };
-    let s = setup(&[], true, granted);
-    s.fake.keeps_backing.store(true, Ordering::Relaxed);
+    let s = lending(true);
     let log = |s: &Setup| s.kernel.lock().unwrap().clone();
     assert_eq!(open_backing_id(&s, 2), Some(5));
     s.ask(2, Caller::ROOT, Op::Release { fh: 42 });
@@ -292,12 +285,7 @@ fn kept_backing_registrations_serve_later_opens_until_the_backend_lets_go() {
 
 #[test]
 fn idle_backing_registrations_are_bounded_longest_idle_first() {
-    let granted = Granted {
-        passthrough: true,
-        ..Granted::default()
-    };
-    let s = setup(&[], true, granted);
-    s.fake.keeps_backing.store(true, Ordering::Relaxed);
+    let s = lending(true);
     const IDLE_MAX: u64 = 16 * 1024;
     for ino in 10..10 + IDLE_MAX + 1 {
         assert!(open_backing_id(&s, ino).is_some());
