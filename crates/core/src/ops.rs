@@ -110,7 +110,9 @@ pub trait Backend: Send + Sync + 'static {
     fn opendir(&self, caller: &Caller, ino: Ino, flags: i32) -> Result<Opened>;
     /// Lists entries after `offset` (0 = from the start). `sink` returns false when its buffer
     /// is full and the entry was not taken; listing stops there. With `plus`, entries carry
-    /// attributes and count as lookups when taken.
+    /// attributes and count as lookups when taken. `fh` is 0 where the request layer
+    /// declined OPENDIR (the backend is the only writer, or
+    /// [`Backend::sees_every_change`]): the directory was never opened.
     fn readdir(
         &self,
         ino: Ino,
@@ -206,6 +208,15 @@ pub trait Backend: Send + Sync + 'static {
     /// happens, so the kernel may keep directory listings although the backend is not the
     /// only writer. Asked at every OPENDIR. Default: no.
     fn name_changes_reported(&self) -> bool {
+        false
+    }
+    /// Whether nothing can change the tree unseen for as long as the mount lives: every
+    /// change made behind the kernel's back, to names and attributes alike, is reported to
+    /// the invalidator as it happens (a local filesystem under a watcher that marks all of
+    /// it, no other filesystem reachable, no other machine writing). The request layer then
+    /// declines OPENDIR, once and for good: the kernel keeps every listing and sends READDIR
+    /// with fh 0 when it needs one. Default: no.
+    fn sees_every_change(&self) -> bool {
         false
     }
     /// Hands the backend the transport's invalidator, once mounted. Backends whose every

@@ -8,6 +8,7 @@
 use std::ffi::{CString, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
 
 use memofs_core::{Caller, DirEntry, Errno, FileKind, Ino, Opened, Result, ROOT_INO};
 use parking_lot::Mutex;
@@ -18,6 +19,9 @@ use crate::handles::OpenDir;
 use crate::inode::{HostId, Inode};
 use crate::sys;
 use crate::PassthroughFs;
+
+/// The `fh` of a READDIR with no OPENDIR before it (handles start at 1).
+const NO_HANDLE: u64 = 0;
 
 /// Bytes of `getdents64` records read at once.
 const DIRENT_BUF: usize = 32 * 1024;
@@ -119,32 +123,42 @@ impl PassthroughFs {
     /// OPENDIR: a host stream opened from the directory's `O_PATH` descriptor (`openat` of
     /// `.`, no path resolved). `O_NOATIME` when the atime policy never updates directories.
     pub(crate) fn open_dir(&self, _caller: &Caller, ino: Ino) -> Result<Opened> {
+        Ok(Opened {
+            fh: self.dirs.insert(self.dir_stream(ino)?),
+        })
+    }
+
+    /// A new host stream of directory `ino`, at its beginning.
+    fn dir_stream(&self, ino: Ino) -> Result<OpenDir> {
         let inode = self.table.get(ino)?;
         if inode.kind != FileKind::Directory {
             return Err(Errno::ENOTDIR);
         }
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let fd = self.open_noatime(true, flags, |f| sys::at::openat(inode.fd.as_fd(), c".", f))?;
-        let dir = OpenDir {
+        Ok(OpenDir {
             ino,
             stream: Mutex::new(DirStream::new(self.budget.keep(fd)?)),
-        };
-        Ok(Opened {
-            fh: self.dirs.insert(dir),
         })
     }
 
     /// READDIR / READDIRPLUS from host offset `offset`. With `plus`, each entry but `.` and
     /// `..` is looked up (one reference, given back with `forget` if the sink refuses it);
-    /// names that vanished meanwhile are skipped.
+    /// names that vanished meanwhile are skipped. Without a handle (`fh` 0: the request
+    /// layer declined OPENDIR, see `Backend::sees_every_change`) a stream opened for this
+    /// call serves it, sought to `offset` like a handle's.
     pub(crate) fn read_dir(
         &self,
+        ino: Ino,
         fh: u64,
         offset: u64,
         plus: bool,
         sink: &mut dyn FnMut(&DirEntry) -> bool,
     ) -> Result<()> {
-        let handle = self.dirs.get(fh)?;
+        let handle = match fh {
+            NO_HANDLE => Arc::new(self.dir_stream(ino)?),
+            fh => self.dirs.get(fh)?,
+        };
         let dir = self.table.get(handle.ino)?;
         let mut stream = handle.stream.lock();
         stream.seek(offset)?;

@@ -52,7 +52,8 @@ impl<T> HandleTable<T> {
         }
     }
 
-    /// Stores `handle`; returns its new `fh` (never reused while the backend lives).
+    /// Stores `handle`; returns its new `fh` (never 0, which stands for no handle, and
+    /// never reused while the backend lives).
     pub(crate) fn insert(&self, handle: T) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.map.write().insert(fh, Arc::new(handle));

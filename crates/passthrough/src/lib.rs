@@ -173,6 +173,7 @@ impl PassthroughFs {
         // mountinfo.
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
         let whole_filesystem = fanotify && ExportMount::is_filesystem_root(fd.as_fd());
+        let alone = whole_filesystem && ExportMount::local_without_submounts(fd.as_fd());
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
@@ -203,6 +204,7 @@ impl PassthroughFs {
             export: ExportMount {
                 private,
                 whole_filesystem,
+                sealed: alone && private,
             },
             watcher: Mutex::new(None),
             watching: AtomicBool::new(false),

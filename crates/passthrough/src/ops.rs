@@ -145,13 +145,13 @@ impl Backend for PassthroughFs {
 
     fn readdir(
         &self,
-        _ino: Ino,
+        ino: Ino,
         fh: u64,
         offset: u64,
         plus: bool,
         sink: &mut dyn FnMut(&DirEntry) -> bool,
     ) -> Result<()> {
-        self.read_dir(fh, offset, plus, sink)
+        self.read_dir(ino, fh, offset, plus, sink)
     }
 
     fn releasedir(&self, _ino: Ino, fh: u64) -> Result<()> {
@@ -280,6 +280,10 @@ impl Backend for PassthroughFs {
     /// each with an invalidation of the directory (which drops a listing the kernel keeps).
     fn name_changes_reported(&self) -> bool {
         self.watching.load(Ordering::Acquire)
+    }
+
+    fn sees_every_change(&self) -> bool {
+        self.export.sealed && self.watching.load(Ordering::Acquire)
     }
 
     fn attach_invalidator(&self, invalidator: Arc<dyn Invalidator>) {

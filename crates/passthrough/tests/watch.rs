@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, is_root, n, setup_with, walk, Recorder, Report};
 use memofs_core::{Backend, Caller, ROOT_INO};
-use memofs_passthrough::{PassthroughConfig, WatchMechanism, WatchMode};
+use memofs_passthrough::{PassthroughConfig, PassthroughFs, WatchMechanism, WatchMode};
 
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -164,6 +164,46 @@ fn fanotify_filesystem_mark_reports_host_changes() {
         "an export that is its filesystem's root is watched with one filesystem mark"
     );
     check_host_changes(mode, &export, &fs, &rec);
+}
+
+/// Nothing changes a whole tmpfs under one filesystem mark unseen, so its listings need no
+/// OPENDIR; a subdirectory export, or a filesystem mounted below the source (whose changes
+/// the mark does not see), do.
+#[test]
+fn only_a_whole_local_filesystem_without_submounts_sees_every_change() {
+    let mode = WatchMode::Fanotify;
+    let (_t, _export, fs) = setup_with("sealed-sub", config(mode));
+    let _rec = watching(mode, &fs);
+    assert!(!fs.sees_every_change(), "a subdirectory export");
+    let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("sealed", config(mode)) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let Some(_rec) = watching(mode, &fs) else {
+        return;
+    };
+    if !fs.watches_whole_filesystem() || !fs.private_mount() {
+        eprintln!("skipped: no filesystem mark or no private mount here");
+        return;
+    }
+    assert!(
+        fs.sees_every_change(),
+        "a whole tmpfs, nothing mounted below"
+    );
+    std::fs::create_dir(export.join("sub")).unwrap();
+    let Some(_inner) = common::Tmpfs::mount(&export.join("sub")) else {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    };
+    let below = PassthroughFs::new(&export, config(mode)).unwrap();
+    let Some(_rec) = watching(mode, &below) else {
+        return;
+    };
+    assert!(below.watches_whole_filesystem());
+    assert!(
+        !below.sees_every_change(),
+        "a filesystem mounted below the source"
+    );
 }
 
 /// With the filesystem mark, an event names the file it is about by handle, so a change

@@ -453,11 +453,12 @@ impl<B: Backend> Server<B> {
     }
 
     /// Whether the kernel keeps directory listings: the backend is the only writer (so the
-    /// kernel drops a listing whenever it changes) and no atime rule forbids it. Then OPENDIR
-    /// is answered `ENOSYS`, once: the kernel stops sending OPENDIR and RELEASEDIR and keeps
-    /// every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
+    /// kernel drops a listing whenever it changes through the mount) or it reports every
+    /// other change as it happens ([`Backend::sees_every_change`]), and no atime rule forbids
+    /// it. Then OPENDIR is answered `ENOSYS`, once: the kernel stops sending OPENDIR and
+    /// RELEASEDIR and keeps every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
     fn kept_listings(&self) -> bool {
-        self.plan.sole_writer && self.keeper.listings_kept()
+        (self.plan.sole_writer || self.backend.sees_every_change()) && self.keeper.listings_kept()
     }
 
     /// Whether the kernel may keep directory listings at all: as above, or the backend

@@ -221,6 +221,56 @@ fn host_changes_reach_listings_the_kernel_keeps() {
     assert_eq!(listing(&m.join("d")), ["b2", "mine", "new"]);
 }
 
+/// A whole tmpfs exported as root (one fanotify mark on all of it, the server's private copy
+/// of the mount, nothing mounted below): nothing can change it unseen, so OPENDIR is declined
+/// once and every listing stays in the kernel until a change drops it. A subdirectory export
+/// (which one mark cannot watch alone) asks OPENDIR at every listing.
+#[test]
+fn listings_of_a_whole_watched_filesystem_need_no_opendir() {
+    require_mount!();
+    let (host, m) = export();
+    let doc = ok!(checks::stats_json(m.path()).map_err(std::io::Error::other));
+    if !doc.contains("one mark on the whole filesystem")
+        || !doc.contains(r#""private_mount":"true""#)
+    {
+        skip!(
+            Fanotify,
+            "no filesystem mark or no private mount, so every listing asks OPENDIR"
+        );
+    }
+    ok!(fs::create_dir(host.join("d")));
+    ok!(fs::write(host.join("d/a"), b"x"));
+    let reads = |m: &Mount| checks::settled(m, "READDIR") + checks::settled(m, "READDIRPLUS");
+    eventually("a listing served by the kernel", || {
+        let before = reads(&m);
+        assert_eq!(listing(&m.join("d")), ["a"]);
+        reads(&m) == before
+    });
+    let opendirs = checks::settled(&m, "OPENDIR");
+    assert!(
+        opendirs <= 1,
+        "OPENDIR is declined once, not {opendirs} times"
+    );
+    for _ in 0..3 {
+        assert_eq!(listing(&m.join("d")), ["a"]);
+        assert_eq!(listing(m.path()), ["d"]);
+    }
+    assert_eq!(checks::settled(&m, "OPENDIR"), opendirs);
+    // Host changes still reach the kept listing (the watcher's invalidation drops it).
+    ok!(fs::write(host.join("d/b"), b"x"));
+    eventually("a host create in a listing kept without OPENDIR", || {
+        listing(&m.join("d")) == ["a", "b"]
+    });
+
+    let (_host, sub) = checks::export_tmpfs("export", &["size=16m"], &["allow_other"]);
+    ok!(fs::create_dir(sub.join("e")));
+    let before = checks::settled(&sub, "OPENDIR");
+    for _ in 0..3 {
+        assert!(listing(&sub.join("e")).is_empty());
+    }
+    assert!(checks::settled(&sub, "OPENDIR") >= before + 3);
+}
+
 #[test]
 fn host_renames_become_visible_despite_hour_long_caches() {
     require_mount!();

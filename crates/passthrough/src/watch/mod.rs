@@ -96,7 +96,21 @@ pub(crate) struct ExportMount {
     /// The source is the root of its filesystem (a mount whose root is the filesystem's
     /// root): every change on that filesystem is a change in the export.
     pub whole_filesystem: bool,
+    /// Nothing but that one filesystem's own changes can change the export: it is the
+    /// whole of a local filesystem (no network or cluster filesystem, whose other machines'
+    /// writes no watcher sees), nothing was mounted below it when the server started, and
+    /// the server's private copy will never gain a mount (it receives no propagation).
+    pub sealed: bool,
 }
+
+/// Filesystems whose every change is made by this host's kernel (`statfs` `f_type`).
+const LOCAL_FILESYSTEMS: [libc::c_long; 5] = [
+    libc::TMPFS_MAGIC,
+    libc::EXT4_SUPER_MAGIC,
+    libc::XFS_SUPER_MAGIC,
+    libc::BTRFS_SUPER_MAGIC,
+    libc::F2FS_SUPER_MAGIC,
+];
 
 impl ExportMount {
     /// Whether `source` (the host's descriptor, before any private copy) is the root of a
@@ -111,6 +125,25 @@ impl ExportMount {
         mounts
             .iter()
             .any(|m| m.id == mnt_id && m.root == std::path::Path::new("/"))
+    }
+
+    /// Whether `source` (the host's descriptor) is on a local filesystem type and no mount
+    /// sits at or below its mount point other than its own, per `/proc/self/mountinfo`.
+    pub(crate) fn local_without_submounts(source: BorrowedFd<'_>) -> bool {
+        let local = sys::io::fstatfs(source).is_ok_and(|st| LOCAL_FILESYSTEMS.contains(&st.f_type));
+        let Some((mnt_id, _)) = sys::at::mount_of(source) else {
+            return false;
+        };
+        let Ok(mounts) = memofs_core::mountinfo::mounts() else {
+            return false;
+        };
+        let Some(own) = mounts.iter().find(|m| m.id == mnt_id) else {
+            return false;
+        };
+        local
+            && !mounts
+                .iter()
+                .any(|m| m.id != mnt_id && m.mount_point.starts_with(&own.mount_point))
     }
 }
 
