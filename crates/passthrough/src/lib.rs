@@ -172,8 +172,11 @@ impl PassthroughFs {
         // Only a fanotify watcher can use a filesystem mark; the others need not read
         // mountinfo.
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
-        let whole_filesystem = fanotify && ExportMount::is_filesystem_root(fd.as_fd());
-        let alone = whole_filesystem && ExportMount::local_without_submounts(fd.as_fd());
+        let (whole_filesystem, alone) = if fanotify {
+            ExportMount::inspect(fd.as_fd())
+        } else {
+            (false, false)
+        };
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
@@ -204,7 +207,7 @@ impl PassthroughFs {
             export: ExportMount {
                 private,
                 whole_filesystem,
-                sealed: alone && private,
+                sealed: whole_filesystem && alone && private,
             },
             watcher: Mutex::new(None),
             watching: AtomicBool::new(false),

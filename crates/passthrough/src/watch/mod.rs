@@ -113,37 +113,28 @@ const LOCAL_FILESYSTEMS: [libc::c_long; 5] = [
 ];
 
 impl ExportMount {
-    /// Whether `source` (the host's descriptor, before any private copy) is the root of a
-    /// mount showing its whole filesystem, per `/proc/self/mountinfo`.
-    pub(crate) fn is_filesystem_root(source: BorrowedFd<'_>) -> bool {
+    /// What `/proc/self/mountinfo` and `statfs` say of `source` (the host's descriptor,
+    /// before any private copy): whether it is the root of a mount showing its whole
+    /// filesystem, and whether that filesystem is also of a local type with no other mount
+    /// at or below its mount point (the `sealed` candidate, pending the private copy).
+    pub(crate) fn inspect(source: BorrowedFd<'_>) -> (bool, bool) {
         let Some((mnt_id, true)) = sys::at::mount_of(source) else {
-            return false;
+            return (false, false);
         };
         let Ok(mounts) = memofs_core::mountinfo::mounts() else {
-            return false;
+            return (false, false);
         };
-        mounts
+        let Some(own) = mounts
             .iter()
-            .any(|m| m.id == mnt_id && m.root == std::path::Path::new("/"))
-    }
-
-    /// Whether `source` (the host's descriptor) is on a local filesystem type and no mount
-    /// sits at or below its mount point other than its own, per `/proc/self/mountinfo`.
-    pub(crate) fn local_without_submounts(source: BorrowedFd<'_>) -> bool {
+            .find(|m| m.id == mnt_id && m.root == std::path::Path::new("/"))
+        else {
+            return (false, false);
+        };
         let local = sys::io::fstatfs(source).is_ok_and(|st| LOCAL_FILESYSTEMS.contains(&st.f_type));
-        let Some((mnt_id, _)) = sys::at::mount_of(source) else {
-            return false;
-        };
-        let Ok(mounts) = memofs_core::mountinfo::mounts() else {
-            return false;
-        };
-        let Some(own) = mounts.iter().find(|m| m.id == mnt_id) else {
-            return false;
-        };
-        local
-            && !mounts
-                .iter()
-                .any(|m| m.id != mnt_id && m.mount_point.starts_with(&own.mount_point))
+        let alone = !mounts
+            .iter()
+            .any(|m| m.id != mnt_id && m.mount_point.starts_with(&own.mount_point));
+        (true, local && alone)
     }
 }
 
