@@ -87,7 +87,8 @@ def test_pipe_roundtrip_recorded_with_the_environment(smoke_doc):
     p = smoke_doc["env"]["pipe_roundtrip_us"]
     assert "error" not in p, p
     assert "one_cpu" in p["idle"] and all(v > 0 for v in p["idle"].values()), p
-    assert any(line.startswith("pipe_roundtrip_us: free ") for line in summary_lines(smoke_doc["env"]))
+    lines = summary_lines(smoke_doc["env"])
+    assert any(line.startswith("pipe_roundtrip_us: free ") for line in lines), lines
 
 
 def test_pipe_roundtrip_fails_cleanly_on_a_cpu_it_cannot_use():

@@ -4,17 +4,17 @@
 //!
 //! The private tmpfs is mounted with the mount's `size=` (so the kernel enforces it, even
 //! against writes the server never sees), opened, and detached at once: it has no path in any
-//! mount table, and its files, named by a counter under the one directory descriptor the
-//! server keeps, are internal files nobody else can look up. The server holds a data file open
-//! only while its memofs file is open and the data file was used (descriptors stay bounded by
-//! open files, not by files); the kernel's registration of it as a FUSE passthrough backing
-//! file may outlive the last close (memofs-request's `backing` module), holding the kernel's
-//! reference, not one of the server's descriptors. It is unlinked when its inode goes. The tmpfs is mounted with the mount's atime rule, so reads
-//! the kernel serves from it keep atime as the rule says; the file's atime, mtime and size
-//! are reported from it. It is also mounted with the mount's `huge=` (default `within_size`:
-//! large folios sized by the write wherever the file's size covers them, so a sequentially
-//! written file costs the kernel one folio per write instead of one page per 4 KiB). Needs
-//! `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
+//! mount table, and its files, named by a counter under the one directory descriptor the server
+//! keeps, are internal files nobody else can look up. The server holds a data file open only
+//! while its memofs file is open and the data file was used (descriptors stay bounded by open
+//! files, not by files); the kernel's registration of it as a FUSE passthrough backing file may
+//! outlive the last close (memofs-request's `backing` module), holding the kernel's reference,
+//! not one of the server's descriptors. It is unlinked when its inode goes. The tmpfs is
+//! mounted with the mount's atime rule, so reads the kernel serves from it keep atime as the
+//! rule says; the file's atime, mtime and size are reported from it. It is also mounted with
+//! the mount's `huge=` (default `within_size`: large folios sized by the write wherever the
+//! file's size covers them, so a sequentially written file costs the kernel one folio per write
+//! instead of one page per 4 KiB). Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
