@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from collections import Counter
 from pathlib import Path
 
 from . import compare, inputs, results, targets
@@ -31,7 +32,10 @@ SEED_PARAMS = {
 # and without its CPU latency request), with its own page store, its passthrough backend over
 # tmpfs, and libfuse's passthrough_ll
 REAL_TARGETS = "tmpfs,memofs,memofs:-o cpu_latency=off,memofs:-o passthrough=off,memofs-pt,passthrough_ll"
-CHECK_FAILED = 1
+RUN_FAILED = 1
+# how much of each failure's message the one-line summary keeps: its start and its end (a
+# command's own error usually comes last)
+SUMMARY_HEAD, SUMMARY_TAIL = 60, 160
 
 
 class UsageError(Exception):
@@ -121,11 +125,27 @@ def execute(workloads: list[Workload], specs: list[str], args, overrides, title:
     print(compare.render(c, args.stats))
     report = write_report(c, out, title, args.stats, intro, plots=not args.no_plots)
     print(f"results: {out / results.FILENAME}\nreport:  {report}")
-    if runner.check_failures:
-        print(f"memofs-bench: {runner.check_failures} CHECK(S) FAILED: a filesystem gave a "
-              "wrong result (see the errors above and the report's Problems)", file=sys.stderr)
-        return CHECK_FAILED
+    if runner.failures:
+        print(failure_summary(runner.failures), file=sys.stderr)
+        return RUN_FAILED
     return 0
+
+
+def failure_summary(failures: list[dict]) -> str:
+    """One line naming every failure as `target / workload / part: why`; a failure repeated
+    in several rounds is named once, with its count."""
+    counts = Counter(compare.format_error(dict(f, round=None, message=_shorten(f["message"])))
+                     for f in failures)
+    items = [text + (f" (in {n} rounds)" if n > 1 else "") for text, n in counts.items()]
+    return f"memofs-bench: FAILED ({len(failures)}): " + "; ".join(items)
+
+
+def _shorten(message: str) -> str:
+    """The message on one line, its middle left out when it is long."""
+    flat = " ".join(message.split())
+    if len(flat) <= SUMMARY_HEAD + SUMMARY_TAIL:
+        return flat
+    return f"{flat[:SUMMARY_HEAD]} ... {flat[-SUMMARY_TAIL:]}"
 
 
 def cmd_run(args) -> int:
@@ -197,7 +217,7 @@ def cmd_fetch(args) -> int:
                 break
         else:
             print(f"{w.name}: inputs ready in {inputs.inputs_dir()}")
-    return USAGE_ERROR if bad else (1 if failed else 0)
+    return USAGE_ERROR if bad else (RUN_FAILED if failed else 0)
 
 
 def cmd_compare(args) -> int:

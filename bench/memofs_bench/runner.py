@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import tempfile
 import traceback
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Sequence
 
 from . import env as envmod
 from . import mounts, results
-from .targets import TargetError, make_target
+from .targets import make_target
 from .tools import BenchError, CheckFailed, ToolMissing
 from .workloads import Context, Part, Workload, missing_tools
 
@@ -90,7 +89,7 @@ class Runner:
         self.client_cpus, self.server_cpus = client, server
         self.failed_targets: set[str] = set()
         self.skipped_parts: set[tuple[str, str]] = set()
-        self.check_failures = 0
+        self.failures: list[dict] = []   # the errors that make the run fail
         self.doc = {
             "format": results.FORMAT, "created": envmod.now(), "finished": None,
             "interrupted": False, "command": list(command),
@@ -108,11 +107,19 @@ class Runner:
         self.doc["env"]["nofile_note"] = self.nofile_note
 
     # -- recording ------------------------------------------------------------------------
-    def error(self, target, workload, part, rnd, message: str) -> None:
-        self.doc["errors"].append({"target": target, "workload": workload, "part": part,
-                                   "round": rnd, "message": message})
+    def fail(self, target, workload, part, rnd, message: str) -> None:
+        """Record a measurement that could not be made (a target that did not mount, a part
+        that raised, a missing tool): the run carries on and its exit status is 1."""
+        self.failures.append(self.note(target, workload, part, rnd, message))
+
+    def note(self, target, workload, part, rnd, message: str) -> dict:
+        """Record a problem with the errors (and in the report) without failing the run."""
+        error = {"target": target, "workload": workload, "part": part, "round": rnd,
+                 "message": message}
+        self.doc["errors"].append(error)
         where = " / ".join(x for x in (target, workload, part) if x)
         self.console.log(f"! {where}: {message}", "bold red")
+        return error
 
     def save(self) -> None:
         results.save(self.out, self.doc)
@@ -155,8 +162,8 @@ class Runner:
                 missing = missing_tools(part)
                 if missing:
                     self.skipped_parts.add((w.name, part.name))
-                    self.error(None, w.name, part.name, None,
-                               f"skipped on every target: {', '.join(missing)} not installed")
+                    self.fail(None, w.name, part.name, None,
+                              f"skipped on every target: {', '.join(missing)} not installed")
 
     def _prepare(self) -> None:
         """Each workload's one-time preparation (inputs fetched and verified), before any
@@ -167,9 +174,9 @@ class Runner:
             self.console.status(f"preparing {w.name}")
             try:
                 w.prepare(self.params[w.name])
-            except (BenchError, OSError, subprocess.SubprocessError, ValueError) as e:
+            except Exception as e:  # any workload's problem is recorded; the others run
                 self.skipped_parts.update((w.name, p.name) for p in w.parts)
-                self.error(None, w.name, None, None, f"preparation failed, skipped: {e}")
+                self.fail(None, w.name, None, None, f"preparation failed, skipped: {_why(e)}")
 
     def _one(self, w: Workload, spec: str, rnd: int, workdir: Path) -> None:
         if spec in self.failed_targets:
@@ -178,9 +185,9 @@ class Runner:
         info = next(t for t in self.doc["targets"] if t["name"] == spec)
         try:
             mnt = target.mount()
-        except BenchError as e:
+        except Exception as e:  # any target's problem is recorded; the other targets run
             self.failed_targets.add(spec)
-            self.error(spec, w.name, None, rnd, f"{e} (target skipped from now on)")
+            self.fail(spec, w.name, None, rnd, f"{_why(e)} (target skipped from now on)")
             return
         desc: dict = {}
         try:
@@ -200,7 +207,7 @@ class Runner:
         finally:
             target.unmount()
             for note in target.notes:
-                self.error(spec, w.name, None, rnd, note)
+                self.note(spec, w.name, None, rnd, note)
 
     def _place(self, target) -> None:
         if self.client_cpus:
@@ -223,19 +230,22 @@ class Runner:
                 self.doc["samples"].append(sample)
         except ToolMissing as e:
             self.skipped_parts.add((w.name, part.name))
-            self.error(spec, w.name, part.name, rnd, f"{e} (part skipped from now on)")
+            self.fail(spec, w.name, part.name, rnd, f"{e} (part skipped from now on)")
         except CheckFailed as e:
-            self.check_failures += 1
-            self.error(spec, w.name, part.name, rnd, f"CHECK FAILED: {e}")
-        except (BenchError, TargetError, OSError, subprocess.SubprocessError, ValueError,
-                IndexError) as e:
-            self.error(spec, w.name, part.name, rnd, f"{type(e).__name__}: {e}")
+            self.fail(spec, w.name, part.name, rnd, f"CHECK FAILED: {e}")
+        except Exception as e:  # any part's problem is recorded; the other parts run
+            self.fail(spec, w.name, part.name, rnd, f"{type(e).__name__}: {e}")
             if os.environ.get("MEMOFS_BENCH_DEBUG"):
                 self.console.log(traceback.format_exc())
         if "drop_caches" in ctx.notes and not any(
                 "drop_caches" in e["message"] for e in self.doc["errors"]):
-            self.error(None, w.name, part.name, rnd,
-                       "cannot write /proc/sys/vm/drop_caches (not root?): caches not dropped")
+            self.note(None, w.name, part.name, rnd,
+                      "cannot write /proc/sys/vm/drop_caches (not root?): caches not dropped")
+
+
+def _why(e: Exception) -> str:
+    """The message of one of the harness's own errors, else the exception's type and message."""
+    return str(e) if isinstance(e, BenchError) else f"{type(e).__name__}: {e}"
 
 
 def _remove_workdir(workdir: Path) -> None:

@@ -133,19 +133,21 @@ def test_failed_mount_and_unknown_target_reported(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("MEMOFS_BIN", "/bin/false")      # `false mount ... MNT` fails
     rc = cli.main(["run", "stat-missing", "--targets", "memofs,tmpfs,nosuch",
                    "--out", str(tmp_path), *_tiny()])
-    assert rc == 2                                      # the unknown kind is a usage error
+    assert rc == 1                       # the failed mount's status comes before the usage error's
     err = capsys.readouterr().err
     assert "unknown target kind 'nosuch'" in err
+    assert err.strip().splitlines()[-1].startswith(
+        "memofs-bench: FAILED (1): memofs / stat-missing: ")
     doc = results.load(tmp_path)
     assert [t["name"] for t in doc["targets"]] == ["memofs", "tmpfs"]
     assert any(e["target"] == "memofs" and "failed" in e["message"] for e in doc["errors"])
     assert {s["target"] for s in doc["samples"]} == {"tmpfs"}
 
 
-def test_failed_mount_alone_is_not_a_usage_error(tmp_path, monkeypatch):
+def test_failed_mount_alone_fails_the_run_but_not_as_a_usage_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMOFS_BIN", "/bin/false")
     assert cli.main(["run", "stat-missing", "--targets", "memofs,tmpfs",
-                     "--out", str(tmp_path), *_tiny()]) == 0
+                     "--out", str(tmp_path), *_tiny()]) == 1
 
 
 def test_unknown_workload_is_usage_error(tmp_path):
@@ -239,7 +241,8 @@ def test_failed_check_sets_exit_status_1(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "registry", lambda: {"wrong": fake})
     rc = cli.main(["run", "wrong", "-t", "tmpfs", "--out", str(tmp_path), "-q", "--no-plots",
                    "--reps", "1"])
-    assert rc == 1 and "CHECK(S) FAILED" in capsys.readouterr().err
+    assert rc == 1 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        "memofs-bench: FAILED (1): tmpfs / wrong / p: CHECK FAILED: grep found 3 lines, expected 4")
     doc = results.load(tmp_path)
     assert doc["errors"][0]["message"] == "CHECK FAILED: grep found 3 lines, expected 4"
     assert len(doc["samples"]) == 1

@@ -102,6 +102,11 @@ pub trait Backend: Send + Sync + 'static {
     fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
     /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
+    /// A `close(2)` of a descriptor of an open whose [`crate::Opened::flush`] was set: what
+    /// the host's close would report (the kernel sends FLUSH only for those opens).
+    fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {
+        Ok(())
+    }
     /// Last close of an open file.
     fn release(&self, ino: Ino, fh: u64) -> Result<()>;
     /// Makes data durable, as far as the backend has durability.

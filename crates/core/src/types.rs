@@ -212,6 +212,10 @@ pub struct StatFs {
 pub struct Opened {
     /// The file handle the kernel passes back on later requests.
     pub fh: u64,
+    /// A `close(2)` of this open can fail in the backend (a host filesystem that reports
+    /// errors at close, such as NFS): the kernel is to send FLUSH at each close, and
+    /// [`crate::Backend::flush`]'s answer is what `close(2)` returns.
+    pub flush: bool,
 }
 
 /// What a backend can do, declared once (see [`crate::Backend::capabilities`]).

@@ -201,7 +201,7 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
         opcode::LINK => {
             let (l, rest) = args.take::<abi::fuse_link_in>()?;
             Op::Link {
-                target: l.oldnodeid,
+                inode: l.oldnodeid,
                 new_name: only_name(rest)?,
             }
         }

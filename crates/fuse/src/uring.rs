@@ -31,15 +31,18 @@
 //! the next other request pins it again ([`Placement`]).
 //!
 //! Requests that may wait for a disk (FSYNC) run on [`crate::blocking`]'s threads; their
-//! answer comes back to the queue's thread through a channel and an eventfd the ring polls,
-//! because only that thread submits to its ring. RELEASE goes to those threads too, but is
-//! answered first: the kernel sends it in the background when a file's last descriptor
-//! closes, waits for no answer and ignores errors, so the work (the handle, the backing id)
-//! need not take the CPU of the caller, who is already on to its next file (over `/dev/fuse`
-//! it runs on another thread anyway). A later request on the same inode finds the backing id
-//! still counted, as it would if the release were slower.
+//! answer comes back to the queue's thread through a channel and an eventfd the ring polls
+//! ([`Waker`]), because only that thread submits to its ring. Requests the request layer lets
+//! a transport answer first ([`Op::answered_first`]: RELEASE) go to those threads too, after
+//! their answer is committed, so the work need not take the CPU of the caller, who is
+//! already on to its next file (over `/dev/fuse` it runs on another thread anyway).
+//!
+//! The kernel may write into a queue's buffers for as long as it holds one of its ring
+//! entries, so the ring and the buffers have one owner ([`Entries`]) that closes the ring
+//! first and frees the buffers only once the kernel has given every entry back.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -48,7 +51,7 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use memofs_core::{Backend, Errno};
 use memofs_request::stats::Stats;
-use memofs_request::{Handled, Op, ReplyOut, Server};
+use memofs_request::{Handled, Op, ReplyOut, Request, Server};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::abi;
@@ -180,8 +183,96 @@ pub struct UringChannel<B: Backend> {
     latency: Arc<CpuLatency>,
 }
 
-/// An answer computed off the queue's thread: slot, request, result.
-type Answer = (usize, u64, i32);
+/// An answer computed off the queue's thread.
+struct Answer {
+    /// The ring entry the request came in.
+    slot: usize,
+    /// What the entry is committed with (the kernel's, from the entry's header).
+    commit_id: u64,
+    /// The request answered.
+    unique: u64,
+    /// Its result (0 or a negative errno).
+    error: i32,
+}
+
+/// A queue's ring and the buffers its entries name, with one owner: dropped, it closes the
+/// ring first, and frees the buffers only if the kernel holds none of the entries (every
+/// one ended with a completion). Otherwise the kernel may still copy a request into them
+/// until it has cancelled its entries, so they are left allocated (an error path: a queue
+/// that stopped while its connection was alive).
+struct Entries<R, S> {
+    ring: ManuallyDrop<R>,
+    slots: ManuallyDrop<S>,
+    /// Entries the kernel may hold: registered, not yet ended by a completion.
+    held: usize,
+}
+
+impl<R, S> Entries<R, S> {
+    /// `held`: entries counted as held from the start (their registration is under way).
+    fn new(ring: R, slots: S, held: usize) -> Self {
+        Entries {
+            ring: ManuallyDrop::new(ring),
+            slots: ManuallyDrop::new(slots),
+            held,
+        }
+    }
+}
+
+impl<R, S> Drop for Entries<R, S> {
+    fn drop(&mut self) {
+        // SAFETY: each field is dropped at most once, here, and never used afterwards.
+        unsafe {
+            ManuallyDrop::drop(&mut self.ring);
+            if self.held == 0 {
+                ManuallyDrop::drop(&mut self.slots);
+            }
+        }
+    }
+}
+
+/// Commits, on queue `qid` of `dev`, the answers computed on other threads.
+fn commit_answers(
+    dev: RawFd,
+    qid: u16,
+    rx: &Receiver<Answer>,
+    slots: &mut [Slot],
+    pending: &mut Vec<squeue::Entry128>,
+) {
+    for a in rx.try_iter() {
+        slots[a.slot].put_reply(a.unique, a.error, &[]);
+        pending.push(sqe_commit(dev, qid, a.commit_id, a.slot));
+    }
+}
+
+/// The queue's eventfd, shared with the jobs that answer from other threads: each holds
+/// it open, so a job that ends after the queue's thread never writes into a descriptor
+/// number reused meanwhile.
+#[derive(Clone)]
+struct Waker(Arc<OwnedFd>);
+
+impl Waker {
+    fn new() -> io::Result<Waker> {
+        Ok(Waker(Arc::new(eventfd()?)))
+    }
+
+    /// Wakes the queue's thread.
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to the eventfd this value holds open.
+        unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// Clears the wakeups counted so far (the poll saw them).
+    fn clear(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from the eventfd this value holds open.
+        unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+    }
+
+    fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
 
 fn sqe_register(fd: RawFd, qid: u16, slot: &Slot, index: usize) -> squeue::Entry128 {
     let req = abi::fuse_uring_cmd_req {
@@ -404,28 +495,29 @@ impl<B: Backend> UringChannel<B> {
         pin_to(cpu);
         let mut placement = Placement::pinned();
         let qid = cpu as u16;
-        let mut ring: IoUring<squeue::Entry128, cqueue::Entry> =
-            IoUring::builder().build((2 * DEPTH + 2) as u32)?;
-        let mut slots: Vec<Slot> = (0..DEPTH).map(|_| Slot::new()).collect();
-        let wake = eventfd()?;
+        let waker = Waker::new()?;
         let (tx, rx) = channel::<Answer>();
+        let ring: IoUring<squeue::Entry128, cqueue::Entry> =
+            IoUring::builder().build((2 * DEPTH + 2) as u32)?;
+        let slots: Vec<Slot> = (0..DEPTH).map(|_| Slot::new()).collect();
         let mut pending: Vec<squeue::Entry128> = slots
             .iter()
             .enumerate()
             .map(|(i, s)| sqe_register(self.dev.as_raw_fd(), qid, s, i))
             .collect();
-        pending.push(sqe_wake(wake.as_raw_fd()));
-        let mut live = DEPTH;
+        pending.push(sqe_wake(waker.raw()));
+        let mut q = Entries::new(ring, slots, DEPTH);
         let mut scratch = Vec::new();
         let mut staged = Staged::default();
         let mut poll = RingPoll::new(self.server.plan().busy_poll, self.payoff.clone());
-        while live > 0 {
+        while q.held > 0 {
             let answered = !pending.is_empty();
             {
-                let mut sq = ring.submission();
+                let mut sq = q.ring.submission();
                 for e in pending.drain(..) {
                     // SAFETY: every buffer an entry names (iovecs, header and payload
-                    // buffers) lives in `slots`, which outlives the ring.
+                    // buffers) is in `q.slots`, which `Entries` frees only after the ring
+                    // is closed and the kernel gave every entry back.
                     if unsafe { sq.push(&e) }.is_err() {
                         return Err(io::Error::other("io_uring submission queue full"));
                     }
@@ -434,26 +526,25 @@ impl<B: Backend> UringChannel<B> {
             // Answers (or the first registrations) go in first; then, while requests come
             // quickly, a look at the completion queue before sleeping.
             let polled = answered
-                && ring.submit().is_ok()
-                && poll.wait(self.server.stats(), || !ring.completion().is_empty());
+                && q.ring.submit().is_ok()
+                && poll.wait(self.server.stats(), || !q.ring.completion().is_empty());
             if !polled {
-                match ring.submit_and_wait(1) {
+                match q.ring.submit_and_wait(1) {
                     Ok(_) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                     Err(e) => return Err(e),
                 }
             }
-            let done: Vec<(u64, i32)> = ring
+            let done: Vec<(u64, i32)> = q
+                .ring
                 .completion()
                 .map(|c| (c.user_data(), c.result()))
                 .collect();
             for (data, res) in done {
                 if data == WAKE {
-                    let mut buf = [0u8; 8];
-                    // SAFETY: reads 8 bytes into a live buffer from the eventfd.
-                    unsafe { libc::read(wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-                    self.answers(qid, &rx, &mut slots, &mut pending);
-                    pending.push(sqe_wake(wake.as_raw_fd()));
+                    waker.clear();
+                    commit_answers(self.dev.as_raw_fd(), qid, &rx, &mut q.slots, &mut pending);
+                    pending.push(sqe_wake(waker.raw()));
                     continue;
                 }
                 let i = data as usize;
@@ -461,51 +552,43 @@ impl<B: Backend> UringChannel<B> {
                     0 => {
                         poll.arrived(polled);
                         self.latency.arrived();
-                        match placement.next(large_read(&slots[i].header)) {
+                        match placement.next(large_read(&q.slots[i].header)) {
                             Some(true) => run_on(&allowed),
                             Some(false) => pin_to(cpu),
                             None => {}
                         }
-                        let commit =
-                            self.request(&mut slots[i], i, &tx, &wake, &mut scratch, &mut staged);
+                        let commit = self.request(
+                            &mut q.slots[i],
+                            i,
+                            &tx,
+                            &waker,
+                            &mut scratch,
+                            &mut staged,
+                        );
                         if let Some(commit_id) = commit {
                             pending.push(sqe_commit(self.dev.as_raw_fd(), qid, commit_id, i));
                         }
                     }
                     e if e == -libc::EAGAIN || e == -libc::EINTR => {
-                        pending.push(sqe_register(self.dev.as_raw_fd(), qid, &slots[i], i));
+                        pending.push(sqe_register(self.dev.as_raw_fd(), qid, &q.slots[i], i));
                     }
                     e if e == -libc::ENOTCONN
                         || e == -libc::ECONNABORTED
                         || e == -libc::ECANCELED =>
                     {
-                        live -= 1;
+                        q.held -= 1;
                     }
                     e => {
                         log::warn!(
                             "ring queue {qid}: entry {i} failed ({})",
                             io::Error::from_raw_os_error(-e)
                         );
-                        live -= 1;
+                        q.held -= 1;
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    /// Commits the answers computed on other threads.
-    fn answers(
-        &self,
-        qid: u16,
-        rx: &Receiver<Answer>,
-        slots: &mut [Slot],
-        pending: &mut Vec<squeue::Entry128>,
-    ) {
-        for (i, unique, error) in rx.try_iter() {
-            slots[i].put_reply(unique, error, &[]);
-            pending.push(sqe_commit(self.dev.as_raw_fd(), qid, unique, i));
-        }
     }
 
     /// Handles the request in slot `i`; returns the commit id to commit it with now, or
@@ -515,7 +598,7 @@ impl<B: Backend> UringChannel<B> {
         slot: &mut Slot,
         i: usize,
         tx: &Sender<Answer>,
-        wake: &OwnedFd,
+        waker: &Waker,
         scratch: &mut Vec<u8>,
         staged: &mut Staged,
     ) -> Option<u64> {
@@ -525,66 +608,88 @@ impl<B: Backend> UringChannel<B> {
             Ok((h, _)) => h,
             Err(_) => return Some(commit_id),
         };
-        if h.opcode == abi::opcode::RELEASE {
-            // Answered at once and released on a helper thread (see the module documentation).
-            slot.put_reply(h.unique, 0, &[]);
-            let me = self.clone();
-            let op_in = header.op_in;
-            self.blocking.run(move || {
-                let mut scratch = Vec::new();
-                let args = Args::split(&op_in, &[]);
-                if let Some(job) = me.handle(&h, args, &mut scratch, &mut Discard) {
-                    let _ = job();
-                }
-            });
-            return Some(commit_id);
-        }
         let payload_sz = (header.ring_ent_in_out.payload_sz as usize).min(slot.payload.len());
         let handled = if payload_sz == 0 {
             // Nothing borrowed from the payload: the reply goes straight into it.
             let args = Args::split(&header.op_in, &[]);
             let mut sink = SlotSink(slot);
-            self.handle(&h, args, scratch, &mut sink)
+            let req = self.decoded(&h, args, scratch, &mut sink)?;
+            if req.op.answered_first() {
+                sink.send(h.unique, 0, &[]);
+                self.later(h, header.op_in);
+                return Some(commit_id);
+            }
+            self.serve(&req, scratch, &mut sink)
         } else {
             let args = Args::split(&header.op_in, &slot.payload[..payload_sz]);
-            let handled = self.handle(&h, args, scratch, staged);
+            let handled = self
+                .decoded(&h, args, scratch, staged)
+                .and_then(|req| self.serve(&req, scratch, staged));
             slot.put_reply(staged.unique, staged.error, &[&staged.bytes]);
             handled
         };
         match handled {
             None => Some(commit_id),
             Some(job) => {
-                let (tx, efd, unique) = (tx.clone(), wake.as_raw_fd(), h.unique);
+                let (tx, waker, unique) = (tx.clone(), waker.clone(), h.unique);
                 self.blocking.run(move || {
                     let error = job().err().map_or(0, |e: Errno| -e.0);
-                    let _ = tx.send((i, unique, error));
-                    let one = 1u64.to_ne_bytes();
-                    // SAFETY: writes 8 bytes from a live buffer to the queue's eventfd, which
-                    // lives as long as the queue thread that drains this channel.
-                    unsafe { libc::write(efd, one.as_ptr().cast(), 8) };
+                    let answer = Answer {
+                        slot: i,
+                        commit_id,
+                        unique,
+                        error,
+                    };
+                    if tx.send(answer).is_ok() {
+                        waker.wake();
+                    }
                 });
                 None
             }
         }
     }
 
-    /// Decodes and handles one request, answering through `sink`; returns the job to run
-    /// off the thread when the request layer deferred it.
-    fn handle(
+    /// Handles an already answered request (`h`, its per-opcode struct `op_in`) on a
+    /// blocking thread.
+    fn later(self: &Arc<Self>, h: abi::fuse_in_header, op_in: [u8; 128]) {
+        let me = self.clone();
+        self.blocking.run(move || {
+            let mut scratch = Vec::new();
+            let args = Args::split(&op_in, &[]);
+            if let Some(req) = me.decoded(&h, args, &mut scratch, &mut Discard) {
+                if let Some(job) = me.serve(&req, &mut scratch, &mut Discard) {
+                    let _ = job();
+                }
+            }
+        });
+    }
+
+    /// Decodes one request; a malformed one is answered with its error through `sink`.
+    fn decoded<'a>(
         &self,
         h: &abi::fuse_in_header,
-        args: Args<'_>,
+        args: Args<'a>,
         scratch: &mut Vec<u8>,
         sink: &mut dyn ReplySink,
-    ) -> Option<Box<dyn FnOnce() -> memofs_core::Result<()> + Send>> {
-        let req = match decode(h, args, self.proto) {
-            Ok(r) => r,
+    ) -> Option<Request<'a>> {
+        match decode(h, args, self.proto) {
+            Ok(req) => Some(req),
             Err(e) => {
                 log::warn!("malformed ring request (opcode {}): {e:?}", h.opcode);
                 Encoder::new(h.unique, scratch, sink).error(e);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// Handles one request, answering through `sink`; returns the job to run off the thread
+    /// when the request layer deferred it.
+    fn serve(
+        &self,
+        req: &Request<'_>,
+        scratch: &mut Vec<u8>,
+        sink: &mut dyn ReplySink,
+    ) -> Option<Box<dyn FnOnce() -> memofs_core::Result<()> + Send>> {
         log::debug!(
             "ring request {} from pid {}: {:?} on {}",
             req.unique,
@@ -596,7 +701,7 @@ impl<B: Backend> UringChannel<B> {
         if let Op::Readdir { size, plus, .. } = req.op {
             enc = enc.for_readdir(size, plus);
         }
-        match self.server.handle(&req, &mut enc) {
+        match self.server.handle(req, &mut enc) {
             Handled::Done => {
                 if !req.op.wants_reply() {
                     // Every delivered request is committed, noreply ones with an empty answer.
@@ -640,6 +745,80 @@ mod tests {
         assert_eq!((req.qid, req.commit_id), (3, 0));
         assert_eq!(slot.iov[0].iov_len, 288);
         assert_eq!(slot.iov[1].iov_len, PAYLOAD);
+    }
+
+    /// Records the order things are dropped in.
+    struct Dropped(
+        &'static str,
+        std::rc::Rc<std::cell::RefCell<Vec<&'static str>>>,
+    );
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.1.borrow_mut().push(self.0);
+        }
+    }
+
+    #[test]
+    fn the_ring_closes_before_its_buffers_are_freed() {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let q = Entries::new(
+            Dropped("ring", log.clone()),
+            Dropped("buffers", log.clone()),
+            0,
+        );
+        drop(q);
+        assert_eq!(*log.borrow(), ["ring", "buffers"]);
+    }
+
+    #[test]
+    fn buffers_the_kernel_may_still_hold_are_never_freed() {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut q = Entries::new(
+            Dropped("ring", log.clone()),
+            Dropped("buffers", log.clone()),
+            DEPTH,
+        );
+        q.held -= 1;
+        drop(q);
+        assert_eq!(*log.borrow(), ["ring"], "an entry was still registered");
+    }
+
+    #[test]
+    fn a_late_answer_wakes_the_queue_through_a_descriptor_it_holds() {
+        let waker = Waker::new().unwrap();
+        let job = waker.clone();
+        let raw = waker.raw();
+        drop(waker);
+        // The queue's thread is gone; the number stays the eventfd's while the job holds it.
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        assert!(unsafe { libc::fcntl(raw, libc::F_GETFD) } >= 0);
+        job.wake();
+        let mut buf = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from the eventfd the job holds open.
+        assert_eq!(unsafe { libc::read(raw, buf.as_mut_ptr().cast(), 8) }, 8);
+        assert_eq!(u64::from_ne_bytes(buf), 1);
+    }
+
+    #[test]
+    fn answers_from_other_threads_commit_with_the_entrys_commit_id() {
+        let (tx, rx) = channel();
+        tx.send(Answer {
+            slot: 1,
+            commit_id: 77,
+            unique: 5,
+            error: -libc::EIO,
+        })
+        .unwrap();
+        let mut slots: Vec<Slot> = (0..2).map(|_| Slot::new()).collect();
+        let mut pending = Vec::new();
+        commit_answers(9, 3, &rx, &mut slots, &mut pending);
+        // SAFETY: an Entry128 is 128 plain bytes (repr(C) over io_uring_sqe).
+        let b: [u8; 128] = unsafe { std::mem::transmute(pending.remove(0)) };
+        let req = abi::fuse_uring_cmd_req::read_from_bytes(&b[48..72]).unwrap();
+        assert_eq!((req.commit_id, req.qid), (77, 3));
+        let out = abi::fuse_out_header::read_from_bytes(&slots[1].header.in_out[..16]).unwrap();
+        assert_eq!((out.unique, out.error), (5, -libc::EIO));
     }
 
     #[test]

@@ -33,6 +33,7 @@ impl MemFs {
         inode.inc_open();
         Ok(Opened {
             fh: flags as u32 as u64,
+            flush: false,
         })
     }
 

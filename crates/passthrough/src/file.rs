@@ -7,7 +7,7 @@
 //! are opened without `O_APPEND`: the kernel turns appends into offsets itself).
 
 use std::ffi::{CStr, OsStr};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
@@ -82,13 +82,16 @@ impl PassthroughFs {
     }
 
     fn new_handle(&self, ino: Ino, fd: OwnedFd, flags: i32) -> Result<Opened> {
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let flush = writable && close_may_fail(fd.as_fd());
         let file = OpenFile {
             ino,
             fd: self.budget.keep(fd)?,
-            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            writable,
         };
         Ok(Opened {
             fh: self.files.insert(file),
+            flush,
         })
     }
 
@@ -237,4 +240,12 @@ impl PassthroughFs {
         let len = len.min(MAX_COPY);
         sys::io::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len)
     }
+}
+
+/// Whether a `close(2)` of a file opened for writing on `fd`'s filesystem may report an error
+/// (data written back at close, as NFS does; a quota checked then): every filesystem but the
+/// local ones, whose close never fails. Only such opens are flushed at each close (one more
+/// waited request per `close(2)`).
+pub(crate) fn close_may_fail(fd: BorrowedFd<'_>) -> bool {
+    sys::io::fstatfs(fd).map_or(true, |st| !crate::watch::is_local(st.f_type))
 }

@@ -124,6 +124,12 @@ impl Backend for PassthroughFs {
         self.write_file(fh, offset, data)
     }
 
+    /// What a `close(2)` of the host file would report: a duplicate of its descriptor closed
+    /// (the host filesystem writes back and reports as at any close; the handle stays open).
+    fn flush(&self, _ino: Ino, fh: u64) -> Result<()> {
+        sys::io::close_dup(self.file(fh)?.fd.as_fd())
+    }
+
     fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
         self.files.remove(fh).map(drop)
     }

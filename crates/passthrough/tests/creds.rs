@@ -11,8 +11,7 @@ use memofs_core::{Backend, Caller, Errno, ROOT_INO};
 #[test]
 fn created_inodes_belong_to_the_caller() {
     if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
+        memofs_e2e::skip!(Root);
     }
     let (_t, export, fs) = setup("owner");
     let (f, o) = fs
@@ -43,8 +42,7 @@ fn created_inodes_belong_to_the_caller() {
 #[test]
 fn the_host_checks_creation_as_the_caller() {
     if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
+        memofs_e2e::skip!(Root);
     }
     let (_t, export, fs) = setup("deny");
     std::fs::create_dir(export.join("rootonly")).unwrap();
@@ -81,8 +79,7 @@ fn the_host_checks_creation_as_the_caller() {
 #[test]
 fn setgid_directories_pass_their_group_on() {
     if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
+        memofs_e2e::skip!(Root);
     }
     let (_t, export, fs) = setup("setgid");
     let shared = export.join("shared");
@@ -98,8 +95,7 @@ fn setgid_directories_pass_their_group_on() {
 #[test]
 fn xattr_changes_are_checked_as_the_caller() {
     if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
+        memofs_e2e::skip!(Root);
     }
     let (_t, export, fs) = setup("xattrcreds");
     std::fs::write(export.join("root-file"), b"").unwrap();

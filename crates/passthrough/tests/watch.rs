@@ -42,7 +42,12 @@ fn watching(mode: WatchMode, fs: &memofs_passthrough::PassthroughFs) -> Option<A
     match fs.watch_mechanism() {
         Some(m) if want.is_none_or(|w| w == m) => Some(rec),
         other => {
-            eprintln!("skipped: {mode:?} unavailable here ({other:?})");
+            let need = match mode {
+                WatchMode::Inotify => memofs_e2e::skip::Need::Kernel("inotify"),
+                _ => memofs_e2e::skip::Need::Fanotify,
+            };
+            let why = format!("{mode:?} unavailable here ({other:?})");
+            memofs_e2e::skip::report(module_path!(), need, &why);
             None
         }
     }
@@ -153,8 +158,7 @@ fn fanotify_reports_host_changes() {
 fn fanotify_filesystem_mark_reports_host_changes() {
     let mode = WatchMode::Fanotify;
     let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs", config(mode)) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
+        memofs_e2e::skip!(Root, "cannot mount a tmpfs here");
     };
     let Some(rec) = watching(mode, &fs) else {
         return;
@@ -176,15 +180,13 @@ fn only_a_whole_local_filesystem_without_submounts_sees_every_change() {
     let _rec = watching(mode, &fs);
     assert!(!fs.sees_every_change(), "a subdirectory export");
     let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("sealed", config(mode)) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
+        memofs_e2e::skip!(Root, "cannot mount a tmpfs here");
     };
     let Some(_rec) = watching(mode, &fs) else {
         return;
     };
     if !fs.watches_whole_filesystem() || !fs.private_mount() {
-        eprintln!("skipped: no filesystem mark or no private mount here");
-        return;
+        memofs_e2e::skip!(Fanotify, "no filesystem mark or no private mount here");
     }
     assert!(
         fs.sees_every_change(),
@@ -192,8 +194,7 @@ fn only_a_whole_local_filesystem_without_submounts_sees_every_change() {
     );
     std::fs::create_dir(export.join("sub")).unwrap();
     let Some(_inner) = common::Tmpfs::mount(&export.join("sub")) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
+        memofs_e2e::skip!(Root, "cannot mount a tmpfs here");
     };
     let below = PassthroughFs::new(&export, config(mode)).unwrap();
     let Some(_rec) = watching(mode, &below) else {
@@ -212,15 +213,13 @@ fn only_a_whole_local_filesystem_without_submounts_sees_every_change() {
 fn fanotify_filesystem_mark_finds_files_by_identity() {
     let mode = WatchMode::Fanotify;
     let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-fs-id", config(mode)) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
+        memofs_e2e::skip!(Root, "cannot mount a tmpfs here");
     };
     let Some(rec) = watching(mode, &fs) else {
         return;
     };
     if !fs.watches_whole_filesystem() {
-        eprintln!("skipped: no filesystem mark here");
-        return;
+        memofs_e2e::skip!(Fanotify, "no filesystem mark here");
     }
     host(&format!(
         "mkdir {0}/known {0}/unknown && echo a > {0}/known/f && ln {0}/known/f {0}/unknown/g",
@@ -299,8 +298,10 @@ fn fanotify_ignores_writes_through_the_servers_mount_but_not_the_hosts() {
         return;
     };
     if !fs.private_mount() {
-        eprintln!("skipped: no private mount here (needs CAP_SYS_ADMIN)");
-        return;
+        memofs_e2e::skip!(
+            MountNamespace,
+            "no private mount here (needs CAP_SYS_ADMIN)"
+        );
     }
     let (a, o) = fs
         .create(&Caller::ROOT, ROOT_INO, n("shared"), 0o644, 0, libc::O_RDWR)
@@ -354,7 +355,11 @@ fn set_caps_on_host(path: &std::path::Path) -> Instant {
 /// Whether this process may set `security.capability` (root); says why not.
 fn can_set_caps() -> bool {
     if !is_root() {
-        eprintln!("skipped: setting security.capability needs root");
+        memofs_e2e::skip::report(
+            module_path!(),
+            memofs_e2e::skip::Need::Root,
+            "setting security.capability needs root",
+        );
     }
     is_root()
 }
@@ -406,8 +411,7 @@ fn fanotify_filesystem_mark_capability_answers_follow_host_and_server_changes() 
     }
     let mode = WatchMode::Fanotify;
     let Some((_t, export, _tmpfs, fs)) = common::setup_tmpfs("watch-caps", config(mode)) else {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
+        memofs_e2e::skip!(Root, "cannot mount a tmpfs here");
     };
     if watching(mode, &fs).is_none() {
         return;

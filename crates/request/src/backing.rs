@@ -13,13 +13,23 @@
 //! An idle registration holds the kernel's reference to the backing file, not a descriptor
 //! of the server's, so it costs no slot of the server's descriptor limit.
 //!
+//! # When the kernel refuses a backing file
+//! What a refusal means decides what it costs ([`Refusal`]): a kernel that cannot lend
+//! passthrough to this server at all (no privilege, no such ioctl) turns it off for the mount
+//! and the open is served through the server; a file the kernel cannot pass through (one
+//! stacked too deep, a filesystem without the needed operations) is served through the server
+//! alone; anything else (a full descriptor table, no memory) is passing, and fails that
+//! open alone, which the caller can retry. Serving such an open through the server instead
+//! would stop every later passthrough open of the same file while it stays open (the kernel
+//! refuses to mix the two on one inode). Each refusal is counted (`backing_refused`).
+//!
 //! Lock order: the map's lock, then the backend's (`with_backing_fd`, `keeps_backing`
 //! are called with the map locked: an open and a release of one inode never interleave).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use memofs_core::{Backend, Ino};
+use memofs_core::{Backend, Errno, Ino};
 use parking_lot::Mutex;
 
 use crate::kernel::Kernel;
@@ -27,6 +37,31 @@ use crate::stats::{Event, Stats};
 
 /// Idle registrations kept at most; past it, the longest idle is closed.
 pub(crate) const IDLE_MAX: usize = 16 * 1024;
+
+/// What the kernel's refusal of a backing file means (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// No passthrough for this mount: every open is served through the server.
+    Mount,
+    /// This file cannot be passed through: its open is served through the server.
+    File,
+    /// Passing: this open fails with the error.
+    Open(Errno),
+}
+
+impl Refusal {
+    /// What the error of `FUSE_DEV_IOC_BACKING_OPEN` means.
+    pub(crate) fn of(e: &std::io::Error) -> Refusal {
+        match e.raw_os_error() {
+            Some(libc::EPERM | libc::ENOTTY | libc::ENOSYS | libc::EOPNOTSUPP) => Refusal::Mount,
+            Some(libc::ELOOP | libc::EINVAL) => Refusal::File,
+            // The server's own table is full: to the caller that is the system's.
+            Some(libc::EMFILE) => Refusal::Open(Errno::ENFILE),
+            Some(n) => Refusal::Open(Errno(n)),
+            None => Refusal::Open(Errno::EIO),
+        }
+    }
+}
 
 /// One inode's registration.
 struct Registration {
@@ -79,8 +114,9 @@ impl Backings {
     }
 
     /// The backing id to open `ino`/`fh` with: the inode's registration (open or idle),
-    /// or a new one of the backend's descriptor. `None`: serve this open through the
-    /// server.
+    /// or a new one of the backend's descriptor. `Ok(None)`: serve this open through the
+    /// server; an error: the kernel refused the file for a passing reason, and the open
+    /// fails with it (see the module documentation).
     pub(crate) fn open<B: Backend>(
         &self,
         backend: &B,
@@ -88,9 +124,9 @@ impl Backings {
         stats: &Stats,
         ino: Ino,
         fh: u64,
-    ) -> Option<u32> {
+    ) -> Result<Option<u32>, Errno> {
         if !self.enabled() {
-            return None;
+            return Ok(None);
         }
         let mut map = self.map.lock();
         let map = &mut *map;
@@ -99,13 +135,16 @@ impl Backings {
                 map.idle.remove(&r.idle_key);
             }
             r.opens += 1;
-            return Some(r.id);
+            return Ok(Some(r.id));
         }
         let mut registered = None;
         backend.with_backing_fd(ino, fh, &mut |fd| {
             registered = Some(kernel.open_backing(fd))
         });
-        match registered? {
+        let Some(registered) = registered else {
+            return Ok(None);
+        };
+        let e = match registered {
             Ok(id) => {
                 stats.event(Event::BackingRegistered);
                 let r = Registration {
@@ -114,12 +153,24 @@ impl Backings {
                     idle_key: 0,
                 };
                 map.by_ino.insert(ino, r);
-                Some(id)
+                return Ok(Some(id));
             }
-            Err(e) => {
-                log::warn!("kernel refused a passthrough backing fd ({e}); serving file data through the server");
+            Err(e) => e,
+        };
+        stats.event(Event::BackingRefused);
+        match Refusal::of(&e) {
+            Refusal::Mount => {
+                log::warn!("the kernel refused a passthrough backing file ({e}): file data of this mount goes through the server");
                 self.enabled.store(false, Ordering::Relaxed);
-                None
+                Ok(None)
+            }
+            Refusal::File => {
+                log::debug!("the kernel refused inode {ino} as a backing file ({e}): served through the server");
+                Ok(None)
+            }
+            Refusal::Open(errno) => {
+                log::debug!("the kernel refused a backing file for now ({e}): that open fails");
+                Err(errno)
             }
         }
     }

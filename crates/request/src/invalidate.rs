@@ -7,21 +7,30 @@
 //!
 //! # Names whose miss the kernel caches
 //! `FUSE_NOTIFY_INVAL_ENTRY` answers `ENOENT` when the kernel holds no entry for the name,
-//! which usually means there is nothing to drop. Some kernels (Linux 6.19 to 7.1.12) answer
-//! `ENOENT` for a *negative* entry too and keep it, so a name created on the host stays
-//! invisible until the negative timeout (an hour by default) runs out. The server therefore
-//! remembers the names it answered with a negative entry ([`Misses`], noted by the request
-//! path before the reply goes out) until the kernel's copy expires. When the invalidation of
-//! such a name comes back `ENOENT`, the kernel may still hold it, so the thread falls back to
-//! `FUSE_NOTIFY_INC_EPOCH` (Linux 6.16+, every cached entry is revalidated; every kernel
-//! that keeps negative entries has it), once per batch of reports. Such invalidations are
-//! counted as `inval_fallback`. On other kernels the fallback runs only when a remembered
+//! which usually means there is nothing to drop. Some kernels answer `ENOENT` for a
+//! *negative* entry too and keep it (docs/guide.md names them), so a name created on the
+//! host stays invisible until the negative timeout (an hour by default) runs out. The server
+//! therefore remembers the names it answered with a negative entry ([`Misses`], noted by the
+//! request path before the reply goes out) until the kernel's copy expires. When the
+//! invalidation of such a name comes back `ENOENT`, the kernel may still hold it, so the
+//! thread falls back to `FUSE_NOTIFY_INC_EPOCH` (every cached entry is revalidated; every
+//! kernel that keeps negative entries has it), once per batch of reports. Such invalidations
+//! are counted as `inval_fallback`. On other kernels the fallback runs only when a remembered
 //! negative entry was already gone from the kernel's cache (evicted, or not yet added when
 //! the host change was seen), which is rare. Nothing depends on the kernel's version: the
 //! behaviour is what the kernel answers.
 //!
-//! Whether the kernel knows the epoch notification is learnt once when the thread starts (an
-//! increment with nothing cached yet costs nothing; kernels without it answer `EINVAL`).
+//! A record belongs to the negative entry it was noted for. A LOOKUP may be answered while
+//! an invalidation of the same name is on its way to the kernel (the kernel makes the
+//! invalidation wait for a LOOKUP in flight, so the miss is noted before it is answered);
+//! a record noted after the invalidation started may stand for a negative entry the kernel
+//! took after it, so it outlives that invalidation: each note carries a sequence number, and
+//! an invalidation spends only the records noted before it started ([`Misses::settle`]). A
+//! deletion spends none: after it the kernel may well cache a miss of the name, and the
+//! record of that miss is what lets a later re-creation on the host be seen.
+//!
+//! Whether the kernel has the epoch notification is what INIT granted ([`crate::Granted`]);
+//! an epoch the kernel refuses as unknown (`EINVAL`, `ENOSYS`) is not tried again.
 //!
 //! # The root, while the mount starts
 //! A new mount's root has placeholder attributes (no permission bits) until a GETATTR
@@ -35,6 +44,15 @@
 //! [`NotifyInvalidator::invalidate_all`] (behind `memofs invalidate`) increments the epoch
 //! where the kernel has it. Without it, it drops what it can name: every remembered miss; it
 //! says what it could not do (names cached as present stay until the entry timeout).
+//!
+//! # The one notification sent from a request thread
+//! [`NotifyInvalidator::inode_now`] invalidates an inode from the calling thread, before the
+//! caller's reply goes out. The request layer uses it for a directory whose kept listing a
+//! SETATTR, SETXATTR or REMOVEXATTR made stale (see `Server::times_moved`): the caller's next
+//! listing must already find the listing gone. It is safe there because
+//! `FUSE_NOTIFY_INVAL_INODE` takes no lock those requests hold: the kernel bumps the inode's
+//! attribute version and drops the directory's cached pages, and a directory's inode lock is
+//! not among them. Nothing else may use it.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -53,11 +71,12 @@ enum Report {
     Entry(Ino, OsString),
     Deleted(Ino, Ino, OsString),
     Inode(Ino),
-    Everything,
+    /// The backend lost track of changes: any cached name may be stale.
+    Untracked,
     /// The root's first GETATTR is done: send what was held back.
     ReleaseRoot,
-    /// `memofs invalidate`: do it, and say what was done.
-    All(Sender<Invalidated>),
+    /// `memofs invalidate`: drop everything, and say what was done.
+    UserAsked(Sender<Invalidated>),
 }
 
 /// How many misses [`Misses`] remembers; past that it forgets them all and treats every
@@ -71,10 +90,21 @@ pub struct Misses {
     inner: Mutex<MissesInner>,
 }
 
+/// One remembered miss.
+#[derive(Clone, Copy)]
+struct Noted {
+    /// When the kernel's negative entry expires.
+    expires: Instant,
+    /// The order it was noted in (see [`Misses::settle`]).
+    seq: u64,
+}
+
 #[derive(Default)]
 struct MissesInner {
-    /// (parent, name) → when the kernel's negative entry expires.
-    names: HashMap<(Ino, OsString), Instant>,
+    /// (parent, name) → the latest miss noted.
+    names: HashMap<(Ino, OsString), Noted>,
+    /// The sequence number of the next note.
+    next_seq: u64,
     /// Misses were forgotten for room: until then any of them may still be cached.
     forgotten_until: Option<Instant>,
 }
@@ -101,23 +131,38 @@ impl Misses {
         let expires = now + self.timeout;
         let mut inner = self.lock();
         if inner.names.len() >= MISSES_CAPACITY {
-            inner.names.retain(|_, e| *e > now);
+            inner.names.retain(|_, n| n.expires > now);
             if inner.names.len() >= MISSES_CAPACITY {
-                let latest = inner.names.values().max().copied();
+                let latest = inner.names.values().map(|n| n.expires).max();
                 inner.forgotten_until = latest.max(inner.forgotten_until);
                 inner.names.clear();
             }
         }
-        inner.names.insert((parent, name.to_os_string()), expires);
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        inner
+            .names
+            .insert((parent, name.to_os_string()), Noted { expires, seq });
     }
 
-    /// Whether the kernel may still cache a miss of `name` in `parent`; forgets it.
-    fn take(&self, parent: Ino, name: &OsStr, now: Instant) -> bool {
+    /// Taken just before an invalidation is sent: the records noted from now on are not
+    /// spent by it.
+    fn mark(&self) -> u64 {
+        self.lock().next_seq
+    }
+
+    /// After an invalidation of `name` in `parent` that started at `mark`: whether the
+    /// kernel may still cache a miss of it. The record is spent if it was noted before the
+    /// invalidation started; one noted since may stand for a negative entry the kernel took
+    /// after the invalidation, and stays (see the module documentation).
+    fn settle(&self, parent: Ino, name: &OsStr, now: Instant, mark: u64) -> bool {
         let mut inner = self.lock();
-        let noted = inner
-            .names
-            .remove(&(parent, name.to_os_string()))
-            .is_some_and(|expires| expires > now);
+        let key = (parent, name.to_os_string());
+        let noted = match inner.names.get(&key).copied() {
+            Some(n) if n.seq < mark => inner.names.remove(&key).is_some_and(|n| n.expires > now),
+            Some(n) => n.expires > now,
+            None => false,
+        };
         noted || inner.forgotten_until.is_some_and(|t| t > now)
     }
 
@@ -127,7 +172,7 @@ impl Misses {
         inner
             .names
             .drain()
-            .filter(|(_, expires)| *expires > now)
+            .filter(|(_, n)| n.expires > now)
             .map(|(key, _)| key)
             .collect()
     }
@@ -170,6 +215,19 @@ struct Learnt {
     misses_enoent: AtomicU64,
 }
 
+/// Counts a notification sent under `event`, or as failed.
+fn count_sent(stats: &Stats, event: Event, result: &io::Result<()>) {
+    match result {
+        // ENOENT: the kernel holds no such entry or inode (see `Sending::handle` for misses).
+        Ok(()) => stats.event(event),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => stats.event(event),
+        Err(e) => {
+            stats.event(Event::InvalFailed);
+            log::debug!("invalidation failed: {e}");
+        }
+    }
+}
+
 /// The sending thread's logic, over any [`Kernel`].
 struct Sending<K: Kernel + ?Sized> {
     kernel: Arc<K>,
@@ -198,34 +256,18 @@ impl<K: Kernel + ?Sized> Sending<K> {
         }
     }
 
-    /// Learns whether the kernel has the epoch notification (before anything is cached).
-    fn probe_epoch(&self) {
-        let known = match self.kernel.inc_epoch() {
-            Ok(()) => YES,
-            Err(_) => NO,
-        };
-        self.learnt.epoch.store(known, Ordering::Relaxed);
-    }
-
     fn count(&self, event: Event, result: &io::Result<()>) {
-        match result {
-            // ENOENT: the kernel holds no such entry or inode (see `entry` for misses).
-            Ok(()) => self.stats.event(event),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => self.stats.event(event),
-            Err(e) => {
-                self.stats.event(Event::InvalFailed);
-                log::debug!("invalidation failed: {e}");
-            }
-        }
+        count_sent(&self.stats, event, result);
     }
 
     fn handle(&mut self, report: Report) {
         let now = Instant::now();
         match report {
             Report::Entry(parent, name) => {
+                let mark = self.misses.mark();
                 let result = self.kernel.inval_entry(parent, &name);
                 self.count(Event::InvalEntry, &result);
-                let noted = self.misses.take(parent, &name, now);
+                let noted = self.misses.settle(parent, &name, now, mark);
                 match result {
                     Err(e) if noted && e.raw_os_error() == Some(libc::ENOENT) => {
                         self.stats.event(Event::InvalFallback);
@@ -241,7 +283,6 @@ impl<K: Kernel + ?Sized> Sending<K> {
             Report::Deleted(parent, child, name) => {
                 let result = self.kernel.delete(parent, child, &name);
                 self.count(Event::InvalEntry, &result);
-                self.misses.take(parent, &name, now);
             }
             Report::Inode(ROOT_INO) if self.root_held.is_some() => self.root_held = Some(true),
             Report::ReleaseRoot => {
@@ -254,12 +295,12 @@ impl<K: Kernel + ?Sized> Sending<K> {
                 let result = self.kernel.inval_inode(ino, 0, 0);
                 self.count(Event::InvalInode, &result);
             }
-            Report::Everything => {
+            Report::Untracked => {
                 if !self.epoch() {
                     self.names(now);
                 }
             }
-            Report::All(reply) => {
+            Report::UserAsked(reply) => {
                 let done = self.all(now);
                 let _ = reply.send(done);
             }
@@ -333,7 +374,6 @@ impl<K: Kernel + ?Sized> Sending<K> {
 
     /// Serves reports until every sender is gone.
     fn run(mut self, rx: Receiver<Report>) {
-        self.probe_epoch();
         while let Ok(report) = rx.recv() {
             self.handle(report);
             while let Ok(report) = rx.try_recv() {
@@ -348,23 +388,52 @@ impl<K: Kernel + ?Sized> Sending<K> {
 pub struct NotifyInvalidator {
     queue: Sender<Report>,
     learnt: Arc<Learnt>,
+    kernel: Arc<dyn Kernel>,
+    stats: Arc<Stats>,
+}
+
+impl Learnt {
+    /// What is known at the start: whether INIT granted the epoch notification.
+    fn granted(inc_epoch: bool) -> Learnt {
+        Learnt {
+            epoch: AtomicU8::new(if inc_epoch { YES } else { NO }),
+            ..Learnt::default()
+        }
+    }
 }
 
 impl NotifyInvalidator {
     /// Starts the sending thread; it ends when the invalidator is dropped. `kernel` is where
-    /// notifications go; `misses` is where the request path notes its negative replies.
+    /// notifications go; `misses` is where the request path notes its negative replies;
+    /// `inc_epoch`: INIT granted `FUSE_NOTIFY_INC_EPOCH`.
     pub fn start(
         kernel: Arc<dyn Kernel>,
         misses: Arc<Misses>,
         stats: Arc<Stats>,
+        inc_epoch: bool,
     ) -> io::Result<NotifyInvalidator> {
         let (tx, rx) = channel::<Report>();
-        let learnt = Arc::new(Learnt::default());
-        let sending = Sending::new(kernel, misses, stats, learnt.clone());
+        let learnt = Arc::new(Learnt::granted(inc_epoch));
+        let sending = Sending::new(kernel.clone(), misses, stats.clone(), learnt.clone());
         std::thread::Builder::new()
             .name("memofs-notify".into())
             .spawn(move || sending.run(rx))?;
-        Ok(NotifyInvalidator { queue: tx, learnt })
+        Ok(NotifyInvalidator {
+            queue: tx,
+            learnt,
+            kernel,
+            stats,
+        })
+    }
+
+    /// Invalidates `ino` from the calling thread, before its reply goes out: the one
+    /// exception to sending from the notification thread (see the module documentation).
+    pub fn inode_now(&self, ino: Ino) {
+        count_sent(
+            &self.stats,
+            Event::InvalInode,
+            &self.kernel.inval_inode(ino, 0, 0),
+        );
     }
 
     fn send(&self, r: Report) {
@@ -381,7 +450,7 @@ impl NotifyInvalidator {
     /// module documentation); waits for the sending thread's answer.
     pub fn invalidate_all(&self) -> Invalidated {
         let (tx, rx) = channel();
-        self.send(Report::All(tx));
+        self.send(Report::UserAsked(tx));
         rx.recv_timeout(Duration::from_secs(5))
             .unwrap_or_else(|_| Invalidated {
                 epoch: false,
@@ -426,7 +495,7 @@ impl Invalidator for NotifyInvalidator {
     }
 
     fn everything(&self) {
-        self.send(Report::Everything);
+        self.send(Report::Untracked);
     }
 }
 
@@ -447,7 +516,12 @@ mod tests {
         has_epoch: bool,
         epochs: Mutex<u32>,
         sent: Mutex<Vec<String>>,
+        /// Runs once, inside the next `inval_entry` or `delete`, after the kernel's own work:
+        /// a LOOKUP answered while the notification was on its way.
+        meanwhile: Mutex<Option<Meanwhile>>,
     }
+
+    type Meanwhile = Box<dyn FnOnce(&Model) + Send>;
 
     impl Model {
         /// A kernel that keeps misses named by `inval_entry` or not, with the epoch or not.
@@ -481,15 +555,19 @@ mod tests {
                 .unwrap()
                 .push(format!("entry {parent} {name:?}"));
             let key = (parent, name.to_os_string());
-            if self.keeps_negative && self.negative.lock().unwrap().contains(&key) {
-                return Err(io::Error::from_raw_os_error(libc::ENOENT));
-            }
-            if self.cached.lock().unwrap().remove(&key) {
+            let result = if self.keeps_negative && self.negative.lock().unwrap().contains(&key) {
+                Err(io::Error::from_raw_os_error(libc::ENOENT))
+            } else if self.cached.lock().unwrap().remove(&key) {
                 self.negative.lock().unwrap().remove(&key);
                 Ok(())
             } else {
                 Err(io::Error::from_raw_os_error(libc::ENOENT))
+            };
+            let meanwhile = self.meanwhile.lock().unwrap().take();
+            if let Some(lookup) = meanwhile {
+                lookup(self);
             }
+            result
         }
 
         fn delete(&self, parent: Ino, _child: Ino, name: &OsStr) -> io::Result<()> {
@@ -519,9 +597,8 @@ mod tests {
             model.clone(),
             misses.clone(),
             stats.clone(),
-            Arc::new(Learnt::default()),
+            Arc::new(Learnt::granted(model.has_epoch)),
         );
-        s.probe_epoch();
         (s, misses, stats)
     }
 
@@ -638,7 +715,7 @@ mod tests {
     fn no_record_without_a_negative_timeout() {
         let misses = Misses::new(Duration::ZERO);
         misses.note(1, OsStr::new("a"));
-        assert!(!misses.take(1, OsStr::new("a"), Instant::now()));
+        assert!(!misses.settle(1, OsStr::new("a"), Instant::now(), u64::MAX));
     }
 
     #[test]
@@ -649,12 +726,12 @@ mod tests {
             misses.note_at(1, OsStr::new(&format!("n{i}")), now);
         }
         misses.note_at(1, OsStr::new("last"), now);
-        assert!(misses.take(1, OsStr::new("last"), now));
+        assert!(misses.settle(1, OsStr::new("last"), now, u64::MAX));
         assert!(
-            misses.take(7, OsStr::new("never noted"), now),
+            misses.settle(7, OsStr::new("never noted"), now, u64::MAX),
             "a forgotten miss may be any name"
         );
-        assert!(!misses.take(7, OsStr::new("x"), now + Duration::from_secs(61)));
+        assert!(!misses.settle(7, OsStr::new("x"), now + Duration::from_secs(61), u64::MAX));
     }
 
     #[test]
@@ -683,7 +760,7 @@ mod tests {
         let done = s.all(Instant::now());
         assert!(done.epoch && done.not_done.is_none());
         assert!(model.cached.lock().unwrap().is_empty());
-        assert_eq!(event(&stats, "inc_epoch"), 1, "the probe is not counted");
+        assert_eq!(event(&stats, "inc_epoch"), 1);
     }
 
     #[test]
@@ -698,5 +775,123 @@ mod tests {
         assert_eq!(event(&stats, "inval_fallback"), 2);
         assert!(s.warned);
         assert_eq!(event(&stats, "inc_epoch"), 0);
+    }
+
+    /// A LOOKUP of `name` in 1 answered with a miss while the next notification is on its
+    /// way: the kernel caches the miss after it, and the server notes it.
+    fn lookup_meanwhile(model: &Model, misses: &Arc<Misses>, name: &'static str) {
+        let misses = misses.clone();
+        *model.meanwhile.lock().unwrap() = Some(Box::new(move |m: &Model| {
+            m.cache_miss(1, name);
+            misses.note(1, OsStr::new(name));
+        }));
+    }
+
+    /// Host delete of a name the kernel holds, a lookup through the mount right after, then
+    /// a host re-create: on a kernel that keeps misses named by `inval_entry`, the miss the
+    /// lookup left must still be remembered when the re-create is reported.
+    #[test]
+    fn a_miss_noted_while_a_deletion_is_sent_survives_it() {
+        for keeps_negative in [true, false] {
+            let model = Arc::new(Model::new(keeps_negative, true));
+            let (mut s, misses, stats) = sending(&model, 3600);
+            model.cached.lock().unwrap().insert((1, "x".into()));
+            lookup_meanwhile(&model, &misses, "x");
+            batch(&mut s, vec![Report::Deleted(1, 9, "x".into())]);
+            assert!(model.negative.lock().unwrap().contains(&(1, "x".into())));
+            batch(&mut s, vec![entry(1, "x")]);
+            assert!(
+                model.cached.lock().unwrap().is_empty(),
+                "the re-created name is visible (keeps_negative: {keeps_negative})"
+            );
+            let fallbacks = event(&stats, "inval_fallback");
+            assert_eq!(fallbacks, u64::from(keeps_negative));
+        }
+    }
+
+    /// The same race on the create side: a miss noted while an entry's invalidation is on its
+    /// way outlives that invalidation, so the next one of the name still knows of it.
+    #[test]
+    fn a_miss_noted_while_an_entry_is_sent_outlives_it() {
+        let model = Arc::new(Model::new(true, true));
+        let (mut s, misses, stats) = sending(&model, 3600);
+        lookup_meanwhile(&model, &misses, "y");
+        batch(&mut s, vec![entry(1, "y")]);
+        assert_eq!(event(&stats, "inval_fallback"), 1, "the miss may be kept");
+        model.cache_miss(1, "y");
+        batch(&mut s, vec![entry(1, "y")]);
+        assert_eq!(
+            event(&stats, "inval_fallback"),
+            2,
+            "its record was not spent"
+        );
+        assert!(model.cached.lock().unwrap().is_empty());
+        // Spent now: the record was noted before the second invalidation started.
+        batch(&mut s, vec![entry(1, "y")]);
+        assert_eq!(event(&stats, "inval_fallback"), 2);
+    }
+
+    /// Renames on the host arrive as a deletion of the old name and an entry of the new one;
+    /// a lookup of the old name between them leaves a miss a later rename back must find.
+    #[test]
+    fn a_rename_back_after_a_lookup_of_the_old_name_is_seen() {
+        let model = Arc::new(Model::new(true, true));
+        let (mut s, misses, _stats) = sending(&model, 3600);
+        model.cached.lock().unwrap().insert((1, "old".into()));
+        lookup_meanwhile(&model, &misses, "old");
+        batch(
+            &mut s,
+            vec![Report::Deleted(1, 9, "old".into()), entry(1, "new")],
+        );
+        batch(
+            &mut s,
+            vec![Report::Deleted(1, 9, "new".into()), entry(1, "old")],
+        );
+        assert!(
+            !model.negative.lock().unwrap().contains(&(1, "old".into())),
+            "the old name, back, is visible"
+        );
+    }
+
+    #[test]
+    fn the_epoch_is_what_init_granted_and_is_never_probed() {
+        let model = Arc::new(Model::new(true, true));
+        let misses = Arc::new(Misses::new(Duration::from_secs(60)));
+        let stats = Arc::new(Stats::new());
+        let inv = NotifyInvalidator::start(model.clone(), misses, stats, false).unwrap();
+        let features = inv.features();
+        assert!(features[0].1.starts_with("no"), "{features:?}");
+        assert_eq!(
+            *model.epochs.lock().unwrap(),
+            0,
+            "nothing was sent to learn it"
+        );
+        let done = inv.invalidate_all();
+        assert!(!done.epoch, "not granted: not tried");
+        assert_eq!(*model.epochs.lock().unwrap(), 0);
+
+        // Granted, but refused as unknown: learnt, and not tried again.
+        let refusing = Arc::new(Model::new(true, false));
+        let (mut s, _misses, stats) = sending(&refusing, 60);
+        s.learnt.epoch.store(YES, Ordering::Relaxed);
+        assert!(!s.all(Instant::now()).epoch);
+        assert_eq!(s.learnt.epoch.load(Ordering::Relaxed), NO);
+        assert!(!s.all(Instant::now()).epoch);
+        assert_eq!(event(&stats, "inval_failed"), 1, "tried once");
+    }
+
+    #[test]
+    fn inode_now_sends_from_the_calling_thread_and_counts() {
+        let model = Arc::new(Model::new(false, true));
+        let stats = Arc::new(Stats::new());
+        let misses = Arc::new(Misses::new(Duration::ZERO));
+        let inv = NotifyInvalidator::start(model.clone(), misses, stats.clone(), true).unwrap();
+        inv.inode_now(7);
+        assert_eq!(
+            *model.sent.lock().unwrap(),
+            ["inode 7"],
+            "sent before it returned"
+        );
+        assert_eq!(event(&stats, "inval_inode"), 1);
     }
 }

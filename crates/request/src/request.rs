@@ -67,8 +67,8 @@ pub enum Op<'a> {
         new_name: &'a OsStr,
         flags: u32,
     },
-    /// Link inode `target` as `new_name` in directory `nodeid`.
-    Link { target: Ino, new_name: &'a OsStr },
+    /// Link the existing inode `inode` as `new_name` in directory `nodeid`.
+    Link { inode: Ino, new_name: &'a OsStr },
     /// Open a regular file. `kill_suidgid`: an `O_TRUNC` open by an unprivileged caller.
     Open { flags: i32, kill_suidgid: bool },
     /// Create and open a regular file.
@@ -349,6 +349,15 @@ impl Op<'_> {
             self,
             Op::Forget { .. } | Op::BatchForget { .. } | Op::Interrupt { .. }
         )
+    }
+
+    /// Whether a transport may answer the request before it is handled, and handle it off
+    /// the caller's path: RELEASE, which the kernel sends in the background when a file's
+    /// last descriptor closes, waiting for no answer and ignoring errors. A later request on
+    /// the same inode finds the backing registration still counted, as it would if the
+    /// release were slower.
+    pub fn answered_first(&self) -> bool {
+        matches!(self, Op::Release { .. })
     }
 
     /// File data moving (READ, WRITE, COPY_FILE_RANGE): the kernel sends a caller's several

@@ -205,6 +205,7 @@ impl<B: Backend> Server<B> {
             kernel.clone(),
             self.misses.clone(),
             self.stats.clone(),
+            granted.inc_epoch,
         )?);
         self.backend.attach_invalidator(invalidator.clone());
         self.invalidator = Some(invalidator);
@@ -239,20 +240,36 @@ impl<B: Backend> Server<B> {
             }
             Op::Interrupt { .. } => {}
             Op::Fsync { fh, datasync } => {
-                let (backend, fh, datasync, ino) =
-                    (self.backend.clone(), *fh, *datasync, req.nodeid);
-                out.count();
-                return Handled::Blocking(Box::new(move || backend.fsync(ino, fh, datasync)));
+                let (fh, datasync, ino) = (*fh, *datasync, req.nodeid);
+                return self.blocking(&out, move |b| b.fsync(ino, fh, datasync));
             }
             Op::Fsyncdir { fh, datasync } => {
-                let (backend, fh, datasync, ino) =
-                    (self.backend.clone(), *fh, *datasync, req.nodeid);
-                out.count();
-                return Handled::Blocking(Box::new(move || backend.fsyncdir(ino, fh, datasync)));
+                let (fh, datasync, ino) = (*fh, *datasync, req.nodeid);
+                return self.blocking(&out, move |b| b.fsyncdir(ino, fh, datasync));
             }
             op => self.dispatch(req.nodeid, &req.caller, op, &mut out),
         }
         Handled::Done
+    }
+
+    /// A request answered off the request thread by `work` on the backend: counted, with
+    /// its latency, when the work is done and just before the transport answers it.
+    fn blocking(
+        &self,
+        out: &Counted<'_>,
+        work: impl FnOnce(&B) -> Result<()> + Send + 'static,
+    ) -> Handled {
+        let (backend, stats, kind, start) = (
+            self.backend.clone(),
+            self.stats.clone(),
+            out.kind,
+            out.start,
+        );
+        Handled::Blocking(Box::new(move || {
+            let r = work(&backend);
+            stats.record(kind, start);
+            r
+        }))
     }
 
     /// A positive entry for `attr`, with the timeouts the cache policy gives it.
@@ -327,21 +344,30 @@ impl<B: Backend> Server<B> {
     /// one and passthrough was granted, else through the server, keeping the pages the
     /// kernel has from earlier opens when nothing but the mount changes the file and no
     /// read could move atime now (see [`crate::keep`]).
-    fn open_out(&self, ino: Ino, fh: u64) -> OpenOut {
-        let backing_id = self
-            .kernel
-            .as_deref()
-            .and_then(|k| self.backings.open(&*self.backend, k, &self.stats, ino, fh));
+    ///
+    /// The kernel sends FLUSH at each `close(2)` only where the backend's close can fail
+    /// ([`memofs_core::Opened::flush`]). An error: the kernel refused the backing file for
+    /// a passing reason (see [`crate::backing`]); the backend's handle is released again and
+    /// the open fails with it.
+    fn open_out(&self, ino: Ino, opened: memofs_core::Opened) -> Result<OpenOut> {
+        let fh = opened.fh;
+        let backing_id = match self.kernel.as_deref() {
+            Some(k) => self.backings.open(&*self.backend, k, &self.stats, ino, fh),
+            None => Ok(None),
+        };
+        let backing_id = backing_id.inspect_err(|_| {
+            let _ = self.backend.release(ino, fh);
+        })?;
         let served = backing_id.is_none() && !self.plan.direct_io;
         let keep_cache = served && self.plan.sole_writer && self.keep(ino);
-        OpenOut {
+        Ok(OpenOut {
             fh,
-            noflush: true,
+            noflush: !opened.flush,
             direct_io: backing_id.is_none() && self.plan.direct_io,
             keep_cache,
             backing_id,
             ..OpenOut::default()
-        }
+        })
     }
 
     /// Whether the kernel may keep its copy of `ino` now; if so, it is dropped again when
@@ -425,7 +451,7 @@ impl<B: Backend> Server<B> {
             Err(e) => return out.error(e),
         }
         // A listing the kernel keeps (see `opendir`): drop it when relatime's day is up.
-        if offset == 0 && self.kept_listings() {
+        if offset == 0 && self.declines_opendir() {
             if let Ok(attr) = self.backend.getattr(ino) {
                 self.relatime_refresh(&attr);
             }
@@ -439,15 +465,15 @@ impl<B: Backend> Server<B> {
     /// the request holds: the kernel only bumps the inode's attribute version and drops the
     /// directory's pages).
     fn times_moved(&self, ino: Ino) {
-        if !self.cached_listings() {
+        if !self.may_keep_listings() {
             return;
         }
         let Ok(attr) = self.backend.getattr(ino) else {
             return;
         };
         if attr.kind == FileKind::Directory && !self.keeper.may_keep(&attr) {
-            if let Some(k) = &self.kernel {
-                let _ = k.inval_inode(ino, 0, 0);
+            if let Some(inv) = &self.invalidator {
+                inv.inode_now(ino);
             }
         }
     }
@@ -457,7 +483,7 @@ impl<B: Backend> Server<B> {
     /// other change as it happens ([`Backend::sees_every_change`]), and no atime rule forbids
     /// it. Then OPENDIR is answered `ENOSYS`, once: the kernel stops sending OPENDIR and
     /// RELEASEDIR and keeps every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
-    fn kept_listings(&self) -> bool {
+    fn declines_opendir(&self) -> bool {
         (self.plan.sole_writer || self.backend.sees_every_change()) && self.keeper.listings_kept()
     }
 
@@ -466,7 +492,7 @@ impl<B: Backend> Server<B> {
     /// whose watcher marks the whole filesystem). Then each OPENDIR the backend answers asks
     /// the kernel to keep the listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) while no listing
     /// could move the directory's atime, as for file pages at OPEN.
-    fn cached_listings(&self) -> bool {
+    fn may_keep_listings(&self) -> bool {
         (self.plan.sole_writer || self.backend.name_changes_reported())
             && self.keeper.listings_kept()
     }
@@ -486,6 +512,7 @@ impl<B: Backend> Server<B> {
         xattr_reply(out, size, r);
     }
 
+    /// Every request but those [`Server::handle`] takes itself: a flat table of named steps.
     fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         let b = &*self.backend;
         match *op {
@@ -498,12 +525,10 @@ impl<B: Backend> Server<B> {
             }),
             Op::Setattr {
                 ref set,
-                kill_suidgid: kill,
+                kill_suidgid,
             } => {
-                let r = self.setattr(caller, ino, set, kill);
-                if r.is_ok() {
-                    self.times_moved(ino);
-                }
+                let r = self.setattr(caller, ino, set, kill_suidgid);
+                self.moved_times_if(&r, ino);
                 answer(out, r, |out, a| out.attr(&a, self.attr_timeout(&a)))
             }
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
@@ -534,50 +559,25 @@ impl<B: Backend> Server<B> {
                 b.rename(caller, ino, name, new_parent, new_name, flags),
                 |out, ()| out.empty(),
             ),
-            Op::Link { target, new_name } => {
-                self.entry_reply(out, b.link(caller, target, ino, new_name))
+            Op::Link { inode, new_name } => {
+                self.entry_reply(out, b.link(caller, inode, ino, new_name))
             }
             Op::Open {
                 flags,
                 kill_suidgid,
-            } => match b.open(caller, ino, self.open_flags(flags)) {
-                Ok(o) => {
-                    let o = self.open_out(ino, o.fh);
-                    // With passthrough the server never sees the writes, so an unprivileged
-                    // open for writing drops the bits now rather than at the first write.
-                    let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-                    let due =
-                        kill_suidgid || (writing && o.backing_id.is_some() && !privileged(caller));
-                    match self.kill_privs(due, caller, ino) {
-                        Ok(()) => out.opened(&o),
-                        Err(e) => {
-                            // The kernel never sees this open: nothing may stay open for it.
-                            let _ = self.release(ino, o.fh);
-                            out.error(e);
-                        }
-                    }
-                }
-                Err(e) => out.error(e),
-            },
+            } => self.open(caller, ino, flags, kill_suidgid, out),
             Op::Create {
                 name,
                 mode,
                 umask,
                 flags,
             } => {
-                let r = b.create(
-                    caller,
-                    ino,
-                    name,
-                    mode,
-                    self.umask(umask),
-                    self.open_flags(flags),
-                );
-                self.created(out, r);
+                let (umask, flags) = (self.umask(umask), self.open_flags(flags));
+                self.created(out, b.create(caller, ino, name, mode, umask, flags));
             }
             Op::Tmpfile { mode, umask, flags } => {
-                let r = b.tmpfile(caller, ino, mode, self.umask(umask), self.open_flags(flags));
-                self.created(out, r);
+                let (umask, flags) = (self.umask(umask), self.open_flags(flags));
+                self.created(out, b.tmpfile(caller, ino, mode, umask, flags));
             }
             Op::Read { fh, offset, size } => READ_BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -596,18 +596,9 @@ impl<B: Backend> Server<B> {
                     .and_then(|()| b.write(ino, fh, offset, data));
                 answer(out, r, |out, n| out.written(n));
             }
-            Op::Flush { .. } => out.empty(),
+            Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),
             Op::Release { fh } => answer(out, self.release(ino, fh), |out, ()| out.empty()),
-            Op::Opendir { .. } if self.kept_listings() => out.error(Errno::ENOSYS),
-            Op::Opendir { flags } => answer(out, b.opendir(caller, ino, flags), |out, o| {
-                let keep = self.cached_listings() && self.keep(ino);
-                out.opened(&OpenOut {
-                    fh: o.fh,
-                    keep_cache: keep,
-                    cache_dir: keep,
-                    ..OpenOut::default()
-                })
-            }),
+            Op::Opendir { flags } => self.opendir(caller, ino, flags, out),
             Op::Readdir {
                 fh, offset, plus, ..
             } => self.readdir(ino, fh, offset, plus, out),
@@ -618,23 +609,12 @@ impl<B: Backend> Server<B> {
                 value,
                 flags,
                 acl_kill_sgid,
-            } => {
-                let mut r = b.setxattr(caller, ino, name, value, flags);
-                if r.is_ok() && acl_kill_sgid {
-                    r = clear_setgid(b, caller, ino);
-                }
-                if r.is_ok() {
-                    self.times_moved(ino);
-                }
-                answer(out, r, |out, ()| out.empty());
-            }
+            } => self.setxattr(caller, ino, (name, value, flags), acl_kill_sgid, out),
             Op::Getxattr { name, size } => xattr_reply(out, size, b.getxattr(ino, name)),
             Op::Listxattr { size } => self.listxattr(caller, ino, size, out),
             Op::Removexattr { name } => {
                 let r = b.removexattr(caller, ino, name);
-                if r.is_ok() {
-                    self.times_moved(ino);
-                }
+                self.moved_times_if(&r, ino);
                 answer(out, r, |out, ()| out.empty())
             }
             Op::Access => answer(out, b.getattr(ino), |out, _| out.empty()),
@@ -685,14 +665,85 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    fn created(&self, out: &mut dyn ReplyOut, r: Result<(Attr, memofs_core::Opened)>) {
-        match r {
-            Ok((attr, o)) => {
-                let open = self.open_out(attr.ino, o.fh);
-                out.created(&self.entry(attr), &open);
+    /// OPEN. With passthrough the server never sees the writes, so an unprivileged open for
+    /// writing drops setuid and setgid now rather than at the first write.
+    fn open(&self, caller: &Caller, ino: Ino, flags: i32, kill: bool, out: &mut dyn ReplyOut) {
+        let r = self
+            .backend
+            .open(caller, ino, self.open_flags(flags))
+            .and_then(|o| self.open_out(ino, o));
+        let o = match r {
+            Ok(o) => o,
+            Err(e) => return out.error(e),
+        };
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let due = kill || (writing && o.backing_id.is_some() && !privileged(caller));
+        match self.kill_privs(due, caller, ino) {
+            Ok(()) => out.opened(&o),
+            Err(e) => {
+                // The kernel never sees this open: nothing may stay open for it.
+                let _ = self.release(ino, o.fh);
+                out.error(e);
             }
-            Err(e) => out.error(e),
         }
+    }
+
+    /// OPENDIR: declined where the kernel keeps every listing, else the backend's handle,
+    /// with the listing kept while no listing could move atime (see `may_keep_listings`).
+    fn opendir(&self, caller: &Caller, ino: Ino, flags: i32, out: &mut dyn ReplyOut) {
+        if self.declines_opendir() {
+            return out.error(Errno::ENOSYS);
+        }
+        answer(out, self.backend.opendir(caller, ino, flags), |out, o| {
+            let keep = self.may_keep_listings() && self.keep(ino);
+            out.opened(&OpenOut {
+                fh: o.fh,
+                keep_cache: keep,
+                cache_dir: keep,
+                ..OpenOut::default()
+            })
+        })
+    }
+
+    /// SETXATTR (`what`: name, value, flags); setting an access ACL may clear setgid.
+    fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        (name, value, flags): (&OsStr, &[u8], i32),
+        acl_kill_sgid: bool,
+        out: &mut dyn ReplyOut,
+    ) {
+        let b = &*self.backend;
+        let mut r = b.setxattr(caller, ino, name, value, flags);
+        if r.is_ok() && acl_kill_sgid {
+            r = clear_setgid(b, caller, ino);
+        }
+        self.moved_times_if(&r, ino);
+        answer(out, r, |out, ()| out.empty());
+    }
+
+    /// [`Server::times_moved`] after a request that succeeded.
+    fn moved_times_if<T>(&self, r: &Result<T>, ino: Ino) {
+        if r.is_ok() {
+            self.times_moved(ino);
+        }
+    }
+
+    /// CREATE and TMPFILE: the new file's entry and its open. If the open cannot be given
+    /// (a passing refusal of its backing file), the file stays created and the request fails.
+    fn created(&self, out: &mut dyn ReplyOut, r: Result<(Attr, memofs_core::Opened)>) {
+        let r = r.and_then(|(attr, o)| match self.open_out(attr.ino, o) {
+            Ok(open) => Ok((open, attr)),
+            Err(e) => {
+                // The kernel never learns of the entry: its lookup is given back.
+                self.forget(attr.ino, 1);
+                Err(e)
+            }
+        });
+        answer(out, r, |out, (open, attr)| {
+            out.created(&self.entry(attr), &open)
+        });
     }
 }
 

@@ -47,9 +47,11 @@ pub enum Event {
     BackingRegistered,
     /// A last release kept the backing file registration for the next open.
     BackingKept,
+    /// The kernel refused a backend's file as a backing file (see [`crate::backing`]).
+    BackingRefused,
 }
 
-const N_EVENTS: usize = Event::BackingKept as usize + 1;
+const N_EVENTS: usize = Event::BackingRefused as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -67,6 +69,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "cpu_latency_drops",
     "backings_registered",
     "backings_kept",
+    "backings_refused",
 ];
 
 #[repr(align(128))]

@@ -482,3 +482,99 @@ fn a_chown_clears_privileges_of_non_directories_only() {
         r => panic!("{r:?}"),
     }
 }
+
+/// A read-write OPEN of file 2 as root.
+fn open_rw(s: &Setup) -> Reply {
+    let op = Op::Open {
+        flags: libc::O_RDWR,
+        kill_suidgid: false,
+    };
+    s.ask(2, Caller::ROOT, op)
+}
+
+#[test]
+fn close_errors_reach_close_where_the_backend_has_something_to_flush() {
+    // Nothing to flush: the kernel is told to send no FLUSH.
+    let s = setup(&[], false, Granted::default());
+    assert!(matches!(open_rw(&s), Reply::Opened(o) if o.noflush));
+    // A backend whose close can fail: FLUSH is asked for, and its error is the answer.
+    let s = setup(&[], false, Granted::default());
+    *s.fake.flushes.lock().unwrap() = Some(Err(Errno(libc::EDQUOT)));
+    assert!(matches!(open_rw(&s), Reply::Opened(o) if !o.noflush));
+    assert_eq!(
+        s.ask(2, USER, Op::Flush { fh: 42 }),
+        Reply::Error(Errno(libc::EDQUOT))
+    );
+    assert!(s.fake.calls().contains(&"flush 2".to_string()));
+}
+
+#[test]
+fn a_passing_refusal_of_a_backing_file_fails_that_open_only() {
+    let s = lending(false);
+    s.refusals.lock().unwrap().push(libc::EMFILE);
+    assert_eq!(open_rw(&s), Reply::Error(Errno::ENFILE));
+    assert_eq!(event(&s, "backings_refused"), 1);
+    assert!(
+        s.fake.calls().contains(&"release 2".to_string()),
+        "the backend's handle of the failed open is released"
+    );
+    assert_eq!(open_backing_id(&s, 2), Some(5), "passthrough stays on");
+}
+
+#[test]
+fn a_file_the_kernel_cannot_pass_through_is_served_through_the_server() {
+    let s = lending(false);
+    s.refusals.lock().unwrap().push(libc::ELOOP);
+    assert_eq!(open_backing_id(&s, 2), None);
+    assert_eq!(
+        open_backing_id(&s, 3),
+        Some(5),
+        "other files keep passthrough"
+    );
+    assert_eq!(event(&s, "backings_refused"), 1);
+}
+
+#[test]
+fn a_kernel_that_lends_no_backing_files_turns_passthrough_off_for_the_mount() {
+    let s = lending(false);
+    s.refusals.lock().unwrap().push(libc::EPERM);
+    assert_eq!(open_backing_id(&s, 2), None);
+    assert_eq!(open_backing_id(&s, 3), None);
+    assert_eq!(*s.kernel.lock().unwrap(), ["open_backing"], "asked once");
+    assert_eq!(event(&s, "backings_refused"), 1);
+}
+
+#[test]
+fn a_create_whose_open_is_refused_fails_and_gives_its_lookup_back() {
+    let s = lending(false);
+    s.refusals.lock().unwrap().push(libc::ENOMEM);
+    let op = Op::Create {
+        name: name("new"),
+        mode: 0o644,
+        umask: 0,
+        flags: libc::O_RDWR,
+    };
+    assert_eq!(s.ask(1, USER, op), Reply::Error(Errno::ENOMEM));
+    let calls = s.fake.calls();
+    assert!(calls.contains(&"release 2".to_string()), "{calls:?}");
+    assert!(calls.contains(&"forget 2 1".to_string()), "{calls:?}");
+}
+
+#[test]
+fn blocking_requests_are_timed_to_the_end_of_their_work() {
+    let s = setup(&[], false, Granted::default());
+    *s.fake.fsync_takes.lock().unwrap() = Duration::from_millis(30);
+    let op = Op::Fsync {
+        fh: 42,
+        datasync: false,
+    };
+    assert_eq!(s.ask(2, USER, op), Reply::Empty);
+    let snap = s.server.stats().snapshot();
+    let fsync = snap.ops.iter().find(|o| o.name == "FSYNC").unwrap();
+    assert_eq!(fsync.count, 1);
+    assert!(
+        fsync.mean_ns >= 30_000_000,
+        "FSYNC took at least 30 ms, recorded {} ns",
+        fsync.mean_ns
+    );
+}

@@ -140,6 +140,17 @@ pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
     Ok(unsafe { st.assume_init() })
 }
 
+/// Closes a duplicate of `fd` and returns what that close reported (`close(dup(fd))`, as a
+/// FLUSH asks: the host filesystem's close-time errors, with `fd` itself left open).
+pub(crate) fn close_dup(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: F_DUPFD_CLOEXEC on an open descriptor; the new one is checked, then owned
+    // by nobody but this function, which closes it once.
+    let dup = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: `dup` is the descriptor just made; it is closed here and never used again
+    // (a close that fails still releases the descriptor on Linux).
+    check(unsafe { libc::close(dup) }).map(drop)
+}
+
 /// `getdents64` into `buf`; returns the bytes filled (0 at the end of the directory).
 pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
     retry_eintr(|| {

@@ -112,6 +112,12 @@ const LOCAL_FILESYSTEMS: [libc::c_long; 5] = [
     libc::F2FS_SUPER_MAGIC,
 ];
 
+/// Whether `f_type` (from `statfs`) is a filesystem whose every change this host's kernel
+/// makes.
+pub(crate) fn is_local(f_type: libc::c_long) -> bool {
+    LOCAL_FILESYSTEMS.contains(&f_type)
+}
+
 impl ExportMount {
     /// What `/proc/self/mountinfo` and `statfs` say of `source` (the host's descriptor,
     /// before any private copy): whether it is the root of a mount showing its whole
@@ -130,7 +136,7 @@ impl ExportMount {
         else {
             return (false, false);
         };
-        let local = sys::io::fstatfs(source).is_ok_and(|st| LOCAL_FILESYSTEMS.contains(&st.f_type));
+        let local = sys::io::fstatfs(source).is_ok_and(|st| is_local(st.f_type));
         let alone = !mounts
             .iter()
             .any(|m| m.id != mnt_id && m.mount_point.starts_with(&own.mount_point));

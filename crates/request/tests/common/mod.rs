@@ -59,6 +59,10 @@ pub struct Fake {
     pub refuse_chmod: Mutex<Option<Errno>>,
     /// What `keeps_backing` answers.
     pub keeps_backing: AtomicBool,
+    /// Opens ask for FLUSH at close, which fails with this if set.
+    pub flushes: Mutex<Option<Result<()>>>,
+    /// FSYNC takes this long.
+    pub fsync_takes: Mutex<Duration>,
     pub dev_null: std::fs::File,
 }
 
@@ -73,6 +77,8 @@ impl Fake {
             names_reported: false,
             refuse_chmod: Mutex::new(None),
             keeps_backing: AtomicBool::new(false),
+            flushes: Mutex::new(None),
+            fsync_takes: Mutex::new(Duration::ZERO),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -167,7 +173,14 @@ impl Backend for Fake {
     }
     fn open(&self, _c: &Caller, ino: Ino, flags: i32) -> Result<Opened> {
         self.note(format!("open {ino} {flags:o}"));
-        Ok(Opened { fh: 40 + ino })
+        Ok(Opened {
+            fh: 40 + ino,
+            flush: self.flushes.lock().unwrap().is_some(),
+        })
+    }
+    fn flush(&self, ino: Ino, _fh: u64) -> Result<()> {
+        self.note(format!("flush {ino}"));
+        (*self.flushes.lock().unwrap()).unwrap_or(Ok(()))
     }
     fn create(
         &self,
@@ -179,7 +192,11 @@ impl Backend for Fake {
         flags: i32,
     ) -> Result<(Attr, Opened)> {
         self.note(format!("create {mode:o} umask {umask:o} flags {flags:o}"));
-        Ok((self.attr_of(2)?, Opened { fh: 42 }))
+        let opened = Opened {
+            fh: 42,
+            flush: false,
+        };
+        Ok((self.attr_of(2)?, opened))
     }
     fn read(&self, _ino: Ino, _fh: u64, _o: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         buf.clear();
@@ -195,10 +212,14 @@ impl Backend for Fake {
     }
     fn fsync(&self, ino: Ino, _fh: u64, datasync: bool) -> Result<()> {
         self.note(format!("fsync {ino} {datasync}"));
+        std::thread::sleep(*self.fsync_takes.lock().unwrap());
         Ok(())
     }
     fn opendir(&self, _c: &Caller, _ino: Ino, _f: i32) -> Result<Opened> {
-        Ok(Opened { fh: 7 })
+        Ok(Opened {
+            fh: 7,
+            flush: false,
+        })
     }
     fn readdir(
         &self,
@@ -300,11 +321,17 @@ impl Backend for Fake {
 pub struct FakeKernel {
     pub log: Log,
     registered: AtomicU32,
+    /// What the next registrations fail with (errno values, first first).
+    pub refusals: Arc<Mutex<Vec<i32>>>,
 }
 
 impl Kernel for FakeKernel {
     fn open_backing(&self, _fd: BorrowedFd<'_>) -> io::Result<u32> {
         self.log.lock().unwrap().push("open_backing".into());
+        let mut refusals = self.refusals.lock().unwrap();
+        if !refusals.is_empty() {
+            return Err(io::Error::from_raw_os_error(refusals.remove(0)));
+        }
         Ok(5 + self.registered.fetch_add(1, Ordering::Relaxed))
     }
     fn close_backing(&self, id: u32) -> io::Result<()> {
@@ -408,6 +435,8 @@ pub struct Setup {
     pub server: Server<Fake>,
     pub fake: Arc<Fake>,
     pub kernel: Log,
+    /// What the kernel's next backing registrations fail with.
+    pub refusals: Arc<Mutex<Vec<i32>>>,
 }
 
 pub fn setup(opts: &[&str], lends_fd: bool, granted: Granted) -> Setup {
@@ -421,11 +450,13 @@ pub fn setup_with(opts: &[&str], fake: Arc<Fake>, granted: Granted) -> Setup {
     let mut server = Server::new(fake.clone(), plan, Arc::new(Stats::new()));
     let kernel = Arc::new(FakeKernel::default());
     let log = kernel.log.clone();
+    let refusals = kernel.refusals.clone();
     server.start(granted, kernel).unwrap();
     Setup {
         server,
         fake,
         kernel: log,
+        refusals,
     }
 }
 
