@@ -4,10 +4,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use memofs_control::StatsSource;
 use memofs_core::options::{parse_options, MountOptions};
 use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::Backend;
-use memofs_fuse::control::{self, StatsSource};
 
 use crate::backends;
 use crate::cli::MountArgs;
@@ -55,9 +55,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let ready_fd = std::env::var(daemon::READY_ENV)
-        .ok()
-        .and_then(|v| v.parse::<i32>().ok());
+    let ready_fd = daemon::ReadyPipe::from_env();
     if !args.foreground && ready_fd.is_none() {
         return daemon::spawn_background(&args.foreground_args());
     }
@@ -102,7 +100,7 @@ fn serve<B: Backend>(
     backend_features: BackendFeatures,
     plan: MountPlan,
     mountpoint: &Path,
-    ready_fd: Option<i32>,
+    ready_fd: Option<daemon::ReadyPipe>,
 ) -> ExitCode {
     let cache = plan.cache;
     let session = match memofs_fuse::mount(backend.clone(), mountpoint, plan) {
@@ -140,7 +138,7 @@ fn serve<B: Backend>(
             usage: Box::new(move || backend.usage()),
             settings,
         };
-        match control::serve(dev, source) {
+        match memofs_control::serve(dev, source) {
             Ok(c) => control = Some(c),
             Err(e) => log::warn!("memofs stats will not work for this mount: {e}"),
         }
@@ -154,8 +152,8 @@ fn serve<B: Backend>(
             return fail(EXIT_FAILURE, format!("cannot serve the mount: {e}"));
         }
     };
-    if let Some(fd) = ready_fd {
-        daemon::report_ready(fd);
+    if let Some(pipe) = ready_fd {
+        pipe.report();
     } else {
         eprintln!(
             "memofs: mounted at {} (unmount with: memofs umount {})",

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use memofs_fuse::control::{ErrorDoc, InvalidateDoc, StatsDoc};
+use memofs_control::{ErrorDoc, InvalidateDoc, StatsDoc};
 
 use crate::cli::{StatsArgs, TargetArgs};
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
@@ -21,7 +21,7 @@ fn ask(target: &Path, command: &str) -> Result<String, ExitCode> {
         Ok(m) => m.dev(),
         Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {shown}: {e}"))),
     };
-    memofs_fuse::control::request(dev, command).map_err(|e| match e.kind() {
+    memofs_control::request(dev, command).map_err(|e| match e.kind() {
         std::io::ErrorKind::PermissionDenied => fail(
             EXIT_FAILURE,
             format!("{shown}: only root and the mount's owner may reach its server ({e})"),
@@ -392,7 +392,7 @@ fn watch_line(before: &StatsDoc, after: &StatsDoc, elapsed: Duration) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memofs_fuse::control::OpDoc;
+    use memofs_control::OpDoc;
 
     fn doc(lookups: u64, bytes_used: u64) -> StatsDoc {
         let mut d = StatsDoc::default();

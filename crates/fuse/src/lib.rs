@@ -12,7 +12,6 @@
 //!   backing files.
 //! - [`uring`]: the io_uring channel (FUSE over io_uring, Linux 6.14+): one ring per CPU
 //!   queue, with `/dev/fuse` still read for FORGET and INTERRUPT.
-//! - [`control`]: the socket behind `memofs stats` and `memofs invalidate`.
 //!
 //! What a request means is not decided here but in `memofs-request`.
 #![deny(missing_docs)]
@@ -20,7 +19,6 @@
 pub mod abi;
 pub mod blocking;
 pub mod busy_poll;
-pub mod control;
 pub mod cpu_latency;
 pub mod decode;
 pub mod dev;
@@ -250,6 +248,7 @@ fn start<B: Backend>(
     let (latency, latency_feature) = cpu_latency(plan.cpu_latency, &stats)?;
     let mut features = features(&negotiated);
     features.push(("cpu_latency".into(), latency_feature));
+    let plan = in_effect(plan, negotiated.granted);
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
     Ok(Session {
@@ -262,6 +261,13 @@ fn start<B: Backend>(
         latency: Arc::new(latency),
         mountpoint: mountpoint.to_path_buf(),
     })
+}
+
+/// The plan as INIT left it: what it asked for and the kernel did not grant is off (the plan
+/// is what `memofs stats` shows as the mount's settings).
+fn in_effect(mut plan: MountPlan, granted: Granted) -> MountPlan {
+    plan.posix_acl &= granted.posix_acl;
+    plan
 }
 
 /// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
@@ -382,5 +388,27 @@ impl<B: Backend> Session<B> {
             invalidator.release_root();
         }
         Ok(serving)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memofs_core::options::parse_options;
+    use memofs_core::plan::BackendKind;
+
+    #[test]
+    fn stats_show_posix_acls_as_granted_not_as_planned() {
+        let opts = parse_options::<&str>(&[], 8 << 30).unwrap();
+        let mut plan = MountPlan::new(&opts, BackendKind::Mem, true);
+        plan.posix_acl = true;
+        let shown = |p: &MountPlan| p.describe().into_iter().find(|(k, _)| *k == "posix_acl");
+        let refused = in_effect(plan.clone(), Granted::default());
+        assert_eq!(shown(&refused).unwrap().1, "false");
+        let granted = Granted {
+            posix_acl: true,
+            ..Granted::default()
+        };
+        assert_eq!(shown(&in_effect(plan, granted)).unwrap().1, "true");
     }
 }

@@ -1,8 +1,11 @@
-//! The control socket behind `memofs stats` and `memofs invalidate`.
+//! The control socket behind `memofs stats` and `memofs invalidate`, the same for every
+//! transport: the server's side ([`serve`], fed a [`StatsSource`]) and the client's
+//! ([`request`]).
 //!
 //! Each mount listens on a Unix socket named after the mount's device number, in a
 //! directory only the server's user can write (`/run/memofs/DEV.sock` for root, the user's
-//! runtime directory otherwise), readable and writable by that user alone. A
+//! runtime directory otherwise), readable and writable by that user alone from the moment
+//! it exists (its mode is set on the socket before it is bound). A
 //! client writes one command (`stats` or `invalidate`), shuts down its sending side, and
 //! gets one JSON document back. The socket is found from the mount point alone (its device
 //! number and, in mountinfo, its owner), and only a server run by root or by the mount's
@@ -10,9 +13,12 @@
 //! per-thread slots: it never stops the request threads. `invalidate` (drop every name the
 //! kernel caches) is refused unless the caller is root or the server's own user.
 
+#![deny(missing_docs)]
+
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -335,6 +341,58 @@ fn private_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// A listening socket at `path` that only this user (and root) may connect to from the
+/// moment it exists: the socket's mode is set before `bind(2)` creates the file, which
+/// takes it from there (less the umask), so no other user can connect in between.
+fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    let mut addr: libc::sockaddr_un = zeroed_sockaddr();
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is too long for a socket path", path.display()),
+        ));
+    }
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: socket takes integer arguments; the result is checked before it is owned.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: fchmod, bind and listen on the socket this function owns; `addr` is a
+    // sockaddr_un whose first `len` bytes hold the family and the NUL-terminated path.
+    let r = unsafe {
+        if libc::fchmod(sock.as_raw_fd(), 0o600) < 0
+            || libc::bind(
+                sock.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len as libc::socklen_t,
+            ) < 0
+            || libc::listen(sock.as_raw_fd(), 16) < 0
+        {
+            -1
+        } else {
+            0
+        }
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(UnixListener::from(sock))
+}
+
+/// An all-zero `sockaddr_un` (a valid value: family 0, empty path).
+fn zeroed_sockaddr() -> libc::sockaddr_un {
+    // SAFETY: sockaddr_un is plain bytes; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
 /// Starts the control socket for the mount with device `dev` on a background thread: a
 /// socket file only this user (and root) may connect to, in the directory of
 /// [`socket_path`]. A stale socket of an earlier mount with the same device number is
@@ -348,8 +406,7 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = bind_private(&path)?;
     let ino = std::fs::symlink_metadata(&path)?.ino();
     std::thread::Builder::new()
         .name("memofs-control".into())
@@ -381,6 +438,23 @@ pub fn request(dev: u64, command: &str) -> io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_is_private_when_bind_creates_it_whatever_the_umask() {
+        let dir = std::env::temp_dir().join(format!("memofs-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        // SAFETY: umask only sets this process's file mode mask (restored below).
+        let old = unsafe { libc::umask(0) };
+        let listener = bind_private(&path);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let _listener = listener.unwrap();
+        let mode = std::fs::symlink_metadata(&path).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600, "no moment when others may connect");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn json_has_every_section_and_escapes() {
@@ -423,6 +497,8 @@ mod tests {
             settings: vec![],
         };
         let control = serve(dev, src).unwrap();
+        let mode = std::fs::metadata(&control.path).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600, "private from the start");
         assert!(request(dev, "stats").unwrap().contains("\"bytes_used\":42"));
         assert_eq!(
             request(dev, "invalidate").unwrap(),
@@ -432,8 +508,6 @@ mod tests {
             .unwrap()
             .contains("unknown command 'bogus'"));
         let path = control.path.clone();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600, "only the server's user may connect");
         drop(control);
         assert!(!path.exists(), "the socket goes with the server");
         assert!(request(dev, "stats").is_err());
