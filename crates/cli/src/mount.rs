@@ -139,7 +139,12 @@ fn serve<B: Backend>(
             settings,
         };
         match memofs_control::serve(dev, source) {
-            Ok(c) => control = Some(c),
+            Ok(c) => {
+                if let Some(name) = c.abstract_name() {
+                    session.set_control_address(name);
+                }
+                control = Some(c);
+            }
             Err(e) => log::warn!("memofs stats will not work for this mount: {e}"),
         }
     }

@@ -21,7 +21,7 @@ fn ask(target: &Path, command: &str) -> Result<String, ExitCode> {
         Ok(m) => m.dev(),
         Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {shown}: {e}"))),
     };
-    memofs_control::request(dev, command).map_err(|e| match e.kind() {
+    memofs_control::request(dev, target, command).map_err(|e| match e.kind() {
         std::io::ErrorKind::PermissionDenied => fail(
             EXIT_FAILURE,
             format!("{shown}: only root and the mount's owner may reach its server ({e})"),

@@ -95,7 +95,8 @@ impl ServerExit {
     /// The server of the memofs mount at `path`, found through its control socket; none for
     /// a mount whose server is gone or cannot be told.
     fn find(path: &Path) -> ServerExit {
-        let pid = memofs_fuse::mountinfo::dev_of(path).and_then(memofs_control::server_pid);
+        let pid = memofs_fuse::mountinfo::dev_of(path)
+            .and_then(|dev| memofs_control::server_pid(dev, path));
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = pid.map(|pid| unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) });
         ServerExit(fd.filter(|&fd| fd >= 0).map(|fd| {

@@ -5,7 +5,16 @@
 //! Each mount listens on a Unix socket named after the mount's device number, in a
 //! directory only the server's user can write (`/run/memofs/DEV.sock` for root, the user's
 //! runtime directory otherwise), readable and writable by that user alone from the moment
-//! it exists (its mode is set on the socket before it is bound). A
+//! it exists (its mode is set on the socket before it is bound).
+//!
+//! Where no such directory can be had (no `/run`, a read-only one, a user with no runtime
+//! directory: `su`, cron, a container, a guest), the socket is an abstract one (no file)
+//! under a random name, and the mount itself tells it: the request layer answers
+//! `memofs_request::ioctl::CONTROL_ADDRESS` on any of the mount's directories, to root and
+//! the server's user only. The name cannot be taken first (nobody knows it before the server
+//! binds it), and the server answers only connections from root and its own user.
+//!
+//! A
 //! client writes one command (`stats` or `invalidate`), shuts down its sending side, and
 //! gets one JSON document back. The socket is found from the mount point alone (its device
 //! number and, in mountinfo, its owner), and only a server run by root or by the mount's
@@ -17,9 +26,10 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +40,7 @@ use std::collections::BTreeMap;
 use memofs_core::{BackendUsage, CachePolicy};
 
 use memofs_request::invalidate::Invalidated;
+use memofs_request::ioctl::{CONTROL_ADDRESS, CONTROL_ADDRESS_SIZE};
 use memofs_request::Stats;
 
 /// Where a server run by `uid` keeps its mounts' control sockets: `/run/memofs` for root
@@ -68,7 +79,7 @@ fn mount_owner(dev: u64) -> u32 {
 /// root's directory, then the one in the mount owner's, then the caller's own; only a
 /// server run by root, the owner or the caller is believed (nobody else can put a socket in
 /// those directories, but the peer's uid is checked all the same).
-fn connect(dev: u64) -> io::Result<UnixStream> {
+fn connect(dev: u64, mountpoint: &Path) -> io::Result<UnixStream> {
     let owner = mount_owner(dev);
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
@@ -99,13 +110,53 @@ fn connect(dev: u64) -> io::Result<UnixStream> {
             Err(e) => last = e,
         }
     }
-    Err(last)
+    if last.kind() != io::ErrorKind::NotFound {
+        return Err(last);
+    }
+    let conn =
+        UnixStream::connect_addr(&SocketAddr::from_abstract_name(asked_address(mountpoint)?)?)?;
+    match peer_cred(&conn).map(|c| c.uid) {
+        Some(p) if p == 0 || p == owner || p == me => Ok(conn),
+        peer => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the mount's control socket is served by uid {peer:?}"),
+        )),
+    }
 }
 
-/// The process id of the server of the mount whose root has device `dev` (the process that
-/// listens on its control socket), or `None` if it cannot be told.
-pub fn server_pid(dev: u64) -> Option<i32> {
-    peer_cred(&connect(dev).ok()?).map(|c| c.pid)
+/// The abstract control socket name the mount at `mountpoint` tells (see the module
+/// documentation).
+fn asked_address(mountpoint: &Path) -> io::Result<Vec<u8>> {
+    let dir = std::fs::File::open(mountpoint)?;
+    let mut answer = [0u8; CONTROL_ADDRESS_SIZE];
+    // SAFETY: the command's size is CONTROL_ADDRESS_SIZE, the buffer's; the kernel writes
+    // at most that many bytes into it.
+    let r = unsafe {
+        libc::ioctl(
+            dir.as_raw_fd(),
+            CONTROL_ADDRESS as libc::Ioctl,
+            answer.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        // Not a memofs mount, or one whose socket has a file: nothing to find this way.
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL) => io::ErrorKind::NotFound.into(),
+            _ => e,
+        });
+    }
+    let len = answer.iter().position(|&b| b == 0).unwrap_or(answer.len());
+    if len == 0 {
+        return Err(io::ErrorKind::NotFound.into());
+    }
+    Ok(answer[..len].to_vec())
+}
+
+/// The process id of the server of the mount at `mountpoint`, whose root has device `dev`
+/// (the process that listens on its control socket), or `None` if it cannot be told.
+pub fn server_pid(dev: u64, mountpoint: &Path) -> Option<i32> {
+    peer_cred(&connect(dev, mountpoint).ok()?).map(|c| c.pid)
 }
 
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
@@ -303,17 +354,37 @@ impl StatsSource {
     }
 }
 
-/// A mount's control socket; its file is removed when this is dropped, unless another
-/// server of a mount with the same device number replaced it meanwhile.
+/// A mount's control socket; its file, if it has one, is removed when this is dropped,
+/// unless another server of a mount with the same device number replaced it meanwhile.
 pub struct Control {
-    path: PathBuf,
-    ino: u64,
+    at: Listening,
+}
+
+/// Where a control socket listens.
+enum Listening {
+    /// A socket file (path, inode).
+    File(PathBuf, u64),
+    /// An abstract socket of this name.
+    Abstract(Vec<u8>),
+}
+
+impl Control {
+    /// The abstract socket name, where the socket has no file: what the mount is to tell
+    /// (see the module documentation).
+    pub fn abstract_name(&self) -> Option<&[u8]> {
+        match &self.at {
+            Listening::Abstract(name) => Some(name),
+            Listening::File(..) => None,
+        }
+    }
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
-        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
-            let _ = std::fs::remove_file(&self.path);
+        if let Listening::File(path, ino) = &self.at {
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == *ino) {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
@@ -393,11 +464,9 @@ fn zeroed_sockaddr() -> libc::sockaddr_un {
     unsafe { std::mem::zeroed() }
 }
 
-/// Starts the control socket for the mount with device `dev` on a background thread: a
-/// socket file only this user (and root) may connect to, in the directory of
-/// [`socket_path`]. A stale socket of an earlier mount with the same device number is
-/// replaced.
-pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
+/// The socket file for the mount with device `dev`, in the directory of [`socket_path`],
+/// replacing a stale one of an earlier mount with the same device number.
+fn listen_on_file(dev: u64) -> io::Result<(UnixListener, Listening)> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let path = socket_path(uid, dev);
@@ -408,25 +477,60 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
     }
     let listener = bind_private(&path)?;
     let ino = std::fs::symlink_metadata(&path)?.ino();
+    Ok((listener, Listening::File(path, ino)))
+}
+
+/// An abstract socket under a random name (see the module documentation).
+fn listen_abstract() -> io::Result<(UnixListener, Listening)> {
+    let mut random = [0u8; 16];
+    // SAFETY: getrandom writes at most `random.len()` bytes into `random`.
+    let n = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if n != random.len() as isize {
+        return Err(io::Error::other(
+            "no random bytes for the control socket's name",
+        ));
+    }
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("memofs-{hex}").into_bytes();
+    let listener = UnixListener::bind_addr(&SocketAddr::from_abstract_name(&name)?)?;
+    Ok((listener, Listening::Abstract(name)))
+}
+
+/// Starts the control socket for the mount with device `dev` on a background thread: a
+/// socket file only this user (and root) may connect to, or, where no private directory
+/// can be had, an abstract socket the mount tells of ([`Control::abstract_name`]). Only
+/// connections from root and this user are answered.
+pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
+    let (listener, at) = listen_on_file(dev).or_else(|e| {
+        log::debug!("no control socket file ({e}): an abstract socket instead");
+        listen_abstract()
+    })?;
+    // SAFETY: geteuid has no preconditions.
+    let own = unsafe { libc::geteuid() };
     std::thread::Builder::new()
         .name("memofs-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
+                let peer = peer_uid(&conn);
+                if !peer.is_some_and(|uid| uid == 0 || uid == own) {
+                    continue;
+                }
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
                 let mut command = Vec::new();
                 let _ = (&mut conn).take(64).read_to_end(&mut command);
                 let command = String::from_utf8_lossy(&command);
-                let _ = conn.write_all(source.answer(&command, peer_uid(&conn)).as_bytes());
+                let _ = conn.write_all(source.answer(&command, peer).as_bytes());
             }
         })?;
-    Ok(Control { path, ino })
+    Ok(Control { at })
 }
 
-/// Sends `command` to the mount with device `dev` and returns its JSON answer.
-pub fn request(dev: u64, command: &str) -> io::Result<String> {
-    let mut conn = connect(dev)?;
+/// Sends `command` to the mount at `mountpoint`, with device `dev`, and returns its JSON
+/// answer.
+pub fn request(dev: u64, mountpoint: &Path, command: &str) -> io::Result<String> {
+    let mut conn = connect(dev, mountpoint)?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     conn.write_all(command.as_bytes())?;
     conn.shutdown(std::net::Shutdown::Write)?;
@@ -497,19 +601,27 @@ mod tests {
             settings: vec![],
         };
         let control = serve(dev, src).unwrap();
-        let mode = std::fs::metadata(&control.path).unwrap().mode();
+        let Listening::File(path, _) = &control.at else {
+            panic!("a socket file")
+        };
+        let mode = std::fs::metadata(path).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600, "private from the start");
-        assert!(request(dev, "stats").unwrap().contains("\"bytes_used\":42"));
+        assert!(request(dev, Path::new("/"), "stats")
+            .unwrap()
+            .contains("\"bytes_used\":42"));
         assert_eq!(
-            request(dev, "invalidate").unwrap(),
+            request(dev, Path::new("/"), "invalidate").unwrap(),
             "{\"ok\":false,\"epoch\":false,\"names\":0,\"not_done\":\"no epoch\"}"
         );
-        assert!(request(dev, "bogus")
+        assert!(request(dev, Path::new("/"), "bogus")
             .unwrap()
             .contains("unknown command 'bogus'"));
-        let path = control.path.clone();
+        let Listening::File(path, _) = &control.at else {
+            panic!("root and a user with a runtime directory get a socket file")
+        };
+        let path = path.clone();
         drop(control);
         assert!(!path.exists(), "the socket goes with the server");
-        assert!(request(dev, "stats").is_err());
+        assert!(request(dev, Path::new("/"), "stats").is_err());
     }
 }

@@ -341,6 +341,12 @@ impl<B: Backend> Session<B> {
         self.server.plan()
     }
 
+    /// The control socket listens on the abstract socket `name`; the mount tells it to root
+    /// and the server's user (see [`Server::set_control_address`]).
+    pub fn set_control_address(&self, name: &[u8]) {
+        self.server.set_control_address(name);
+    }
+
     /// What the kernel granted at INIT.
     pub fn granted(&self) -> Granted {
         self.server.granted()

@@ -3,7 +3,8 @@
 //! `FS_IOC_FSGETXATTR`/`FS_IOC_FSSETXATTR` a `struct fsxattr` whose `fsx_xflags` translate to
 //! and from them as the kernel's `fileattr_fill_flags`/`fileattr_fill_xflags` do. Both map
 //! onto [`Backend::get_flags`]/[`Backend::set_flags`]; extent sizes, project ids and xflags
-//! with no flag equivalent are `EOPNOTSUPP`, as on tmpfs. Other commands are `ENOTTY`.
+//! with no flag equivalent are `EOPNOTSUPP`, as on tmpfs. Other commands are `ENOTTY`, but
+//! for memofs's own [`CONTROL_ADDRESS`], which the request layer answers itself.
 
 use memofs_core::inode_flags::{APPEND, DAX, IMMUTABLE, NOATIME, NODUMP, PROJINHERIT, SYNC};
 use memofs_core::{Backend, Caller, Errno, Ino, Result};
@@ -14,6 +15,14 @@ const FS_IOC_SETFLAGS: u32 = libc::FS_IOC_SETFLAGS as u32;
 const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 /// `_IOW('X', 32, struct fsxattr)`.
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+
+/// memofs's own command, `_IOR('m', 0x4d, char[64])`: where the mount's control socket
+/// listens when it has no file of its own (an abstract socket name, NUL-padded), asked of
+/// the mount by `memofs stats` and answered to root and the server's user only.
+pub const CONTROL_ADDRESS: u32 = 0x8040_6d4d;
+
+/// The size of [`CONTROL_ADDRESS`]'s answer.
+pub const CONTROL_ADDRESS_SIZE: usize = 64;
 
 /// Size of `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 spare bytes.
 const FSXATTR_SIZE: usize = 28;

@@ -23,7 +23,7 @@
 
 mod backing;
 pub mod invalidate;
-mod ioctl;
+pub mod ioctl;
 mod keep;
 pub mod kernel;
 pub mod privs;

@@ -64,6 +64,8 @@ pub struct Server<B: Backend> {
     /// Which kernel caches may outlive an open (see [`crate::keep`]).
     keeper: Keeper,
     backings: Backings,
+    /// The abstract socket name of the control socket, where it has no file of its own.
+    control_address: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// Counts a request under its kind, with its latency, just before its reply goes out (so a
@@ -170,6 +172,7 @@ impl<B: Backend> Server<B> {
             misses,
             keeper,
             backings: Backings::default(),
+            control_address: std::sync::OnceLock::new(),
         }
     }
 
@@ -211,6 +214,15 @@ impl<B: Backend> Server<B> {
         self.invalidator = Some(invalidator);
         self.kernel = Some(kernel);
         Ok(())
+    }
+
+    /// The control socket listens on the abstract socket `name` (shorter than
+    /// [`crate::ioctl::CONTROL_ADDRESS_SIZE`]): the mount tells it to root and the server's
+    /// user through [`crate::ioctl::CONTROL_ADDRESS`]. Set once; later calls change nothing.
+    pub fn set_control_address(&self, name: &[u8]) {
+        if name.len() < crate::ioctl::CONTROL_ADDRESS_SIZE {
+            let _ = self.control_address.set(name.to_vec());
+        }
     }
 
     /// Where invalidations go (for `memofs invalidate`), once started.
@@ -618,6 +630,10 @@ impl<B: Backend> Server<B> {
                 answer(out, r, |out, ()| out.empty())
             }
             Op::Access => answer(out, b.getattr(ino), |out, _| out.empty()),
+            Op::Ioctl {
+                cmd: crate::ioctl::CONTROL_ADDRESS,
+                ..
+            } => answer(out, self.control_address(caller), |out, a| out.ioctl(0, &a)),
             Op::Ioctl { cmd, input, .. } => answer(
                 out,
                 crate::ioctl::ioctl(b, caller, ino, cmd, input),
@@ -721,6 +737,20 @@ impl<B: Backend> Server<B> {
         }
         self.moved_times_if(&r, ino);
         answer(out, r, |out, ()| out.empty());
+    }
+
+    /// Where the control socket listens, when it has no file of its own (see
+    /// [`Server::set_control_address`]): for root and the server's user only.
+    fn control_address(&self, caller: &Caller) -> Result<Vec<u8>> {
+        // SAFETY: geteuid has no preconditions.
+        let own = unsafe { libc::geteuid() };
+        if caller.uid != 0 && caller.uid != own {
+            return Err(Errno::EACCES);
+        }
+        let name = self.control_address.get().ok_or(Errno::ENOTTY)?;
+        let mut answer = name.clone();
+        answer.resize(crate::ioctl::CONTROL_ADDRESS_SIZE, 0);
+        Ok(answer)
     }
 
     /// [`Server::times_moved`] after a request that succeeded.
