@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memofs_core::options::{scope_of, MountOptions, Scope};
+use memofs_core::options::{scope_of, MountOptions, Scope, WatchMode};
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::Backend;
 use memofs_mem::{MemConfig, MemFs};
@@ -68,19 +68,11 @@ pub fn passthrough(source: &Path, plan: &mut MountPlan) -> Built<PassthroughFs> 
 /// `memofs stats` lines for the host kernel features the passthrough backend uses, each with
 /// its fallback.
 pub fn passthrough_features(fs: &PassthroughFs) -> Vec<(String, String)> {
-    let watch = match fs.watch_mechanism() {
-        Some(WatchMechanism::Fanotify) if fs.watches_whole_filesystem() => {
-            "fanotify directory events (Linux 5.9+), one mark on the whole filesystem"
-        }
-        Some(WatchMechanism::Fanotify) => {
-            "fanotify directory events (Linux 5.9+), a mark per directory the kernel holds"
-        }
-        Some(WatchMechanism::Inotify) => {
-            "inotify (fallback: fanotify directory events unavailable; the server's own \
-             writes are reported too)"
-        }
-        None => "none: host changes show when the cache timeouts run out",
-    };
+    let watch = watch_line(
+        fs.config().watch,
+        fs.watch_mechanism(),
+        fs.watches_whole_filesystem(),
+    );
     let open_tree = if fs.private_mount() {
         "yes: the server works on a private copy of the source's mount"
     } else {
@@ -96,6 +88,29 @@ pub fn passthrough_features(fs: &PassthroughFs) -> Vec<(String, String)> {
         ("open_tree".into(), open_tree.into()),
         ("fchmodat2".into(), fchmodat2.into()),
     ]
+}
+
+/// The `host_change_watch` line: the mechanism in use, and whether `watch=` asked for it or
+/// it is what was left when the one asked for (or preferred) was unavailable.
+fn watch_line(asked: WatchMode, used: Option<WatchMechanism>, whole_fs: bool) -> String {
+    let why = match (asked, used) {
+        (WatchMode::Auto, Some(WatchMechanism::Fanotify)) => "watch=auto's first choice",
+        (WatchMode::Auto, _) => "watch=auto's fallback: fanotify directory events unavailable",
+        (WatchMode::Off, _) => "as asked by watch=off",
+        (_, None) => "the mechanism watch= asked for is unavailable",
+        _ => "as asked by watch=",
+    };
+    let what = match used {
+        Some(WatchMechanism::Fanotify) if whole_fs => {
+            "fanotify directory events, one mark on the whole filesystem"
+        }
+        Some(WatchMechanism::Fanotify) => {
+            "fanotify directory events, a mark per directory the kernel holds"
+        }
+        Some(WatchMechanism::Inotify) => "inotify (the server's own writes are reported too)",
+        None => "none: host changes show when the cache timeouts run out",
+    };
+    format!("{what} ({why})")
 }
 
 /// The mem backend.
@@ -131,4 +146,34 @@ pub fn mem(opts: &MountOptions, plan: &mut MountPlan) -> Built<MemFs> {
     };
     plan.adopt(fs.capabilities());
     Ok((Arc::new(fs), Vec::new()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watch_line_says_whether_it_was_asked_for_or_fallen_back_to() {
+        let inotify = Some(WatchMechanism::Inotify);
+        let line = watch_line(WatchMode::Inotify, inotify, false);
+        assert!(line.contains("as asked by watch="), "{line}");
+        assert!(!line.contains("fallback"), "{line}");
+        let line = watch_line(WatchMode::Auto, inotify, false);
+        assert!(
+            line.contains("fallback: fanotify directory events unavailable"),
+            "{line}"
+        );
+        let line = watch_line(WatchMode::Auto, Some(WatchMechanism::Fanotify), true);
+        assert!(
+            line.contains("whole filesystem") && line.contains("first choice"),
+            "{line}"
+        );
+        let line = watch_line(WatchMode::Fanotify, None, false);
+        assert!(
+            line.starts_with("none") && line.contains("unavailable"),
+            "{line}"
+        );
+        let line = watch_line(WatchMode::Off, None, false);
+        assert!(line.contains("watch=off"), "{line}");
+    }
 }
