@@ -161,7 +161,7 @@ impl<B: Backend> DevChannel<B> {
             req.nodeid
         );
         // FORGETs come in batches the kernel sends as one; a thread must not park between
-        // them, nor poll after them (measured: no difference to `rm -rf`).
+        // them, nor poll after them (docs/performance.md).
         let gated = req.op.wants_reply();
         if gated {
             self.poll.arrived();

@@ -125,8 +125,8 @@ fn trim() {
 
 /// Heap growth step for the page store. glibc gives each request thread an arena of its
 /// own, and a thread arena grows its heap by exactly what an allocation needs, with an
-/// `mprotect` each time: one system call per new 4 KiB page (measured: 48 959 for 65 536
-/// page writes). The main arena grows with `brk` by the allocation plus this pad instead.
+/// `mprotect` each time: about one system call per new 4 KiB page (docs/performance.md).
+/// The main arena grows with `brk` by the allocation plus this pad instead.
 /// Address space only: untouched pages cost no memory, and a trim gives everything back
 /// (`malloc_trim(0)` keeps no pad).
 pub const HEAP_GROWTH: i32 = 16 << 20;
@@ -134,8 +134,8 @@ pub const HEAP_GROWTH: i32 = 16 << 20;
 /// Sets the allocator up for the mem backend (called before any request thread starts):
 /// one arena, the main one, growing [`HEAP_GROWTH`] at a time. Request threads then share
 /// the arena lock for allocations, a short critical section next to a FUSE round trip. With
-/// an arena per thread, `malloc_trim` handed back too little of what was freed: 48 MB of
-/// deleted xattrs left 21 MiB resident with eight arenas, nothing with one (measured).
+/// an arena per thread, `malloc_trim` hands back too little of what was freed
+/// (docs/performance.md has the figures).
 pub fn tune_allocator() {
     // SAFETY: mallopt only changes the allocator's parameters.
     #[cfg(target_env = "gnu")]
