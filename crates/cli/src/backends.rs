@@ -84,7 +84,7 @@ pub fn passthrough_features(fs: &PassthroughFs) -> Vec<(String, String)> {
         "no (needs Linux 6.6+): chmod goes through /proc/self/fd"
     };
     vec![
-        ("host_change_watch".into(), watch.into()),
+        ("host_change_watch".into(), watch),
         ("open_tree".into(), open_tree.into()),
         ("fchmodat2".into(), fchmodat2.into()),
     ]

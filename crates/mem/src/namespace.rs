@@ -14,7 +14,7 @@ use memofs_core::{
     inode_flags, rename_flags, Caller, Errno, FileKind, Ino, Result, Timestamp, NAME_MAX, ROOT_INO,
 };
 
-use crate::dir::Directory;
+use crate::dir::{Directory, Slot};
 use crate::inode::{Inode, NodeData, Owner};
 use crate::regular::RegularFile;
 use crate::{acl, iflags, xattr, MemFs};
@@ -326,6 +326,8 @@ impl MemFs {
 
     /// RENAME. With `RENAME_WHITEOUT` the source name is left to a whiteout, a 0:0
     /// character device with mode 0 owned by the caller (as `shmem_whiteout` makes it).
+    /// Steps: check the flags and names, lock both parents (in inode-number order, under
+    /// `rename_lock`), check what may move where, then exchange or move.
     pub(crate) fn do_rename(
         &self,
         caller: &Caller,
@@ -335,13 +337,7 @@ impl MemFs {
         new_name: &OsStr,
         flags: u32,
     ) -> Result<()> {
-        let exchange = flags & rename_flags::EXCHANGE != 0;
-        let noreplace = flags & rename_flags::NOREPLACE != 0;
-        let whiteout = flags & rename_flags::WHITEOUT != 0;
-        let known = rename_flags::EXCHANGE | rename_flags::NOREPLACE | rename_flags::WHITEOUT;
-        if flags & !known != 0 || (exchange && (noreplace || whiteout)) {
-            return Err(Errno::EINVAL);
-        }
+        let how = RenameHow::of(flags)?;
         check_name(new_name)?;
         if name.as_bytes() == b"." || name.as_bytes() == b".." {
             return Err(Errno::EBUSY);
@@ -365,7 +361,7 @@ impl MemFs {
             pguard = Some(pinode.dir()?.write());
         }
         let pdir = pguard.as_deref_mut().expect("locked");
-        let mut ndir = nguard.as_deref_mut();
+        let ndir = nguard.as_deref_mut();
 
         let src = pdir.get(name).ok_or(Errno::ENOENT)?;
         let dst = match &ndir {
@@ -378,7 +374,7 @@ impl MemFs {
         if let Some(d) = dst {
             if d.ino == src.ino {
                 // Same inode (same name, or two links of one file): nothing to do.
-                return if exchange || !noreplace {
+                return if how.exchange || !how.noreplace {
                     Ok(())
                 } else {
                     Err(Errno::EEXIST)
@@ -390,35 +386,8 @@ impl MemFs {
             Some(d) => Some(self.table.get(d.ino)?),
             None => None,
         };
-        // A directory may not move below itself.
-        if !same {
-            let ancestors = |start: Ino, pdir: &Directory, ndir: &Directory| -> Result<Vec<Ino>> {
-                let mut chain = Vec::new();
-                let mut cur = start;
-                while cur != ROOT_INO && chain.len() < 1 << 20 {
-                    chain.push(cur);
-                    cur = if cur == parent {
-                        pdir.parent
-                    } else if cur == new_parent {
-                        ndir.parent
-                    } else {
-                        self.table.get(cur)?.dir()?.read().parent
-                    };
-                }
-                Ok(chain)
-            };
-            let nd = ndir.as_deref().expect("different parents");
-            if src.kind == FileKind::Directory
-                && ancestors(new_parent, pdir, nd)?.contains(&src.ino)
-            {
-                return Err(Errno::EINVAL);
-            }
-            if exchange
-                && dst.is_some_and(|d| d.kind == FileKind::Directory)
-                && ancestors(parent, pdir, nd)?.contains(&dst.map_or(0, |d| d.ino))
-            {
-                return Err(Errno::EINVAL);
-            }
+        if let Some(nd) = ndir.as_deref() {
+            self.check_not_below_itself_locked(how, (parent, &*pdir), (new_parent, nd), src, dst)?;
         }
         pinode.check_changeable()?;
         src_inode.check_changeable()?;
@@ -427,97 +396,205 @@ impl MemFs {
             npinode.check_changeable()?;
             d.check_changeable()?;
         }
-        let now = Timestamp::now();
-        if exchange {
-            let (dst, dst_inode) = (
-                dst.ok_or(Errno::ENOENT)?,
-                dst_inode.as_ref().expect("dst exists"),
-            );
-            pdir.replace(name, dst.ino, dst.kind);
-            match ndir.as_deref_mut() {
-                Some(nd) => nd.replace(new_name, src.ino, src.kind),
-                None => pdir.replace(new_name, src.ino, src.kind),
-            };
-            if !same {
-                if src.kind == FileKind::Directory {
-                    src_inode.dir()?.write().parent = new_parent;
-                }
-                if dst.kind == FileKind::Directory {
-                    dst_inode.dir()?.write().parent = parent;
-                }
+        let mut r = Renaming {
+            parent,
+            new_parent,
+            pdir,
+            ndir,
+            name,
+            new_name,
+            src,
+            src_inode: &src_inode,
+            now: Timestamp::now(),
+        };
+        match (how.exchange, dst, &dst_inode) {
+            (true, Some(d), Some(d_inode)) => r.exchange_locked((d, d_inode))?,
+            (true, _, _) => return Err(Errno::ENOENT),
+            (false, dst, dst_inode) => {
+                let dst = dst.zip(dst_inode.as_ref());
+                self.move_locked(caller, &pinode, how, &mut r, dst)?;
             }
-            src_inode.set_ctime(now);
-            dst_inode.set_ctime(now);
-        } else {
-            if let Some(d) = dst {
-                if noreplace {
-                    return Err(Errno::EEXIST);
-                }
-                match (
-                    src.kind == FileKind::Directory,
-                    d.kind == FileKind::Directory,
-                ) {
-                    (true, false) => return Err(Errno::ENOTDIR),
-                    (false, true) => return Err(Errno::EISDIR),
-                    _ => {}
-                }
-            }
-            let whiteout = match whiteout {
-                true => Some(self.make_inode(
-                    caller,
-                    &pinode,
-                    NewInode {
-                        mode: libc::S_IFCHR,
-                        umask: Some(0),
-                        rdev: 0,
-                        data: NodeData::Special,
-                    },
-                )?),
-                false => None,
-            };
-            if let (Some(d), Some(victim)) = (dst, &dst_inode) {
-                if d.kind == FileKind::Directory {
-                    let mut vdir = victim.dir()?.write();
-                    if !vdir.is_empty() {
-                        if let Some(w) = &whiteout {
-                            self.evict_if_dead(w);
-                        }
-                        return Err(Errno::ENOTEMPTY);
-                    }
-                    vdir.removed = true;
-                    sync_nlink_locked(victim, &vdir);
-                } else {
-                    self.link_removed(victim);
-                }
-                victim.set_ctime(now);
-            }
-            pdir.remove(name);
-            let target = ndir.as_deref_mut().unwrap_or(&mut *pdir);
-            if dst.is_some() {
-                target.replace(new_name, src.ino, src.kind);
-            } else {
-                target.insert(new_name, src.ino, src.kind);
-            }
-            if let Some(w) = whiteout {
-                w.nlink.store(1, Ordering::SeqCst);
-                pdir.insert(name, w.ino, w.kind);
-            }
-            if !same && src.kind == FileKind::Directory {
-                src_inode.dir()?.write().parent = new_parent;
-            }
-            src_inode.set_ctime(now);
         }
-        sync_nlink_locked(&pinode, pdir);
+        let now = r.now;
+        sync_nlink_locked(&pinode, r.pdir);
         pinode.touch_modified(now);
-        if let Some(nd) = ndir {
+        if let Some(nd) = r.ndir {
             sync_nlink_locked(&npinode, nd);
             npinode.touch_modified(now);
         }
         drop(pguard);
         drop(nguard);
-        if let (false, Some(victim)) = (exchange, dst_inode) {
+        if let (false, Some(victim)) = (how.exchange, dst_inode) {
             self.evict_if_dead(&victim);
         }
+        Ok(())
+    }
+
+    /// A directory may not move below itself (nor, in an exchange, the other one below
+    /// the first's place). `pdir`, `ndir`: the two parents, locked by the caller.
+    fn check_not_below_itself_locked(
+        &self,
+        how: RenameHow,
+        (parent, pdir): (Ino, &Directory),
+        (new_parent, ndir): (Ino, &Directory),
+        src: Slot,
+        dst: Option<Slot>,
+    ) -> Result<()> {
+        let ancestors = |start: Ino| -> Result<Vec<Ino>> {
+            let mut chain = Vec::new();
+            let mut cur = start;
+            while cur != ROOT_INO && chain.len() < 1 << 20 {
+                chain.push(cur);
+                cur = if cur == parent {
+                    pdir.parent
+                } else if cur == new_parent {
+                    ndir.parent
+                } else {
+                    self.table.get(cur)?.dir()?.read().parent
+                };
+            }
+            Ok(chain)
+        };
+        if src.kind == FileKind::Directory && ancestors(new_parent)?.contains(&src.ino) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(d) = dst.filter(|d| how.exchange && d.kind == FileKind::Directory) {
+            if ancestors(parent)?.contains(&d.ino) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        Ok(())
+    }
+
+    /// The move of a RENAME that is not an exchange: the target, if any, is replaced (it
+    /// must be of the same kind, a directory empty), a whiteout is left if asked for.
+    fn move_locked(
+        &self,
+        caller: &Caller,
+        pinode: &Arc<Inode>,
+        how: RenameHow,
+        r: &mut Renaming<'_, '_>,
+        dst: Option<(Slot, &Arc<Inode>)>,
+    ) -> Result<()> {
+        if let Some((d, _)) = dst {
+            if how.noreplace {
+                return Err(Errno::EEXIST);
+            }
+            match (
+                r.src.kind == FileKind::Directory,
+                d.kind == FileKind::Directory,
+            ) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (false, true) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        let whiteout = match how.whiteout {
+            true => Some(self.make_inode(
+                caller,
+                pinode,
+                NewInode {
+                    mode: libc::S_IFCHR,
+                    umask: Some(0),
+                    rdev: 0,
+                    data: NodeData::Special,
+                },
+            )?),
+            false => None,
+        };
+        if let Some((d, victim)) = dst {
+            if d.kind == FileKind::Directory {
+                let mut vdir = victim.dir()?.write();
+                if !vdir.is_empty() {
+                    if let Some(w) = &whiteout {
+                        self.evict_if_dead(w);
+                    }
+                    return Err(Errno::ENOTEMPTY);
+                }
+                vdir.removed = true;
+                sync_nlink_locked(victim, &vdir);
+            } else {
+                self.link_removed(victim);
+            }
+            victim.set_ctime(r.now);
+        }
+        let src = r.src;
+        r.pdir.remove(r.name);
+        let target = r.ndir.as_deref_mut().unwrap_or(&mut *r.pdir);
+        if dst.is_some() {
+            target.replace(r.new_name, src.ino, src.kind);
+        } else {
+            target.insert(r.new_name, src.ino, src.kind);
+        }
+        if let Some(w) = whiteout {
+            w.nlink.store(1, Ordering::SeqCst);
+            r.pdir.insert(r.name, w.ino, w.kind);
+        }
+        if r.ndir.is_some() && src.kind == FileKind::Directory {
+            r.src_inode.dir()?.write().parent = r.new_parent;
+        }
+        r.src_inode.set_ctime(r.now);
+        Ok(())
+    }
+}
+
+/// What a RENAME's flags ask for.
+#[derive(Clone, Copy)]
+struct RenameHow {
+    exchange: bool,
+    noreplace: bool,
+    whiteout: bool,
+}
+
+impl RenameHow {
+    /// The flags of a RENAME, or `EINVAL` for unknown flags and ones that exclude each other.
+    fn of(flags: u32) -> Result<RenameHow> {
+        let how = RenameHow {
+            exchange: flags & rename_flags::EXCHANGE != 0,
+            noreplace: flags & rename_flags::NOREPLACE != 0,
+            whiteout: flags & rename_flags::WHITEOUT != 0,
+        };
+        let known = rename_flags::EXCHANGE | rename_flags::NOREPLACE | rename_flags::WHITEOUT;
+        if flags & !known != 0 || (how.exchange && (how.noreplace || how.whiteout)) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(how)
+    }
+}
+
+/// A RENAME under way, its parents locked: `ndir` is the new parent's directory when it
+/// differs from the old one's (`pdir`).
+struct Renaming<'g, 'i> {
+    parent: Ino,
+    new_parent: Ino,
+    pdir: &'g mut Directory,
+    ndir: Option<&'g mut Directory>,
+    name: &'i OsStr,
+    new_name: &'i OsStr,
+    src: Slot,
+    src_inode: &'i Arc<Inode>,
+    now: Timestamp,
+}
+
+impl Renaming<'_, '_> {
+    /// RENAME_EXCHANGE: the two names swap inodes (and directories their parents).
+    fn exchange_locked(&mut self, (dst, dst_inode): (Slot, &Arc<Inode>)) -> Result<()> {
+        let src = self.src;
+        self.pdir.replace(self.name, dst.ino, dst.kind);
+        match self.ndir.as_deref_mut() {
+            Some(nd) => nd.replace(self.new_name, src.ino, src.kind),
+            None => self.pdir.replace(self.new_name, src.ino, src.kind),
+        };
+        if self.ndir.is_some() {
+            if src.kind == FileKind::Directory {
+                self.src_inode.dir()?.write().parent = self.new_parent;
+            }
+            if dst.kind == FileKind::Directory {
+                dst_inode.dir()?.write().parent = self.parent;
+            }
+        }
+        self.src_inode.set_ctime(self.now);
+        dst_inode.set_ctime(self.now);
         Ok(())
     }
 }
