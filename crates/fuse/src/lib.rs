@@ -75,6 +75,10 @@ pub enum SetupError {
 impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            SetupError::NoDevFuse(e) if e.kind() == io::ErrorKind::PermissionDenied => write!(
+                f,
+                "cannot open /dev/fuse ({e}): only root may use it on this machine; as root, `chmod 0666 /dev/fuse` lets every user mount FUSE filesystems (the mode Debian's fuse3 package gives it)"
+            ),
             SetupError::NoDevFuse(e) => write!(
                 f,
                 "cannot open /dev/fuse ({e}): load the fuse module (modprobe fuse) or, in a container, pass the device through (--device /dev/fuse)"
@@ -402,6 +406,18 @@ mod tests {
     use super::*;
     use memofs_core::options::parse_options;
     use memofs_core::plan::BackendKind;
+
+    #[test]
+    fn a_dev_fuse_only_root_may_open_is_not_called_missing() {
+        let denied = SetupError::NoDevFuse(io::Error::from_raw_os_error(libc::EACCES));
+        let text = denied.to_string();
+        assert!(
+            text.contains("chmod 0666 /dev/fuse") && !text.contains("modprobe"),
+            "{text}"
+        );
+        let missing = SetupError::NoDevFuse(io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(missing.to_string().contains("modprobe fuse"));
+    }
 
     #[test]
     fn stats_show_posix_acls_as_granted_not_as_planned() {

@@ -303,6 +303,69 @@ fn host_renames_become_visible_despite_hour_long_caches() {
     );
 }
 
+/// Whether `path` shows up through the mount within 10 s (polling).
+fn shows_up(path: &Path) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// A name the kernel holds as present is deleted on the host, looked up through the mount
+/// at once (a miss the kernel may cache), and made again on the host: the new name must
+/// show, on kernels that drop a cached miss by name and on those that keep it, in every
+/// round. Then the same with renames (away on the host, a lookup of the old name, back).
+#[test]
+fn a_name_deleted_looked_up_and_made_again_on_the_host_shows() {
+    require_mount!();
+    let (host, m) = export_with(&[
+        "negative_timeout=3600",
+        "entry_timeout=3600",
+        "attr_timeout=3600",
+    ]);
+    let rounds = checks::scaled(200, 2000) as usize;
+    let mut hidden = Vec::new();
+    for i in 0..rounds {
+        let (h, v) = (host.join(format!("r{i}")), m.join(format!("r{i}")));
+        ok!(fs::write(&h, b"1"));
+        assert!(
+            shows_up(&v),
+            "round {i}: a file made on the host never showed"
+        );
+        ok!(fs::remove_file(&h));
+        let _ = v.exists();
+        ok!(fs::write(&h, b"2"));
+        if !shows_up(&v) {
+            hidden.push(format!("r{i}"));
+        }
+    }
+    for i in 0..rounds {
+        let (a, b) = (host.join(format!("a{i}")), host.join(format!("b{i}")));
+        let v = m.join(format!("a{i}"));
+        ok!(fs::write(&a, b"1"));
+        assert!(
+            shows_up(&v),
+            "round {i}: a file made on the host never showed"
+        );
+        ok!(fs::rename(&a, &b));
+        let _ = v.exists();
+        ok!(fs::rename(&b, &a));
+        if !shows_up(&v) {
+            hidden.push(format!("a{i} (renamed back)"));
+        }
+    }
+    assert!(
+        hidden.is_empty(),
+        "{} of {} names made again on the host stayed hidden: {hidden:?}",
+        hidden.len(),
+        2 * rounds
+    );
+}
+
 #[test]
 fn chown_through_the_export_clears_setuid_and_setgid() {
     require_mount!();
