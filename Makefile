@@ -4,6 +4,7 @@
 #   make bench [OUT=bench/reports/seeds]                   the seeds' experiments (report in bench/results, or OUT)
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
+#   make vm-steps                                          requests per step of a small workload, per kernel
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
 #   make bench-reports                                     every family of bench/reports, replaced
 #   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
@@ -24,7 +25,7 @@ BINDIR := $(PREFIX)/bin
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: bench-reports setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all bench bench-real clean
+.PHONY: bench-reports setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -123,6 +124,11 @@ vm-test-ci:
 
 vm-test-all:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)
+
+# The FUSE requests each step of a small real workload costs, on every kernel (counts, not
+# times: docs/performance.md has the table).
+vm-steps:
+	MEMOFS_VM_PLAN=scripts/vm/steps.txt bash scripts/vm/run.sh $(VM_KERNELS_ALL)
 
 test: setup lint unit memcheck e2e conformance package-test pytest vm-test-ci
 

@@ -9,7 +9,9 @@
 # Environment: MEMOFS_VM_CACHE (downloads; default ~/.cache/memofs-vm), MEMOFS_VM_TIMEOUT
 # (seconds per guest, default 600; the whole plan takes about 45 s), MEMOFS_VM_BINARY_TIMEOUT
 # (per test binary in the guest, default 300), MEMOFS_VM_PLAN (a plan file instead of
-# plan.txt), CARGO.
+# plan.txt, such as steps.txt), CARGO. A plan line `tool NAME` copies the host's program NAME
+# (with its libraries) into the guest's /usr/bin; where the host has none, the guest goes
+# without it.
 # Does not take the build lock: callers do (`flock /tmp/memofs-build.lock make vm-test ...`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,9 +81,13 @@ initramfs() {
     printf 'root:x:0:0:root:/:/bin/sh\n' >"$root/etc/passwd"
     printf 'root:x:0:\n' >"$root/etc/group"
     install_binary "$root" "$top/target/debug/memofs" bin/memofs
-    grep -v '^#' "$plan" | awk 'NF' >"$root/vm/plan"
+    grep -v '^#' "$plan" | awk 'NF && $1 != "tool"' >"$root/vm/plan"
     awk '{ print $1, $2 }' "$root/vm/plan" >"$out/planned"
-    local mode name path
+    local mode name path tool
+    for tool in $(awk '$1 == "tool" { print $2 }' "$plan"); do
+        path=$(command -v "$tool") || { echo "vm: no $tool on the host; the guest goes without it" >&2; continue; }
+        install_binary "$root" "$path" "usr/bin/$tool"
+    done
     while read -r mode name; do
         path=$(awk -v n="$name" '$1 == n { print $2; exit }' "$out/binaries")
         [ -n "$path" ] || { echo "vm: the plan names $name, which cargo did not build" >&2; return 1; }

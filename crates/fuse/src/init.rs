@@ -51,6 +51,70 @@ pub struct Negotiated {
     pub uring: bool,
     /// The kernel offered FUSE-over-io_uring.
     pub uring_offered: bool,
+    /// What the kernel offered that this mount did not take (INIT capability bits).
+    pub offered_unused: u64,
+}
+
+/// The kernel's INIT capability bits by name (`include/uapi/linux/fuse.h`), for
+/// [`offered_names`].
+const NAMES: [&str; 43] = [
+    "ASYNC_READ",
+    "POSIX_LOCKS",
+    "FILE_OPS",
+    "ATOMIC_O_TRUNC",
+    "EXPORT_SUPPORT",
+    "BIG_WRITES",
+    "DONT_MASK",
+    "SPLICE_WRITE",
+    "SPLICE_MOVE",
+    "SPLICE_READ",
+    "FLOCK_LOCKS",
+    "HAS_IOCTL_DIR",
+    "AUTO_INVAL_DATA",
+    "DO_READDIRPLUS",
+    "READDIRPLUS_AUTO",
+    "ASYNC_DIO",
+    "WRITEBACK_CACHE",
+    "NO_OPEN_SUPPORT",
+    "PARALLEL_DIROPS",
+    "HANDLE_KILLPRIV",
+    "POSIX_ACL",
+    "ABORT_ERROR",
+    "MAX_PAGES",
+    "CACHE_SYMLINKS",
+    "NO_OPENDIR_SUPPORT",
+    "EXPLICIT_INVAL_DATA",
+    "MAP_ALIGNMENT",
+    "SUBMOUNTS",
+    "HANDLE_KILLPRIV_V2",
+    "SETXATTR_EXT",
+    "INIT_EXT",
+    "INIT_RESERVED",
+    "SECURITY_CTX",
+    "HAS_INODE_DAX",
+    "CREATE_SUPP_GROUP",
+    "HAS_EXPIRE_ONLY",
+    "DIRECT_IO_ALLOW_MMAP",
+    "PASSTHROUGH",
+    "NO_EXPORT_SUPPORT",
+    "HAS_RESEND",
+    "ALLOW_IDMAP",
+    "OVER_IO_URING",
+    "REQUEST_TIMEOUT",
+];
+
+/// The names of the INIT capability bits in `bits` (a bit with no name here as `bit N`):
+/// what `memofs stats` lists as offered and not taken, so a capability a newer kernel
+/// offers shows up by itself.
+pub fn offered_names(bits: u64) -> Vec<String> {
+    (0..64)
+        .filter(|b| bits & (1 << b) != 0)
+        .map(|b| {
+            NAMES
+                .get(b)
+                .map_or_else(|| format!("bit {b}"), |n| n.to_string())
+        })
+        .collect()
 }
 
 /// Why INIT could not complete.
@@ -157,6 +221,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
         passthrough_offered: offered & init::PASSTHROUGH != 0,
         uring: has(init::OVER_IO_URING),
         uring_offered: offered & init::OVER_IO_URING != 0,
+        offered_unused: offered & !flags,
     })
 }
 
@@ -186,6 +251,22 @@ mod tests {
     }
 
     const ALL: u64 = u64::MAX;
+
+    #[test]
+    fn capabilities_offered_and_not_taken_are_named() {
+        assert_eq!(
+            offered_names(init::PASSTHROUGH | init::ASYNC_READ | 1 << 50),
+            ["ASYNC_READ", "PASSTHROUGH", "bit 50"]
+        );
+        let n = negotiate(
+            &kernel(45, init::ASYNC_READ | 1 << 1),
+            &plan(&[], Capabilities::default()),
+        );
+        assert_eq!(
+            offered_names(n.unwrap().offered_unused),
+            ["POSIX_LOCKS", "INIT_EXT"]
+        );
+    }
 
     #[test]
     fn asks_only_for_what_the_plan_wants_and_the_kernel_offers() {

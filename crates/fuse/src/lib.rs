@@ -214,10 +214,19 @@ fn features(n: &init::Negotiated) -> Vec<(String, String)> {
             "/dev/fuse (no FUSE-over-io_uring: Linux 6.14+ with fuse.enable_uring=Y)".into()
         }
     };
+    let unused = init::offered_names(n.offered_unused);
     vec![
         ("transport".into(), transport),
         ("fuse_passthrough".into(), passthrough.into()),
         ("protocol".into(), format!("7.{}", n.minor)),
+        (
+            "init_offered_not_taken".into(),
+            if unused.is_empty() {
+                "none".into()
+            } else {
+                unused.join(" ")
+            },
+        ),
     ]
 }
 
