@@ -249,7 +249,15 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
                     u.inodes_limit.to_string(),
                 ),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain((u.descriptors_limit > 0).then(|| {
+            let held = u.descriptors_used;
+            let limit = u.descriptors_limit;
+            let text = of_limit(held.to_string(), held, limit, limit.to_string());
+            ("host descriptors".into(), text)
+        }))
+        .collect::<Vec<_>>(),
     );
     section(
         &mut out,

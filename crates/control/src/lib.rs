@@ -213,6 +213,12 @@ pub struct UsageDoc {
     pub inodes_used: u64,
     /// `nr_inodes=`.
     pub inodes_limit: u64,
+    /// Host descriptors the server holds (a passthrough export; 0 otherwise).
+    #[serde(default)]
+    pub descriptors_used: u64,
+    /// The most it may hold (0: it holds none).
+    #[serde(default)]
+    pub descriptors_limit: u64,
 }
 
 /// The answer to `stats`: what `memofs stats --json` prints.
@@ -299,6 +305,8 @@ impl StatsSource {
                 bytes_limit: u.bytes_limit,
                 inodes_used: u.inodes_used,
                 inodes_limit: u.inodes_limit,
+                descriptors_used: u.descriptors_used,
+                descriptors_limit: u.descriptors_limit,
             },
             settings: map(&self.settings),
             features: map(&(self.features)()),

@@ -278,4 +278,8 @@ pub struct BackendUsage {
     pub inodes_used: u64,
     /// Inode limit (`nr_inodes=`).
     pub inodes_limit: u64,
+    /// Host descriptors the backend holds, where it holds any (the passthrough backend).
+    pub descriptors_used: u64,
+    /// The most it may hold (0: it holds none).
+    pub descriptors_limit: u64,
 }

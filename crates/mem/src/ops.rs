@@ -544,6 +544,7 @@ impl Backend for MemFs {
             bytes_limit: self.limits.bytes_limit(),
             inodes_used: self.limits.inodes(),
             inodes_limit: self.limits.inodes_limit(),
+            ..BackendUsage::default()
         }
     }
 

@@ -281,11 +281,6 @@ impl InodeTable {
             .map_or(0, |i| i.nlookup.load(Ordering::Relaxed))
     }
 
-    /// Entries in the table.
-    pub(crate) fn len(&self) -> usize {
-        self.maps.read().by_ino.len()
-    }
-
     /// Every entry (a snapshot).
     pub(crate) fn all(&self) -> Vec<Arc<Inode>> {
         self.maps.read().by_ino.values().cloned().collect()

@@ -225,22 +225,29 @@ impl Backend for PassthroughFs {
 
     /// Host usage of the filesystem holding the source, and the number of inodes the
     /// kernel holds (the table's size) with the descriptor budget as their limit.
+    /// The export's filesystem's space and inodes (as `df` and `df -i` show them), and the
+    /// host descriptors the server holds against its budget.
     fn usage(&self) -> BackendUsage {
-        let (bytes_used, bytes_limit) = match sys::io::fstatfs(self.table.root().fd.as_fd()) {
+        let st = sys::io::fstatfs(self.table.root().fd.as_fd());
+        let (bytes_used, bytes_limit, inodes_used, inodes_limit) = match st {
             Ok(st) => {
                 let frag = st.f_frsize as u64;
                 (
                     st.f_blocks.saturating_sub(st.f_bfree) * frag,
                     st.f_blocks * frag,
+                    st.f_files.saturating_sub(st.f_ffree),
+                    st.f_files,
                 )
             }
-            Err(_) => (0, 0),
+            Err(_) => (0, 0, 0, 0),
         };
         BackendUsage {
             bytes_used,
             bytes_limit,
-            inodes_used: self.table.len() as u64,
-            inodes_limit: self.budget.max() as u64,
+            inodes_used,
+            inodes_limit,
+            descriptors_used: self.budget.used() as u64,
+            descriptors_limit: self.budget.max() as u64,
         }
     }
 

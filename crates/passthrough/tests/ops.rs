@@ -499,7 +499,12 @@ fn statfs_and_usage() {
     assert_eq!((s.blocks, s.bsize as u64), (host.f_blocks, host.f_frsize));
     assert!(s.namelen >= 255);
     let u = fs.usage();
-    assert_eq!(u.inodes_used, 1);
+    assert_eq!(
+        (u.inodes_used, u.inodes_limit),
+        (host.f_files - host.f_ffree, host.f_files),
+        "inodes as df -i shows them"
+    );
+    assert!(u.descriptors_used >= 1 && u.descriptors_used < u.descriptors_limit);
     assert!(u.bytes_used > 0 && u.bytes_used <= u.bytes_limit);
 }
 

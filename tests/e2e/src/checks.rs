@@ -60,6 +60,10 @@ pub struct Usage {
     pub inodes_used: u64,
     /// `nr_inodes=` (0 = unlimited).
     pub inodes_limit: u64,
+    /// Host descriptors the server holds (a passthrough export).
+    pub descriptors_used: u64,
+    /// Its descriptor budget (0: it holds none).
+    pub descriptors_limit: u64,
 }
 
 /// The number at the start of `s`.
@@ -132,6 +136,8 @@ pub fn stats_usage(mnt: &Path) -> Result<Usage, String> {
         bytes_limit: get("bytes_limit")?,
         inodes_used: get("inodes_used")?,
         inodes_limit: get("inodes_limit")?,
+        descriptors_used: get("descriptors_used")?,
+        descriptors_limit: get("descriptors_limit")?,
     })
 }
 

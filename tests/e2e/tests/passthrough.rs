@@ -303,6 +303,28 @@ fn host_renames_become_visible_despite_hour_long_caches() {
     );
 }
 
+/// `memofs stats` on an export counts inodes as `df -i` does on the host, and the host
+/// descriptors the server holds against its budget under their own name.
+#[test]
+fn stats_of_an_export_show_host_inodes_and_descriptors_apart() {
+    require_mount!();
+    let (host, m) = export();
+    ok!(fs::write(host.join("f"), b"x"));
+    let u = checks::stats_usage(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    let h = ok!(sys::statfs(host.path()));
+    assert_eq!(u.inodes_limit, h.f_files, "{u:?}");
+    assert!(u.inodes_used >= 2, "the root and f: {u:?}");
+    assert!(
+        u.descriptors_used >= 1 && u.descriptors_limit > u.descriptors_used,
+        "{u:?}"
+    );
+    let text = cli::memofs(&["stats", m.path().to_str().unwrap()]);
+    assert!(text.stdout.contains("host descriptors"), "{}", text.stdout);
+    let mem = Mount::memofs(&[]);
+    let u = checks::stats_usage(mem.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((u.descriptors_used, u.descriptors_limit), (0, 0));
+}
+
 /// Whether `path` shows up through the mount within 10 s (polling).
 fn shows_up(path: &Path) -> bool {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
