@@ -146,7 +146,7 @@ bench-real: setup build
 # passthrough_ll and bindfs, and memory per GiB and per file.
 REPORTS := bench/reports
 PT_TARGETS := memofs-pt,passthrough_ll,bindfs
-MEM_TARGETS := tmpfs,memofs,memofs:-o passthrough=off
+MEM_TARGETS := tmpfs,tmpfs:-o huge=within_size,memofs,memofs:-o huge=within_size,memofs:-o passthrough=off
 URING_TARGETS := tmpfs,memofs:-o io_uring=off,memofs:-o io_uring=on,passthrough_hp,passthrough_hp:-o io_uring
 # every request reaching the server: no negative entries, memofs's page store, and
 # passthrough_hp without its caches or FUSE passthrough

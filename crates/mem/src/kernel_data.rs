@@ -12,9 +12,10 @@
 //! not one of the server's descriptors. It is unlinked when its inode goes. The tmpfs is
 //! mounted with the mount's atime rule, so reads the kernel serves from it keep atime as the
 //! rule says; the file's atime, mtime and size are reported from it. It is also mounted with
-//! the mount's `huge=` (default `within_size`: large folios sized by the write wherever the
-//! file's size covers them, so a sequentially written file costs the kernel one folio per write
-//! instead of one page per 4 KiB). Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
+//! the mount's `huge=` (default `never`, as tmpfs; `within_size` gives large folios sized by
+//! the write wherever the file's size covers them, so a sequentially written file costs the
+//! kernel one folio per write instead of one page per 4 KiB, at the price of whole folios for
+//! sparse writes). Needs `CAP_SYS_ADMIN` (root), like FUSE passthrough itself.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;

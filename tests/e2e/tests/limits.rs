@@ -196,6 +196,85 @@ fn enospc_when_size_is_reached_keeps_earlier_data() {
     );
 }
 
+/// Data accepted before `ENOSPC` on `m`: one file written in 64 KiB pieces; after it is
+/// deleted and its space back, 4 KiB pages written 256 KiB apart into a file of 1 GiB
+/// (sparse: under `huge=within_size` each takes a large folio); then files of 5 000 bytes.
+fn accepted_before_enospc(m: &Mount) -> (usize, usize, usize) {
+    let (acked, err) = fill_file(m, "big", 64 << 10, 3);
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let space_back = |name: &str| {
+        ok!(fs::remove_file(m.join(name)));
+        eventually("the space back", Duration::from_secs(5), || {
+            let s = ok!(sys::statfs(m.path()));
+            (s.f_bfree * 10 >= s.f_blocks * 9, (s.f_bfree, s.f_blocks))
+        });
+    };
+    space_back("big");
+    let sparse = ok!(OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(m.join("sparse")));
+    ok!(sparse.set_len(1 << 30));
+    let mut pages = 0;
+    loop {
+        match sparse.write_at(&[7u8; 4096], pages as u64 * (256 << 10)) {
+            Ok(4096) => pages += 1,
+            Ok(n) => panic!("a short write of {n} bytes"),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                break;
+            }
+        }
+        assert!(pages < 4096, "no ENOSPC in a 1 GiB file on a size=8m mount");
+    }
+    drop(sparse);
+    space_back("sparse");
+    let mut files = 0;
+    loop {
+        match fs::write(m.join(format!("s{files}")), pattern(files as u64, 5000)) {
+            Ok(()) => files += 1,
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return (acked.len(), pages, files);
+            }
+        }
+        assert!(files < 100_000, "no ENOSPC on a size-limited mount");
+    }
+}
+
+/// `size=` holds at the same amount of data as on a kernel tmpfs of the same `size=` and
+/// `huge=` (large folios count whole, as tmpfs counts them).
+#[test]
+fn enospc_comes_at_the_data_a_tmpfs_of_the_same_settings_holds() {
+    require_mount!();
+    for huge in ["huge=never", "huge=within_size"] {
+        let m = Mount::mem(&["size=8m", huge]);
+        if huge != "huge=never" {
+            if let Some(need) = memofs_e2e::checks::not_kernel_backed(&m) {
+                memofs_e2e::skip!(need, "huge= applies to kernel-backed data only");
+            }
+        }
+        let t = Mount::tmpfs(&["size=8m", huge]);
+        let (ours, theirs) = (accepted_before_enospc(&m), accepted_before_enospc(&t));
+        eprintln!("{huge}: memofs {ours:?}, tmpfs {theirs:?}");
+        let close = |a: usize, b: usize, slack: usize| a.abs_diff(b) <= slack;
+        assert!(
+            close(ours.0, theirs.0, 64 << 10)
+                && close(ours.1, theirs.1, 1)
+                && close(ours.2, theirs.2, 16),
+            "{huge}: memofs took {} bytes in one file, {} sparse pages and {} files of \
+             5 000 bytes; a tmpfs of the same settings {}, {} and {}",
+            ours.0,
+            ours.1,
+            ours.2,
+            theirs.0,
+            theirs.1,
+            theirs.2
+        );
+    }
+}
+
 #[test]
 fn enospc_across_many_files() {
     require_mount!();

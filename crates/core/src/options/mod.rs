@@ -173,8 +173,10 @@ pub const DEFAULT_ROOT_MODE: u32 = 0o1777;
 pub const DEFAULT_ATIME: AtimeMode = AtimeMode::Relatime;
 /// Default for `writeback=`.
 pub const DEFAULT_WRITEBACK: bool = false;
-/// Default for `huge=`.
-pub const DEFAULT_HUGE: HugeMode = HugeMode::WithinSize;
+/// Default for `huge=`: tmpfs's own, so the same files take the memory they take on a
+/// default tmpfs (large folios make sparse and scattered writes take up to 512 times the
+/// pages written; docs/performance.md has the measurements).
+pub const DEFAULT_HUGE: HugeMode = HugeMode::Never;
 /// Kernel flags every mount starts with, as FUSE mounts conventionally do (`dev` and `suid`
 /// lift them).
 pub const DEFAULT_KERNEL_FLAGS: [KernelFlag; 2] = [KernelFlag::NoSuid, KernelFlag::NoDev];
