@@ -17,9 +17,11 @@ from .workloads import Workload, registry
 USAGE_ERROR = 2
 BENCH_DIR = Path(__file__).resolve().parents[1]
 
+# memofs and tmpfs each at their default huge= (never) and with large folios
+# (huge=within_size), so that a data-path ratio compares like with like
 SEED_TARGETS = ("memofs:-o negative_timeout=0,memofs,memofs:-o negative_timeout=10,"
-                "tmpfs,passthrough_ll")
-# seed experiments sized to finish in under 15 minutes on 2 cores with SEED_TARGETS, 3 reps
+                "memofs:-o huge=within_size,tmpfs,tmpfs:-o huge=within_size,passthrough_ll")
+# seed experiments sized to finish in under 20 minutes on 2 cores with SEED_TARGETS, 3 reps
 SEED_PARAMS = {
     "stat-missing": {"loops": "10000", "counts": "10000,1000000"},
     "messaging": {"groups": "1,3,5,7,12,18,24,30,32", "loops": "100"},

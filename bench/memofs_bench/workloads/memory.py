@@ -13,6 +13,7 @@ written; large folios (`huge=`) show as more.
 from __future__ import annotations
 
 import os
+import time
 
 from .. import mounts, tools
 from . import Context, Metric, Param, Part, Workload
@@ -42,7 +43,7 @@ def shmem() -> int:
 def data(ctx: Context):
     size = ctx.sizes("size")[0]
     ctx.status(f"writing {size >> 20} MiB")
-    rss0, sh0 = server_rss(ctx), shmem()
+    rss0, sh0 = settled(ctx)
     ctx.run(["dd", "if=/dev/zero", "of=data", "bs=1M", f"count={size >> 20}", "conv=fdatasync"])
     gib = size / (1 << 30)
     yield "rss-data", "data", (server_rss(ctx) - rss0) / (1 << 20) / gib
@@ -50,10 +51,24 @@ def data(ctx: Context):
     os.remove(ctx.mnt / "data")
 
 
+def settled(ctx: Context, limit: float = 20.0) -> tuple[int, int]:
+    """Server RSS and Shmem once neither moves by more than 1 MiB in half a second (memory
+    an earlier part freed goes back asynchronously: the kernel's FORGETs, the server's trim),
+    or after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    now = (server_rss(ctx), shmem())
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        last, now = now, (server_rss(ctx), shmem())
+        if all(abs(a - b) < (1 << 20) for a, b in zip(last, now)):
+            break
+    return now
+
+
 def kept_per_gib(ctx: Context, script: str, *args: str) -> float:
     """Shmem plus server RSS grown by running the Python `script` in the mount, in MiB per
     GiB of the bytes it says (its output) it wrote."""
-    rss0, sh0 = server_rss(ctx), shmem()
+    rss0, sh0 = settled(ctx)
     r = ctx.run(["python3", "-c", script, *args])
     written = int(r.stdout.strip())
     grown = (server_rss(ctx) - rss0) + (shmem() - sh0)

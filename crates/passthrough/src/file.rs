@@ -115,7 +115,7 @@ impl PassthroughFs {
         umask: u32,
         flags: i32,
     ) -> Result<(Attr, Opened)> {
-        let dir = self.table.get(parent)?;
+        let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = crate::name::component(name)?;
         let exclusive = flags & libc::O_EXCL != 0;
         let flags = self.file_flags(flags);

@@ -31,9 +31,11 @@
 //! - create, mknod, mkdir, symlink, unlink, rmdir, rename and link take parent descriptors
 //!   and single names; link only gives new names to inodes the server resolved.
 //!
-//! What the host does behind the server is outside this: a directory the kernel knows that
-//! a host user moves out of the export keeps being served where it now is (as with
-//! virtiofsd), except that `..` from it is refused.
+//! What the host does behind the server: a directory the kernel knows that a host user moves
+//! out of the export keeps serving the files already open in it, but `..` from it is
+//! refused, and no name is made, removed or renamed in it (`ENOENT`): before every such
+//! change the server checks that the directory still leads up to the export root, unless the
+//! source is its filesystem's root, out of which nothing can be moved.
 //!
 //! # Credentials
 //! Operations that create inodes (create, mknod, mkdir, symlink) and that change extended
@@ -140,6 +142,8 @@ pub struct PassthroughFs {
     switch_creds: bool,
     /// Where the export lives (for the watcher).
     export: ExportMount,
+    /// The source is the root of its filesystem: no directory of it can be moved out of it.
+    pub(crate) source_is_filesystem_root: bool,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
     /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
@@ -169,14 +173,12 @@ impl PassthroughFs {
         // tree through their own mount, the server (and the kernel's passthrough I/O on the
         // files it opens) through this one, which lets the watcher drop the server's data
         // writes at the source (see `watch`). Needs CAP_SYS_ADMIN; otherwise the host mount.
-        // Only a fanotify watcher can use a filesystem mark; the others need not read
-        // mountinfo.
+        // Only a fanotify watcher can use a filesystem mark; whether the source is its
+        // filesystem's root also spares the check that a directory is still in the export
+        // (`PassthroughFs::exported_dir`).
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
-        let (whole_filesystem, alone) = if fanotify {
-            ExportMount::inspect(fd.as_fd())
-        } else {
-            (false, false)
-        };
+        let (source_is_filesystem_root, alone) = ExportMount::inspect(fd.as_fd());
+        let whole_filesystem = fanotify && source_is_filesystem_root;
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
@@ -209,6 +211,7 @@ impl PassthroughFs {
                 whole_filesystem,
                 sealed: whole_filesystem && alone && private,
             },
+            source_is_filesystem_root,
             watcher: Mutex::new(None),
             watching: AtomicBool::new(false),
         })

@@ -63,17 +63,24 @@ impl PassthroughFs {
     /// `..` of `dir`, after checking that walking up from it reaches the export root: a
     /// directory moved out of the export on the host must not lead the kernel above it.
     fn parent_beneath_root(&self, dir: &Inode) -> Result<OwnedFd> {
-        let dotdot = c"..";
         let flags = PATH_FLAGS | libc::O_DIRECTORY;
-        let parent = sys::at::openat(dir.fd.as_fd(), dotdot, flags)?;
+        let parent = sys::at::openat(dir.fd.as_fd(), c"..", flags)?;
+        self.walks_up_to_root(parent.as_fd())?;
+        Ok(parent)
+    }
+
+    /// Whether walking up from the directory `start` reaches the export root (`ENOENT` if it
+    /// reaches the host's `/` first: the directory is not in the export).
+    fn walks_up_to_root(&self, start: BorrowedFd<'_>) -> Result<()> {
+        let flags = PATH_FLAGS | libc::O_DIRECTORY;
         let root = self.table.root().host;
-        let mut cur = sys::at::openat(parent.as_fd(), c".", flags)?;
+        let mut cur = sys::at::openat(start, c".", flags)?;
         for _ in 0..MAX_DEPTH {
             let here = HostId::of(&sys::at::statx_fd(cur.as_fd())?);
             if here == root {
-                return Ok(parent);
+                return Ok(());
             }
-            let up = sys::at::openat(cur.as_fd(), dotdot, flags)?;
+            let up = sys::at::openat(cur.as_fd(), c"..", flags)?;
             if HostId::of(&sys::at::statx_fd(up.as_fd())?) == here {
                 // At the host's `/` without passing the export root.
                 return Err(Errno::ENOENT);
@@ -81,6 +88,17 @@ impl PassthroughFs {
             cur = up;
         }
         Err(Errno::ELOOP)
+    }
+
+    /// The directory `dir` to change names in, if it is still in the export: one a host user
+    /// moved out is no longer part of it, and names are neither made nor removed there
+    /// (`ENOENT`, as for a directory removed). Nothing to check where the source is its
+    /// filesystem's root, since nothing on that filesystem can be moved out of it.
+    pub(crate) fn exported_dir(&self, dir: Arc<Inode>) -> Result<Arc<Inode>> {
+        if dir.ino != ROOT_INO && !self.source_is_filesystem_root {
+            self.walks_up_to_root(dir.fd.as_fd())?;
+        }
+        Ok(dir)
     }
 
     /// Runs `make(parent_fd, name)` with the caller's credentials, then looks the new entry
@@ -92,7 +110,7 @@ impl PassthroughFs {
         name: &OsStr,
         make: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<()>,
     ) -> Result<Attr> {
-        let dir = self.table.get(parent)?;
+        let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = name::component(name)?;
         {
             let _creds = self.as_caller(caller);
@@ -150,7 +168,7 @@ impl PassthroughFs {
     /// UNLINK (`flags` 0) or RMDIR (`AT_REMOVEDIR`). Entries stay in the inode table until
     /// the kernel forgets them; their descriptors keep unlinked files readable.
     pub(crate) fn remove(&self, parent: Ino, name: &OsStr, flags: i32) -> Result<()> {
-        let dir = self.table.get(parent)?;
+        let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = name::component(name)?;
         sys::at::unlinkat(dir.fd.as_fd(), &name, flags)
     }
@@ -169,8 +187,8 @@ impl PassthroughFs {
         if flags & !known != 0 {
             return Err(Errno::EINVAL);
         }
-        let dir = self.table.get(parent)?;
-        let new_dir = self.table.get(new_parent)?;
+        let dir = self.exported_dir(self.table.get(parent)?)?;
+        let new_dir = self.exported_dir(self.table.get(new_parent)?)?;
         let name = name::component(name)?;
         let new_name = name::component(new_name)?;
         sys::at::renameat2(dir.fd.as_fd(), &name, new_dir.fd.as_fd(), &new_name, flags)
@@ -181,7 +199,7 @@ impl PassthroughFs {
     /// through its `/proc/self/fd` entry; neither resolves a host path.
     pub(crate) fn link_node(&self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
         let inode = self.table.get(ino)?;
-        let new_dir = self.table.get(new_parent)?;
+        let new_dir = self.exported_dir(self.table.get(new_parent)?)?;
         let new_name = name::component(new_name)?;
         let (fd, new_fd) = (inode.fd.as_fd(), new_dir.fd.as_fd());
         let empty = sys::at::EMPTY;

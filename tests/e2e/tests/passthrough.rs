@@ -548,3 +548,66 @@ fn created_modes_follow_the_callers_umask_never_the_servers() {
     sys::with_umask(0o077, || ok!(fs::write(m.join("acl/f"), b"")));
     assert_eq!(ok!(fs::metadata(host.join("acl/f"))).mode() & 0o777, 0o660);
 }
+
+/// A directory a host user moves out of a subdirectory export is no longer part of it:
+/// through a descriptor a plain user still holds on it, nothing is created, linked, renamed
+/// or removed there (the host's directory outside the export stays as it was); moved back,
+/// it works again.
+#[test]
+fn nothing_is_made_in_a_directory_moved_out_of_the_export() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    require_mount!();
+    let host = Mount::tmpfs(&["size=16m", "mode=1777"]);
+    let (src, out) = (host.join("src"), host.join("out"));
+    for d in [&src, &src.join("d"), &out] {
+        ok!(fs::create_dir(d));
+        ok!(fs::set_permissions(d, fs::Permissions::from_mode(0o777)));
+    }
+    ok!(fs::write(src.join("d/old"), b"o"));
+    ok!(fs::write(src.join("f"), b"f"));
+    ok!(fs::set_permissions(
+        src.join("f"),
+        fs::Permissions::from_mode(0o666)
+    ));
+    let m = Mount::try_memofs_source(&src, &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    let (d, f, moved) = (m.join("d"), m.join("f"), out.join("d"));
+    let host_d = src.join("d");
+    let listing = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = ok!(fs::read_dir(p))
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    as_user(USER1.0, USER1.1, &[], move || {
+        // The user's shell sits in d while root moves it out of the export on the host.
+        let held = ok!(fs::File::open(&d));
+        let at = |name: &str| format!("/proc/thread-self/fd/{}/{name}", held.as_raw_fd());
+        ok!(fs::rename(&host_d, &moved));
+        let tries: Vec<(&str, std::io::Result<()>)> = vec![
+            ("create", fs::write(at("new"), b"n")),
+            ("mkdir", fs::create_dir(at("newdir"))),
+            ("symlink", symlink("x", at("link"))),
+            ("link", fs::hard_link(&f, at("hard"))),
+            ("rename into", fs::rename(&f, at("renamed"))),
+            ("unlink", fs::remove_file(at("old"))),
+        ];
+        for (what, r) in tries {
+            assert_eq!(
+                r.as_ref().err().and_then(|e| e.raw_os_error()),
+                Some(libc::ENOENT),
+                "{what} in a directory moved out of the export: {r:?}"
+            );
+        }
+        assert_eq!(
+            listing(&moved),
+            ["old"],
+            "nothing changed outside the export"
+        );
+        // Moved back, it is part of the export again.
+        ok!(fs::rename(&moved, &host_d));
+        ok!(fs::write(at("new"), b"n"));
+        assert_eq!(listing(&host_d), ["new", "old"]);
+    });
+}
