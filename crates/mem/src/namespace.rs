@@ -36,6 +36,10 @@ pub(crate) struct NewInode {
 /// removing one lets the allocator reuse or hand back.
 const NAME_MEMORY: u64 = 256;
 
+/// What a directory's inode, its entry table and its name take of the heap, roughly, for the
+/// same count when one goes.
+const DIRECTORY_MEMORY: u64 = 512;
+
 /// Rejects names the kernel would never send and the ones no filesystem may hold.
 pub(crate) fn check_name(name: &OsStr) -> Result<()> {
     memofs_core::check_component(name.as_bytes())
@@ -320,6 +324,7 @@ impl MemFs {
             pinode.touch_modified(now);
             victim
         };
+        crate::reclaim::pages_freed(DIRECTORY_MEMORY);
         self.evict_if_dead(&victim);
         Ok(())
     }
@@ -513,6 +518,7 @@ impl MemFs {
                 }
                 vdir.removed = true;
                 sync_nlink_locked(victim, &vdir);
+                crate::reclaim::pages_freed(DIRECTORY_MEMORY);
             } else {
                 self.link_removed(victim);
             }

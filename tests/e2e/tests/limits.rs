@@ -407,3 +407,41 @@ fn deleted_and_truncated_data_gives_server_memory_back() {
         "the kept head of the truncated file",
     );
 }
+
+/// Directories created and removed give their memory back to the system, as files do.
+#[test]
+fn removed_directories_give_server_memory_back() {
+    require_mount!();
+    let m = Mount::memofs(&[]);
+    let pid = m.server_pid().expect("memofs server pid");
+    const MIB: u64 = 1 << 20;
+    let (groups, per_group) = (100, 1000);
+    let base = rss_bytes(pid);
+    for g in 0..groups {
+        let top = m.join(format!("g{g}"));
+        ok!(fs::create_dir(&top));
+        for d in 0..per_group {
+            ok!(fs::create_dir(top.join(format!("directory-{d}"))));
+        }
+    }
+    let full = rss_bytes(pid);
+    assert!(
+        full >= base + 32 * MIB,
+        "100 000 directories take server memory (base {base}, now {full})"
+    );
+    for g in 0..groups {
+        let top = m.join(format!("g{g}"));
+        for d in 0..per_group {
+            ok!(fs::remove_dir(top.join(format!("directory-{d}"))));
+        }
+        ok!(fs::remove_dir(&top));
+    }
+    eventually(
+        "server RSS back near its start after removing every directory",
+        Duration::from_secs(15),
+        || {
+            let now = rss_bytes(pid);
+            (now <= base + (full - base) / 4, (base, full, now))
+        },
+    );
+}
