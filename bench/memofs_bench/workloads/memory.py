@@ -51,17 +51,18 @@ def data(ctx: Context):
     os.remove(ctx.mnt / "data")
 
 
-def settled(ctx: Context, limit: float = 20.0) -> tuple[int, int]:
-    """Server RSS and Shmem once neither moves by more than 1 MiB in half a second (memory
-    an earlier part freed goes back asynchronously: the kernel's FORGETs, the server's trim),
-    or after `limit` seconds."""
+def settled(ctx: Context, limit: float = 30.0) -> tuple[int, int]:
+    """Server RSS and Shmem once neither has moved by more than 1 MiB for two seconds
+    (memory an earlier part freed goes back asynchronously: the kernel's FORGETs, then the
+    server's trim half a second after the last free), or after `limit` seconds."""
     deadline = time.monotonic() + limit
     now = (server_rss(ctx), shmem())
-    while time.monotonic() < deadline:
+    steady = 0
+    while time.monotonic() < deadline and steady < 4:
         time.sleep(0.5)
         last, now = now, (server_rss(ctx), shmem())
-        if all(abs(a - b) < (1 << 20) for a, b in zip(last, now)):
-            break
+        moved = any(abs(a - b) >= (1 << 20) for a, b in zip(last, now))
+        steady = 0 if moved else steady + 1
     return now
 
 

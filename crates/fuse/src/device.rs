@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::Ino;
+use memofs_request::kernel::BackingWrites;
 use memofs_request::Kernel;
 use zerocopy::IntoBytes;
 
@@ -108,19 +109,90 @@ impl Connection {
     }
 }
 
+/// `CAP_FSETID`: writes keep setuid and setgid.
+const CAP_FSETID: u32 = 4;
+
+/// `struct __user_cap_header_struct` (capability ABI version 3).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`; version 3 takes two (capabilities 0-31, 32-63).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// The calling thread's capabilities (capabilities belong to threads: `pid` 0).
+fn thread_caps() -> io::Result<[CapData; 2]> {
+    let mut header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget fills the two-element data array version 3 names from a live header.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
+}
+
+/// Sets the calling thread's capabilities.
+fn set_thread_caps(data: &[CapData; 2]) -> io::Result<()> {
+    let mut header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    // SAFETY: capset reads the header and two data elements, all live, for this thread.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` with `CAP_FSETID` out of the calling thread's effective set (it stays
+/// permitted, and is restored after), so credentials taken meanwhile lack it.
+fn without_fsetid<T>(f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let saved = thread_caps()?;
+    if saved[0].effective & (1 << CAP_FSETID) == 0 {
+        return f();
+    }
+    let mut dropped = saved;
+    dropped[0].effective &= !(1 << CAP_FSETID);
+    set_thread_caps(&dropped)?;
+    let r = f();
+    let restored = set_thread_caps(&saved);
+    let value = r?;
+    restored?;
+    Ok(value)
+}
+
 impl Kernel for Connection {
-    fn open_backing(&self, fd: BorrowedFd<'_>) -> io::Result<u32> {
+    /// The kernel does the backing file's I/O with the credentials of the thread that
+    /// registers it; for [`BackingWrites::Unprivileged`] they lack `CAP_FSETID`.
+    fn open_backing(&self, fd: BorrowedFd<'_>, writes: BackingWrites) -> io::Result<u32> {
         let map = abi::fuse_backing_map {
             fd: fd.as_raw_fd(),
             flags: 0,
             padding: 0,
         };
-        // SAFETY: BACKING_OPEN reads a fuse_backing_map from the pointer, which is live.
-        let id = unsafe { libc::ioctl(self.fd.as_raw_fd(), dev_ioc::BACKING_OPEN as _, &map) };
-        if id < 0 {
-            return Err(io::Error::last_os_error());
+        let register = || {
+            // SAFETY: BACKING_OPEN reads a fuse_backing_map from the pointer, which is live.
+            let id = unsafe { libc::ioctl(self.fd.as_raw_fd(), dev_ioc::BACKING_OPEN as _, &map) };
+            if id < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(id as u32)
+        };
+        match writes {
+            BackingWrites::Server => register(),
+            BackingWrites::Unprivileged => without_fsetid(register),
         }
-        Ok(id as u32)
     }
 
     fn close_backing(&self, id: u32) -> io::Result<()> {

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memofs_core::{Backend, Errno, Ino};
 use parking_lot::Mutex;
 
-use crate::kernel::Kernel;
+use crate::kernel::{BackingWrites, Kernel};
 use crate::stats::{Event, Stats};
 
 /// Idle registrations kept at most; past it, the longest idle is closed.
@@ -117,6 +117,10 @@ impl Backings {
     /// or a new one of the backend's descriptor. `Ok(None)`: serve this open through the
     /// server; an error: the kernel refused the file for a passing reason, and the open
     /// fails with it (see the module documentation).
+    ///
+    /// Writes through a new registration carry the server's privilege only where the
+    /// backend is the files' only writer: elsewhere a setuid bit set behind the kernel's back
+    /// must go at the next write, whoever makes it (see [`BackingWrites`]).
     pub(crate) fn open<B: Backend>(
         &self,
         backend: &B,
@@ -138,8 +142,13 @@ impl Backings {
             return Ok(Some(r.id));
         }
         let mut registered = None;
+        let writes = if backend.capabilities().sole_writer {
+            BackingWrites::Server
+        } else {
+            BackingWrites::Unprivileged
+        };
         backend.with_backing_fd(ino, fh, &mut |fd| {
-            registered = Some(kernel.open_backing(fd))
+            registered = Some(kernel.open_backing(fd, writes))
         });
         let Some(registered) = registered else {
             return Ok(None);

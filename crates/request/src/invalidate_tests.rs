@@ -39,7 +39,11 @@ impl Model {
 }
 
 impl Kernel for Model {
-    fn open_backing(&self, _fd: BorrowedFd<'_>) -> io::Result<u32> {
+    fn open_backing(
+        &self,
+        _fd: BorrowedFd<'_>,
+        _w: crate::kernel::BackingWrites,
+    ) -> io::Result<u32> {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
 

@@ -10,11 +10,24 @@ use std::os::fd::BorrowedFd;
 
 use memofs_core::Ino;
 
+/// Whose privilege writes through a backing file carry (the kernel does a backing file's
+/// I/O with the credentials it was registered with, whoever writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackingWrites {
+    /// The server's: a privileged server's writes keep setuid and setgid (`CAP_FSETID`),
+    /// as the mode the kernel checks and clears through the mount is the file's real one.
+    Server,
+    /// An unprivileged writer's: every write clears setuid and setgid on the backing file
+    /// itself, which is what a file whose mode can change behind the kernel's back needs
+    /// (a bit set on the host after the open is not in the mode the kernel checks).
+    Unprivileged,
+}
+
 /// The kernel side of one FUSE connection.
 pub trait Kernel: Send + Sync {
-    /// Registers `fd` as a FUSE passthrough backing file; returns its backing id. The
-    /// kernel does the file's I/O with the credentials of the registering thread.
-    fn open_backing(&self, fd: BorrowedFd<'_>) -> io::Result<u32>;
+    /// Registers `fd` as a FUSE passthrough backing file whose writes carry `writes`'
+    /// privilege; returns its backing id.
+    fn open_backing(&self, fd: BorrowedFd<'_>, writes: BackingWrites) -> io::Result<u32>;
     /// Unregisters a backing id (open files keep their reference).
     fn close_backing(&self, id: u32) -> io::Result<()>;
     /// `FUSE_NOTIFY_INVAL_ENTRY`: drop the cached name `name` in `parent`, positive or

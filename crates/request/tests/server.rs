@@ -1,6 +1,7 @@
 //! The request layer against a fake backend and a fake kernel: no root, no mount.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use memofs_core::{Caller, Errno, SetAttr};
@@ -577,4 +578,23 @@ fn blocking_requests_are_timed_to_the_end_of_their_work() {
         "FSYNC took at least 30 ms, recorded {} ns",
         fsync.mean_ns
     );
+}
+
+#[test]
+fn writes_through_backing_files_others_change_carry_no_privilege() {
+    use memofs_request::kernel::BackingWrites;
+    // A backend that is the files' only writer: the server's privilege.
+    let s = lending(false);
+    assert_eq!(open_backing_id(&s, 2), Some(5));
+    assert_eq!(*s.writes.lock().unwrap(), Some(BackingWrites::Server));
+    // An export others change: every write clears setuid/setgid on the backing file.
+    let granted = Granted {
+        passthrough: true,
+        ..Granted::default()
+    };
+    let mut fake = Arc::into_inner(Fake::shared(true)).unwrap();
+    fake.lends_fd = true;
+    let s = setup_with(&[], Arc::new(fake), granted);
+    assert_eq!(open_backing_id(&s, 2), Some(5));
+    assert_eq!(*s.writes.lock().unwrap(), Some(BackingWrites::Unprivileged));
 }

@@ -611,3 +611,43 @@ fn nothing_is_made_in_a_directory_moved_out_of_the_export() {
         assert_eq!(listing(&host_d), ["new", "old"]);
     });
 }
+
+/// A plain user holds a root-owned file open for writing through the export; root then makes
+/// it setuid, on the host or through the mount; the user's next write clears the bit, as a
+/// write by an unprivileged user does on the host (else the user could plant a setuid-root
+/// program).
+#[test]
+fn a_users_write_clears_setuid_set_after_the_open_from_either_side() {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    require_mount!();
+    let (host, m) = export();
+    for (name, on_host) in [("via-host", true), ("via-mount", false)] {
+        let (h, v) = (host.join(name), m.join(name));
+        ok!(fs::write(&h, b"#!/bin/sh\n"));
+        ok!(fs::set_permissions(&h, fs::Permissions::from_mode(0o666)));
+        let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+        let (chmodded_tx, chmodded_rx) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            as_user(USER1.0, USER1.1, &[], move || {
+                let f = ok!(fs::OpenOptions::new().write(true).open(&v));
+                opened_tx.send(()).unwrap();
+                chmodded_rx.recv().unwrap();
+                ok!(f.write_at(b"# a user's line\n", 10));
+            })
+        });
+        opened_rx.recv().unwrap();
+        let target = if on_host { &h } else { &m.join(name) };
+        ok!(fs::set_permissions(
+            target,
+            fs::Permissions::from_mode(0o4755)
+        ));
+        chmodded_tx.send(()).unwrap();
+        writer.join().unwrap();
+        let mode = ok!(fs::metadata(&h)).mode() & 0o7777;
+        assert_eq!(
+            mode & 0o6000,
+            0,
+            "{name}: setuid set after the open survived a user's write (mode {mode:o})"
+        );
+    }
+}

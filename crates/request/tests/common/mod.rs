@@ -16,6 +16,7 @@ use memofs_core::{
     Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Entry, Errno, FileKind, Ino,
     Opened, Result, SetAttr, StatFs, Timestamp,
 };
+use memofs_request::kernel::BackingWrites;
 use memofs_request::{Granted, Handled, Kernel, Op, OpenOut, ReplyOut, Request, Server, Stats};
 
 /// One call a fake saw, as text.
@@ -323,11 +324,14 @@ pub struct FakeKernel {
     registered: AtomicU32,
     /// What the next registrations fail with (errno values, first first).
     pub refusals: Arc<Mutex<Vec<i32>>>,
+    /// The privilege the last registration asked for.
+    pub writes: Arc<Mutex<Option<BackingWrites>>>,
 }
 
 impl Kernel for FakeKernel {
-    fn open_backing(&self, _fd: BorrowedFd<'_>) -> io::Result<u32> {
+    fn open_backing(&self, _fd: BorrowedFd<'_>, writes: BackingWrites) -> io::Result<u32> {
         self.log.lock().unwrap().push("open_backing".into());
+        *self.writes.lock().unwrap() = Some(writes);
         let mut refusals = self.refusals.lock().unwrap();
         if !refusals.is_empty() {
             return Err(io::Error::from_raw_os_error(refusals.remove(0)));
@@ -437,6 +441,8 @@ pub struct Setup {
     pub kernel: Log,
     /// What the kernel's next backing registrations fail with.
     pub refusals: Arc<Mutex<Vec<i32>>>,
+    /// The privilege the kernel's last backing registration was asked for.
+    pub writes: Arc<Mutex<Option<BackingWrites>>>,
 }
 
 pub fn setup(opts: &[&str], lends_fd: bool, granted: Granted) -> Setup {
@@ -451,12 +457,14 @@ pub fn setup_with(opts: &[&str], fake: Arc<Fake>, granted: Granted) -> Setup {
     let kernel = Arc::new(FakeKernel::default());
     let log = kernel.log.clone();
     let refusals = kernel.refusals.clone();
+    let writes = kernel.writes.clone();
     server.start(granted, kernel).unwrap();
     Setup {
         server,
         fake,
         kernel: log,
         refusals,
+        writes,
     }
 }
 
