@@ -18,6 +18,10 @@ use crate::regular::{RegularFile, PAGE_SIZE};
 use crate::symlink::Symlink;
 use crate::{iflags, xattr, MemFs};
 
+/// Marks the handle of an open of an append-only file for writing (handles are the open
+/// flags otherwise): its writes must append.
+const APPEND_ONLY_OPEN: u64 = 1 << 63;
+
 impl MemFs {
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
@@ -31,9 +35,13 @@ impl MemFs {
             k.open();
         }
         inode.inc_open();
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let append_only = writing && inode.iflags() & inode_flags::APPEND != 0;
+        let marker = if append_only { APPEND_ONLY_OPEN } else { 0 };
         Ok(Opened {
-            fh: flags as u32 as u64,
+            fh: flags as u32 as u64 | marker,
             flush: false,
+            append_only,
         })
     }
 
@@ -337,8 +345,14 @@ impl Backend for MemFs {
         Ok(())
     }
 
-    fn write(&self, ino: Ino, _fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+    /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared
+    /// with `fcntl` makes the kernel send other offsets, which tmpfs would have refused at
+    /// the `fcntl`).
+    fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         let inode = self.table.get(ino)?;
+        if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
+            return Err(Errno::EPERM);
+        }
         let n = inode.file()?.write(&self.limits, offset, data)?;
         inode.touch_modified(Timestamp::now());
         Ok(n)

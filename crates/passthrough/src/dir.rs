@@ -125,7 +125,7 @@ impl PassthroughFs {
     pub(crate) fn open_dir(&self, _caller: &Caller, ino: Ino) -> Result<Opened> {
         Ok(Opened {
             fh: self.dirs.insert(self.dir_stream(ino)?),
-            flush: false,
+            ..Opened::default()
         })
     }
 

@@ -4,7 +4,10 @@
 //! ([`crate::fd::ProcSelf::reopen`]) after checking that the inode is a regular file, so no
 //! host path is resolved and no device or FIFO is ever opened by the server. Data calls use
 //! `pread`/`pwrite` on the handle's descriptor at the offsets the kernel gives (descriptors
-//! are opened without `O_APPEND`: the kernel turns appends into offsets itself).
+//! are opened without `O_APPEND`: the kernel turns appends into offsets itself), except that
+//! a host file that is append-only (`chattr +a`) is opened with it, when the caller asked for
+//! it, and its writes are then served by the server alone (see
+//! [`memofs_core::Opened::append_only`]).
 
 use std::ffi::{CStr, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -69,29 +72,42 @@ impl PassthroughFs {
         open(flags)
     }
 
-    /// Opens the regular file `inode` with already-filtered `flags` as a new handle.
-    fn open_inode(&self, inode: &Inode, flags: i32) -> Result<Opened> {
+    /// Opens the regular file `inode` with already-filtered `flags` as a new handle. A
+    /// writer the host refuses (`EPERM`) who asked for `O_APPEND` (`append`) is let in with
+    /// it: the host file is append-only, and the host then places every write at its end.
+    fn open_inode(&self, inode: &Inode, flags: i32, append: bool) -> Result<Opened> {
         match inode.kind {
             FileKind::Regular => {}
             FileKind::Directory => return Err(Errno::EISDIR),
             FileKind::Symlink => return Err(Errno::ELOOP),
             _ => return Err(Errno::ENXIO),
         }
-        let fd = self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd.as_fd(), f))?;
-        self.new_handle(inode.ino, fd, flags)
+        let open =
+            |flags| self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd.as_fd(), f));
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        match open(flags) {
+            Err(Errno::EPERM) if writing && append => {
+                let fd = open(flags | libc::O_APPEND)?;
+                self.new_handle(inode.ino, fd, flags, true)
+            }
+            r => self.new_handle(inode.ino, r?, flags, false),
+        }
     }
 
-    fn new_handle(&self, ino: Ino, fd: OwnedFd, flags: i32) -> Result<Opened> {
+    /// `append_only`: the host file is append-only (see [`Opened::append_only`]).
+    fn new_handle(&self, ino: Ino, fd: OwnedFd, flags: i32, append_only: bool) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let flush = writable && close_may_fail(fd.as_fd());
         let file = OpenFile {
             ino,
             fd: self.budget.keep(fd)?,
             writable,
+            append_only,
         };
         Ok(Opened {
             fh: self.files.insert(file),
             flush,
+            append_only,
         })
     }
 
@@ -99,7 +115,7 @@ impl PassthroughFs {
     /// permission (`default_permissions`).
     pub(crate) fn open_file(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let inode = self.table.get(ino)?;
-        self.open_inode(&inode, self.file_flags(flags))
+        self.open_inode(&inode, self.file_flags(flags), flags & libc::O_APPEND != 0)
     }
 
     /// CREATE, with the caller's credentials and umask. The file is created with `O_EXCL`;
@@ -118,13 +134,16 @@ impl PassthroughFs {
         let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = crate::name::component(name)?;
         let exclusive = flags & libc::O_EXCL != 0;
+        let append = flags & libc::O_APPEND != 0;
         let flags = self.file_flags(flags);
         let changes = self.table.host_changes();
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
         let created = self.create_as_caller(caller, &dir, &name, (mode, umask), flags | how);
         match created {
             Ok(fd) => self.register_created(fd, flags, changes),
-            Err(Errno::EEXIST) if !exclusive => self.open_existing(caller, &dir, &name, flags),
+            Err(Errno::EEXIST) if !exclusive => {
+                self.open_existing(caller, &dir, &name, (flags, append))
+            }
             Err(e) => Err(e),
         }
     }
@@ -179,7 +198,7 @@ impl PassthroughFs {
         if self.caps_cached(&inode) && self.table.host_changes() == changes {
             inode.no_caps.created();
         }
-        match self.new_handle(inode.ino, fd, flags) {
+        match self.new_handle(inode.ino, fd, flags, false) {
             Ok(opened) => Ok((attr, opened)),
             Err(e) => {
                 self.table.forget(inode.ino, 1);
@@ -193,12 +212,12 @@ impl PassthroughFs {
         caller: &Caller,
         dir: &Inode,
         name: &CStr,
-        flags: i32,
+        (flags, append): (i32, bool),
     ) -> Result<(Attr, Opened)> {
         let (inode, attr) = self.lookup_name(dir, name)?;
         let opened = {
             let _creds = self.as_caller(caller);
-            self.open_inode(&inode, flags)
+            self.open_inode(&inode, flags, append)
         };
         match opened {
             Ok(opened) => Ok((attr, opened)),
@@ -220,8 +239,15 @@ impl PassthroughFs {
     }
 
     /// WRITE; returns bytes written.
+    /// WRITE at `off`. Through a handle of an append-only host file only at its end: its
+    /// descriptor appends whatever the offset, so a write elsewhere (after `O_APPEND` was
+    /// cleared with `fcntl`, which the kernel cannot refuse here) is refused instead.
     pub(crate) fn write_file(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let n = sys::io::pwrite(self.file(fh)?.fd.as_fd(), data, off)?;
+        let file = self.file(fh)?;
+        if file.append_only && off != sys::at::statx_fd(file.fd.as_fd())?.stx_size {
+            return Err(Errno::EPERM);
+        }
+        let n = sys::io::pwrite(file.fd.as_fd(), data, off)?;
         Ok(n as u32)
     }
 

@@ -55,8 +55,13 @@ pub fn kill_privs<B: Backend>(backend: &B, caller: &Caller, attr: &Attr) -> Resu
         backend.setattr(caller, ino, &set)?;
         changed = true;
     }
-    match backend.removexattr(caller, ino, OsStr::new(CAPS)) {
-        Ok(()) => changed = true,
+    // Asked first, and removed only if there: removing is a change an append-only or
+    // immutable file refuses even when there is nothing to remove.
+    match backend.getxattr(ino, OsStr::new(CAPS)) {
+        Ok(_) => {
+            backend.removexattr(caller, ino, OsStr::new(CAPS))?;
+            changed = true;
+        }
         Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}
         Err(e) => return Err(e),
     }

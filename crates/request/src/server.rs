@@ -358,24 +358,28 @@ impl<B: Backend> Server<B> {
     /// read could move atime now (see [`crate::keep`]).
     ///
     /// The kernel sends FLUSH at each `close(2)` only where the backend's close can fail
-    /// ([`memofs_core::Opened::flush`]). An error: the kernel refused the backing file for
+    /// ([`memofs_core::Opened::flush`]). A writer of an append-only file gets neither the
+    /// page cache nor a backing file ([`memofs_core::Opened::append_only`]): every write
+    /// reaches the backend, and the kernel refuses shared writable mappings of it. An error: the kernel refused the backing file for
     /// a passing reason (see [`crate::backing`]); the backend's handle is released again and
     /// the open fails with it.
     fn open_out(&self, ino: Ino, opened: memofs_core::Opened) -> Result<OpenOut> {
         let fh = opened.fh;
         let backing_id = match self.kernel.as_deref() {
+            Some(_) if opened.append_only => Ok(None),
             Some(k) => self.backings.open(&*self.backend, k, &self.stats, ino, fh),
             None => Ok(None),
         };
         let backing_id = backing_id.inspect_err(|_| {
             let _ = self.backend.release(ino, fh);
         })?;
-        let served = backing_id.is_none() && !self.plan.direct_io;
-        let keep_cache = served && self.plan.sole_writer && self.keep(ino);
+        let direct_io = backing_id.is_none() && (self.plan.direct_io || opened.append_only);
+        let keep_cache =
+            !direct_io && backing_id.is_none() && self.plan.sole_writer && self.keep(ino);
         Ok(OpenOut {
             fh,
             noflush: !opened.flush,
-            direct_io: backing_id.is_none() && self.plan.direct_io,
+            direct_io,
             keep_cache,
             backing_id,
             ..OpenOut::default()

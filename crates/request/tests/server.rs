@@ -598,3 +598,17 @@ fn writes_through_backing_files_others_change_carry_no_privilege() {
     assert_eq!(open_backing_id(&s, 2), Some(5));
     assert_eq!(*s.writes.lock().unwrap(), Some(BackingWrites::Unprivileged));
 }
+
+#[test]
+fn writers_of_append_only_files_reach_the_server_with_every_write() {
+    let s = lending(true);
+    s.fake.append_only.store(true, Ordering::Relaxed);
+    match open_rw(&s) {
+        Reply::Opened(o) => assert!(
+            o.backing_id.is_none() && o.direct_io && !o.keep_cache,
+            "no backing file, no page cache: {o:?}"
+        ),
+        r => panic!("{r:?}"),
+    }
+    assert!(s.kernel.lock().unwrap().is_empty(), "nothing registered");
+}

@@ -173,3 +173,104 @@ fn chattr_and_lsattr() {
     run(&["chattr", "-i", "-d"]);
     assert_eq!(ok!(sys::get_flags(&f)), 0);
 }
+
+/// Maps the first page of `f` shared and writable and writes a byte through the mapping.
+fn write_through_shared_mapping(f: &fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping of one page of an open file; nothing else refers to it, and it
+    // is unmapped before returning.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        *(p as *mut u8) = b'X';
+        libc::munmap(p, 4096);
+    }
+    Ok(())
+}
+
+/// What a plain user may do to an append-only file anyone may write (`p`, holding
+/// `before`): append to it, as on tmpfs; and neither overwrite it through a shared writable
+/// mapping (tmpfs refuses the mapping with `EACCES`, a FUSE mount with `ENODEV`) nor through
+/// a descriptor whose `O_APPEND` was cleared (tmpfs refuses the `fcntl` with `EPERM`; on a
+/// FUSE mount, where the kernel cannot know the flag, the write fails with `EPERM`).
+fn a_user_can_only_append(p: &Path, before: &[u8]) {
+    use std::os::fd::AsRawFd;
+    let (p, before) = (p.to_path_buf(), before.to_vec());
+    memofs_e2e::user::as_user(4001, 4001, &[], move || {
+        {
+            let mut a = ok!(open_rw(&p, true));
+            ok!(
+                std::io::Write::write_all(&mut a, b"+user\n"),
+                "a user's append"
+            );
+        }
+        let mut want = before.clone();
+        want.extend_from_slice(b"+user\n");
+        assert_eq!(ok!(fs::read(&p)), want);
+        let rw = ok!(OpenOptions::new()
+            .read(true)
+            .write(true)
+            .append(true)
+            .open(&p));
+        let mapped = write_through_shared_mapping(&rw);
+        assert!(
+            matches!(
+                mapped.as_ref().map_err(|e| e.raw_os_error()),
+                Err(Some(libc::EACCES | libc::ENODEV))
+            ),
+            "a shared writable mapping of an append-only file: {mapped:?}"
+        );
+        // SAFETY: F_SETFL on a descriptor this closure owns, with flags without O_APPEND.
+        let cleared = unsafe { libc::fcntl(rw.as_raw_fd(), libc::F_SETFL, 0) };
+        if cleared == 0 {
+            assert_errno!(rw.write_at(b"OVER", 0), libc::EPERM);
+        } else {
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EPERM)
+            );
+        }
+        assert_eq!(ok!(fs::read(&p)), want, "nothing was overwritten");
+    });
+}
+
+#[test]
+fn append_only_files_take_a_users_appends_and_nothing_else() {
+    let m = need_mount!("allow_other");
+    let f = m.join("shared.log");
+    ok!(fs::write(&f, vec![b'a'; 5000]));
+    ok!(fs::set_permissions(&f, fs::Permissions::from_mode(0o666)));
+    ok!(sys::set_flags(&f, APPEND));
+    a_user_can_only_append(&f, &[b'a'; 5000]);
+    ok!(sys::set_flags(&f, 0));
+}
+
+#[test]
+fn append_only_host_files_take_a_users_appends_through_an_export_and_nothing_else() {
+    if !is_root() {
+        skip!(Root, "needs root to mount and for CAP_LINUX_IMMUTABLE");
+    }
+    let host = Mount::tmpfs(&["size=16m", "mode=1777"]);
+    let h = host.join("shared.log");
+    ok!(fs::write(&h, vec![b'a'; 5000]));
+    ok!(fs::set_permissions(&h, fs::Permissions::from_mode(0o666)));
+    if let Err(e) = sys::set_flags(&h, APPEND) {
+        skip!(
+            Kernel("tmpfs_append_only"),
+            "the host tmpfs takes no chattr +a ({e})"
+        );
+    }
+    let m =
+        Mount::try_memofs_source(host.path(), &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    a_user_can_only_append(&m.join("shared.log"), &[b'a'; 5000]);
+    ok!(sys::set_flags(&h, 0));
+}

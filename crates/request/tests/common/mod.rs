@@ -64,6 +64,8 @@ pub struct Fake {
     pub flushes: Mutex<Option<Result<()>>>,
     /// FSYNC takes this long.
     pub fsync_takes: Mutex<Duration>,
+    /// Opens say the file is append-only.
+    pub append_only: AtomicBool,
     pub dev_null: std::fs::File,
 }
 
@@ -80,6 +82,7 @@ impl Fake {
             keeps_backing: AtomicBool::new(false),
             flushes: Mutex::new(None),
             fsync_takes: Mutex::new(Duration::ZERO),
+            append_only: AtomicBool::new(false),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -177,6 +180,7 @@ impl Backend for Fake {
         Ok(Opened {
             fh: 40 + ino,
             flush: self.flushes.lock().unwrap().is_some(),
+            append_only: self.append_only.load(Ordering::Relaxed),
         })
     }
     fn flush(&self, ino: Ino, _fh: u64) -> Result<()> {
@@ -195,7 +199,7 @@ impl Backend for Fake {
         self.note(format!("create {mode:o} umask {umask:o} flags {flags:o}"));
         let opened = Opened {
             fh: 42,
-            flush: false,
+            ..Opened::default()
         };
         Ok((self.attr_of(2)?, opened))
     }
@@ -219,7 +223,7 @@ impl Backend for Fake {
     fn opendir(&self, _c: &Caller, _ino: Ino, _f: i32) -> Result<Opened> {
         Ok(Opened {
             fh: 7,
-            flush: false,
+            ..Opened::default()
         })
     }
     fn readdir(
