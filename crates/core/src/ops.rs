@@ -201,6 +201,10 @@ pub trait Backend: Send + Sync + 'static {
     /// What this backend can do, declared once; the mount plan is computed from it.
     fn capabilities(&self) -> Capabilities;
 
+    /// The kernel is being given `attr` (a reply carries it): what it checks permissions
+    /// against until it expires or is invalidated. Called for every attribute reply: cheap.
+    /// Default: nothing to note.
+    fn attr_sent(&self, _attr: &Attr) {}
     /// Whether `attr` may change where neither the mount nor the backend sees it (e.g. a
     /// host file's other hard links outside a watched export), so the kernel must not keep
     /// it (see [`crate::CachePolicy::attr_timeout_for`]). Called for every attribute reply:

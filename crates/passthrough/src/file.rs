@@ -17,7 +17,7 @@ use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
 
 use crate::creds::CallerUmask;
 use crate::handles::OpenFile;
-use crate::inode::Inode;
+use crate::inode::{Inode, Told};
 use crate::sys;
 use crate::PassthroughFs;
 
@@ -113,8 +113,21 @@ impl PassthroughFs {
 
     /// OPEN. Runs with the server's credentials: the kernel has checked the caller's
     /// permission (`default_permissions`).
+    ///
+    /// The kernel checked that permission against the attributes it was last given, which
+    /// a host change it was not told of (a `chmod` through a hard link made after the
+    /// lookup, outside what the watcher sees) can leave stale. So the host's mode, owner,
+    /// group and link count are compared with them first; if they differ, the open fails
+    /// with `ESTALE`, and the kernel walks the path again, looking the name up afresh, and
+    /// checks the permission against the host's attributes (then as they are).
     pub(crate) fn open_file(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let inode = self.table.get(ino)?;
+        let told = *inode.told.lock();
+        if let Some(told) = told {
+            if told != Told::of_host(&sys::at::statx_fd(inode.fd.as_fd())?) {
+                return Err(Errno::ESTALE);
+            }
+        }
         self.open_inode(&inode, self.file_flags(flags), flags & libc::O_APPEND != 0)
     }
 

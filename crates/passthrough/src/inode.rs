@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::{Errno, FileKind, Ino, Result, ROOT_INO};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::fd::CountedFd;
 use crate::xattr::NoCaps;
@@ -62,8 +62,42 @@ pub(crate) struct Inode {
     pub fd: CountedFd,
     /// Known to have no `security.capability` (see [`crate::xattr`]).
     pub no_caps: NoCaps,
+    /// What the kernel was last given of the attributes it checks permissions against.
+    pub told: Mutex<Option<Told>>,
     /// The kernel's references.
     nlookup: AtomicU64,
+}
+
+/// The attributes the kernel checks an open's permission against, and the link count,
+/// which tells whether it keeps them (see [`crate::PassthroughFs::open_file`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Told {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    nlink: u32,
+}
+
+impl Told {
+    /// From attributes given to the kernel.
+    pub(crate) fn of(attr: &memofs_core::Attr) -> Told {
+        Told {
+            mode: attr.perm as u32,
+            uid: attr.uid,
+            gid: attr.gid,
+            nlink: attr.nlink,
+        }
+    }
+
+    /// From the host's attributes now.
+    pub(crate) fn of_host(st: &libc::statx) -> Told {
+        Told {
+            mode: st.stx_mode as u32 & 0o7777,
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            nlink: st.stx_nlink,
+        }
+    }
 }
 
 /// Told about entries entering and leaving the table (the watcher), under the table's
@@ -100,6 +134,7 @@ impl InodeTable {
             kind: FileKind::Directory,
             fd,
             no_caps: NoCaps::default(),
+            told: Mutex::new(None),
             nlookup: AtomicU64::new(1),
         });
         InodeTable {
@@ -187,6 +222,7 @@ impl InodeTable {
             kind,
             fd: counted,
             no_caps: NoCaps::default(),
+            told: Mutex::new(None),
             nlookup: AtomicU64::new(1),
         });
         maps.by_ino.insert(ino, inode.clone());

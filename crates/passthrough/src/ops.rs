@@ -283,6 +283,12 @@ impl Backend for PassthroughFs {
         }
     }
 
+    fn attr_sent(&self, attr: &Attr) {
+        if let Ok(inode) = self.table.get(attr.ino) {
+            *inode.told.lock() = Some(crate::inode::Told::of(attr));
+        }
+    }
+
     /// A regular file with other hard links may change through a name outside the export,
     /// which only a watcher that marks the whole filesystem sees.
     fn attr_unseen_changes(&self, attr: &Attr) -> bool {

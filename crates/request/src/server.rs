@@ -286,12 +286,14 @@ impl<B: Backend> Server<B> {
 
     /// A positive entry for `attr`, with the timeouts the cache policy gives it.
     fn entry(&self, attr: Attr) -> Entry {
+        self.backend.attr_sent(&attr);
         let unseen = self.backend.attr_unseen_changes(&attr);
         self.plan.cache.entry(attr, unseen)
     }
 
-    /// How long the kernel may keep `attr`.
+    /// How long the kernel may keep `attr` (which a reply is about to give it).
     fn attr_timeout(&self, attr: &Attr) -> Duration {
+        self.backend.attr_sent(attr);
         let unseen = self.backend.attr_unseen_changes(attr);
         self.plan.cache.attr_timeout_for(attr, unseen)
     }

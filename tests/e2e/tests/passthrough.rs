@@ -651,3 +651,48 @@ fn a_users_write_clears_setuid_set_after_the_open_from_either_side() {
         );
     }
 }
+
+/// A plain user looks a file up through a subdirectory export; then root links it on the
+/// host from outside the export (which no watcher of the export sees) and makes it private
+/// through that name. The user's next open is refused at once, as on the host; and the same
+/// through the mount.
+#[test]
+fn a_chmod_through_a_late_hard_link_holds_at_the_next_open() {
+    use std::os::unix::fs::PermissionsExt;
+    require_mount!();
+    let host = Mount::tmpfs(&["size=16m", "mode=1777"]);
+    let (src, out) = (host.join("src"), host.join("out"));
+    ok!(fs::create_dir(&src));
+    ok!(fs::create_dir(&out));
+    ok!(fs::set_permissions(&src, fs::Permissions::from_mode(0o755)));
+    let m = Mount::try_memofs_source(&src, &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    for (name, on_host) in [("late", true), ("mount", false)] {
+        ok!(fs::write(src.join(name), b"secret"));
+        ok!(fs::set_permissions(
+            src.join(name),
+            fs::Permissions::from_mode(0o644)
+        ));
+        let v = m.join(name);
+        let v2 = v.clone();
+        as_user(USER1.0, USER1.1, &[], move || {
+            assert_eq!(ok!(fs::read(&v2)), b"secret", "readable while 0644");
+        });
+        if on_host {
+            let link = out.join(format!("{name}-link"));
+            ok!(fs::hard_link(src.join(name), &link));
+            ok!(fs::set_permissions(
+                &link,
+                fs::Permissions::from_mode(0o600)
+            ));
+        } else {
+            ok!(fs::set_permissions(&v, fs::Permissions::from_mode(0o600)));
+        }
+        as_user(USER1.0, USER1.1, &[], move || {
+            assert_errno!(
+                fs::read(&v),
+                libc::EACCES,
+                "{name}: a user's open after the file was made private"
+            );
+        });
+    }
+}
