@@ -62,7 +62,7 @@ pub fn main(args: &UmountArgs) -> ExitCode {
             Ok(_) => ExitCode::from(EXIT_FAILURE),
             Err(e) => fail(
                 EXIT_FAILURE,
-                format!("cannot run fusermount3 ({e}); install the fuse3 package"),
+                format!("cannot run fusermount3 ({e}): as root, apt-get install fuse3"),
             ),
         };
     }

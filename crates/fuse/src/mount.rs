@@ -147,7 +147,29 @@ fn receive_fd(sock: RawFd) -> io::Result<OwnedFd> {
     }
 }
 
+/// Where `fusermount3` reads whether users may mount with `allow_other`.
+const FUSE_CONF: &str = "/etc/fuse.conf";
+
+/// Whether `conf` (the text of [`FUSE_CONF`]) has a `user_allow_other` line.
+fn user_allow_other(conf: &str) -> bool {
+    conf.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .any(|l| l == "user_allow_other")
+}
+
 fn mount_with_fusermount(mountpoint: &Path, plan: &MountPlan) -> io::Result<OwnedFd> {
+    if plan.allow_other
+        && !user_allow_other(&std::fs::read_to_string(FUSE_CONF).unwrap_or_default())
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "allow_other lets other users into a mount only where root allows it for \
+                 everyone: {FUSE_CONF} has no user_allow_other line (as root: echo \
+                 user_allow_other >> {FUSE_CONF}), or mount without allow_other"
+            ),
+        ));
+    }
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair returns.
     if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) } != 0 {
@@ -174,7 +196,10 @@ fn mount_with_fusermount(mountpoint: &Path, plan: &MountPlan) -> io::Result<Owne
         .map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("cannot run fusermount3 ({e}): install the fuse3 package"),
+                format!(
+                    "cannot run fusermount3 ({e}), which mounts for users who are not root: \
+                     as root, apt-get install fuse3"
+                ),
             )
         })?;
     drop(theirs);
@@ -213,6 +238,14 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_allow_other_is_read_as_fusermount3_reads_it() {
+        assert!(user_allow_other("# comment\nuser_allow_other\n"));
+        assert!(user_allow_other("  user_allow_other  # yes\n"));
+        assert!(!user_allow_other("#user_allow_other\nmount_max = 1000\n"));
+        assert!(!user_allow_other(""));
+    }
     use memofs_core::options::parse_options;
     use memofs_core::plan::BackendKind;
 
