@@ -25,10 +25,14 @@ BINDIR := $(PREFIX)/bin
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: bench-reports setup build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
+
+# What building, installing and mounting need, and no more (make mount, make install-deb).
+setup-mount:
+	bash scripts/setup.sh mount
 
 build:
 	$(CARGO) build --release -p memofs
@@ -55,13 +59,13 @@ uninstall:
 deb: build
 	bash scripts/deb.sh
 
-install-deb: setup build
+install-deb: setup-mount build
 	dpkg -i "$$(bash scripts/deb.sh)"
 
 package-test: build
 	bash scripts/package-test.sh
 
-mount: setup install
+mount: setup-mount install
 	mkdir -p $(MNT)
 	$(BINDIR)/memofs mount $(if $(OPTS),-o $(OPTS)) $(MNT)
 	@echo "memofs is mounted at $(MNT). Unmount with: memofs umount $(MNT)   (or: make umount, umount $(MNT))"

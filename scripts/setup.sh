@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Installs what memofs's build, tests and benchmarks need on a Debian machine (run as root).
+# setup.sh [mount|all]: installs what memofs needs on a Debian machine (run as root).
+#   mount  what building, installing and mounting memofs need: a C linker and make for
+#          cargo, and fuse3 (fusermount3, for users who are not root)
+#   all    that, and what the tests and benchmarks need (the default; make test, make bench)
 # Idempotent: skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+what=${1:-all}
+case "$what" in
+    mount | all) ;;
+    *) echo "usage: scripts/setup.sh [mount|all]" >&2; exit 2 ;;
+esac
 
 need_apt=()
+pkgs=(fuse3 gcc make)
 # qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
 # libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
 # meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring.
-for pkg in fuse3 libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv gcc make valgrind libacl1-dev \
-    qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev; do
+[ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
+    qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev)
+for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -22,6 +32,12 @@ fi
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found: install Rust >= 1.85 (rustup), then run this again" >&2
     exit 1
+fi
+
+if [ "$what" = mount ]; then
+    [ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
+    echo "setup: ok (what mounting needs)"
+    exit 0
 fi
 
 # The POSIX conformance suite (`make conformance`): the Rust port of pjdfstest, built from its
