@@ -56,7 +56,11 @@ impl ReadyPipe {
         }
         // SAFETY: `fd` is open and is the pipe our parent made and handed over for this
         // process alone (its identity was checked above); nothing else here owns it.
-        Some(ReadyPipe(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Nothing this process starts (fusermount3) may hold the parent's wait open.
+        // SAFETY: F_SETFD on the descriptor just taken.
+        unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        Some(ReadyPipe(pipe))
     }
 
     /// Tells the waiting parent the mount is live and detaches from its terminal output.

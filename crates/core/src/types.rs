@@ -216,9 +216,10 @@ pub struct Opened {
     /// errors at close, such as NFS): the kernel is to send FLUSH at each close, and
     /// [`crate::Backend::flush`]'s answer is what `close(2)` returns.
     pub flush: bool,
-    /// The file is append-only and this open writes: every write must reach the backend,
-    /// which takes appends only (no page cache, no FUSE passthrough; a shared writable
-    /// mapping is refused), as a kernel refuses to overwrite an append-only file's bytes.
+    /// The file is append-only: no open of it is passed through to a backing file, and an
+    /// open that writes gets no page cache either, so every write reaches the backend, which
+    /// takes appends only (and the kernel refuses a shared writable mapping), as a kernel
+    /// refuses to overwrite an append-only file's bytes.
     pub append_only: bool,
 }
 

@@ -613,7 +613,10 @@ impl<B: Backend> UringChannel<B> {
             // Nothing borrowed from the payload: the reply goes straight into it.
             let args = Args::split(&header.op_in, &[]);
             let mut sink = SlotSink(slot);
-            let req = self.decoded(&h, args, scratch, &mut sink)?;
+            // A malformed request is answered with its error, and committed now.
+            let Some(req) = self.decoded(&h, args, scratch, &mut sink) else {
+                return Some(commit_id);
+            };
             if req.op.answered_first() {
                 sink.send(h.unique, 0, &[]);
                 self.later(h, header.op_in);

@@ -36,8 +36,12 @@ impl MemFs {
         }
         inode.inc_open();
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let append_only = writing && inode.iflags() & inode_flags::APPEND != 0;
-        let marker = if append_only { APPEND_ONLY_OPEN } else { 0 };
+        let append_only = inode.iflags() & inode_flags::APPEND != 0;
+        let marker = if append_only && writing {
+            APPEND_ONLY_OPEN
+        } else {
+            0
+        };
         Ok(Opened {
             fh: flags as u32 as u64 | marker,
             flush: false,

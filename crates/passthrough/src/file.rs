@@ -90,7 +90,13 @@ impl PassthroughFs {
                 let fd = open(flags | libc::O_APPEND)?;
                 self.new_handle(inode.ino, fd, flags, true)
             }
-            r => self.new_handle(inode.ino, r?, flags, false),
+            Ok(fd) => {
+                // A reader of an append-only file is told so too (see `Opened::append_only`).
+                let append_only = sys::io::get_flags(fd.as_fd())
+                    .is_ok_and(|f| f & memofs_core::inode_flags::APPEND != 0);
+                self.new_handle(inode.ino, fd, flags, append_only)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -102,7 +108,6 @@ impl PassthroughFs {
             ino,
             fd: self.budget.keep(fd)?,
             writable,
-            append_only,
         };
         Ok(Opened {
             fh: self.files.insert(file),
@@ -116,10 +121,10 @@ impl PassthroughFs {
     ///
     /// The kernel checked that permission against the attributes it was last given, which
     /// a host change it was not told of (a `chmod` through a hard link made after the
-    /// lookup, outside what the watcher sees) can leave stale. So the host's mode, owner,
-    /// group and link count are compared with them first; if they differ, the open fails
-    /// with `ESTALE`, and the kernel walks the path again, looking the name up afresh, and
-    /// checks the permission against the host's attributes (then as they are).
+    /// lookup, outside what the watcher sees) can leave stale. So the host's mode, owner and
+    /// group are compared with them first; if they differ, the open fails with `ESTALE`,
+    /// and the kernel walks the path again, looking the name up afresh, and checks the
+    /// permission against the host's attributes (then as they are).
     pub(crate) fn open_file(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let inode = self.table.get(ino)?;
         let told = *inode.told.lock();
@@ -251,16 +256,14 @@ impl PassthroughFs {
         sys::io::pread(self.file(fh)?.fd.as_fd(), buf, size as usize, off)
     }
 
-    /// WRITE; returns bytes written.
-    /// WRITE at `off`. Through a handle of an append-only host file only at its end: its
-    /// descriptor appends whatever the offset, so a write elsewhere (after `O_APPEND` was
-    /// cleared with `fcntl`, which the kernel cannot refuse here) is refused instead.
+    /// WRITE at `off`; returns the bytes written. A writer of an append-only host file
+    /// holds a descriptor opened with `O_APPEND`, on which the host places every write at
+    /// the file's end, whatever the offset: nothing already in the file is overwritten, even
+    /// after the caller cleared `O_APPEND` with `fcntl` (which the kernel cannot refuse on a
+    /// FUSE file), and an append lands at the end the host knows, not at the size the
+    /// kernel cached.
     pub(crate) fn write_file(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let file = self.file(fh)?;
-        if file.append_only && off != sys::at::statx_fd(file.fd.as_fd())?.stx_size {
-            return Err(Errno::EPERM);
-        }
-        let n = sys::io::pwrite(file.fd.as_fd(), data, off)?;
+        let n = sys::io::pwrite(self.file(fh)?.fd.as_fd(), data, off)?;
         Ok(n as u32)
     }
 

@@ -20,8 +20,6 @@ pub(crate) struct OpenFile {
     pub fd: CountedFd,
     /// Opened for writing (a truncate can go through it).
     pub writable: bool,
-    /// Opened for writing an append-only host file: writes must append.
-    pub append_only: bool,
 }
 
 impl AsFd for OpenFile {

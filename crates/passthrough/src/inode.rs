@@ -68,14 +68,13 @@ pub(crate) struct Inode {
     nlookup: AtomicU64,
 }
 
-/// The attributes the kernel checks an open's permission against, and the link count,
-/// which tells whether it keeps them (see [`crate::PassthroughFs::open_file`]).
+/// The attributes the kernel checks an open's permission against (see
+/// [`crate::PassthroughFs::open_file`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Told {
     mode: u32,
     uid: u32,
     gid: u32,
-    nlink: u32,
 }
 
 impl Told {
@@ -85,7 +84,6 @@ impl Told {
             mode: attr.perm as u32,
             uid: attr.uid,
             gid: attr.gid,
-            nlink: attr.nlink,
         }
     }
 
@@ -95,7 +93,6 @@ impl Told {
             mode: st.stx_mode as u32 & 0o7777,
             uid: st.stx_uid,
             gid: st.stx_gid,
-            nlink: st.stx_nlink,
         }
     }
 }

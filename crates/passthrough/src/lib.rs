@@ -34,8 +34,9 @@
 //! What the host does behind the server: a directory the kernel knows that a host user moves
 //! out of the export keeps serving the files already open in it, but `..` from it is
 //! refused, and no name is made, removed or renamed in it (`ENOENT`): before every such
-//! change the server checks that the directory still leads up to the export root, unless the
-//! source is its filesystem's root, out of which nothing can be moved.
+//! change the server checks that the directory still leads up to the export root, unless
+//! nothing can be moved out (the source is its filesystem's root and nothing is mounted
+//! below it). A move made between that check and the change is not caught.
 //!
 //! # Credentials
 //! Operations that create inodes (create, mknod, mkdir, symlink) and that change extended
@@ -83,8 +84,9 @@
 //! 4. the watcher's maps (marks, handles, watch descriptors), taken by the table hook and
 //!    by the watcher thread;
 //! 5. leaf locks, never held while taking another: the file and directory handle tables,
-//!    the watcher's invalidator slot, and the reaper's queue (the reaper thread takes its
-//!    `dropping` lock while still holding the queue, and nothing else).
+//!    the watcher's invalidator slot, each inode's record of the attributes the kernel was
+//!    given (`Inode::told`), and the reaper's queue (the reaper thread takes its `dropping`
+//!    lock while still holding the queue, and nothing else).
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]
@@ -142,8 +144,10 @@ pub struct PassthroughFs {
     switch_creds: bool,
     /// Where the export lives (for the watcher).
     export: ExportMount,
-    /// The source is the root of its filesystem: no directory of it can be moved out of it.
-    pub(crate) source_is_filesystem_root: bool,
+    /// Nothing can be moved out of the export: the source is the root of its filesystem,
+    /// nothing was mounted below it at start, and the server works on its private copy of
+    /// the mount (in which no mount can appear later).
+    pub(crate) names_stay_inside: bool,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
     /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
@@ -173,12 +177,13 @@ impl PassthroughFs {
         // tree through their own mount, the server (and the kernel's passthrough I/O on the
         // files it opens) through this one, which lets the watcher drop the server's data
         // writes at the source (see `watch`). Needs CAP_SYS_ADMIN; otherwise the host mount.
-        // Only a fanotify watcher can use a filesystem mark; whether the source is its
-        // filesystem's root also spares the check that a directory is still in the export
-        // (`PassthroughFs::exported_dir`).
+        // Only a fanotify watcher can use a filesystem mark; what the mount table says also
+        // spares the check that a directory is still in the export where nothing can leave
+        // it (`PassthroughFs::exported_dir`).
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
-        let (source_is_filesystem_root, alone) = ExportMount::inspect(fd.as_fd());
-        let whole_filesystem = fanotify && source_is_filesystem_root;
+        let source = ExportMount::inspect(fd.as_fd());
+        let whole_filesystem = fanotify && source.filesystem_root;
+        let alone = source.alone && source.local;
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => (clone, true),
             Err(e) => {
@@ -211,7 +216,7 @@ impl PassthroughFs {
                 whole_filesystem,
                 sealed: whole_filesystem && alone && private,
             },
-            source_is_filesystem_root,
+            names_stay_inside: source.filesystem_root && source.alone && private,
             watcher: Mutex::new(None),
             watching: AtomicBool::new(false),
         })

@@ -92,10 +92,12 @@ impl PassthroughFs {
 
     /// The directory `dir` to change names in, if it is still in the export: one a host user
     /// moved out is no longer part of it, and names are neither made nor removed there
-    /// (`ENOENT`, as for a directory removed). Nothing to check where the source is its
-    /// filesystem's root, since nothing on that filesystem can be moved out of it.
+    /// (`ENOENT`, as for a directory removed). Nothing to check where nothing can leave the
+    /// export (its source is its filesystem's root, with no other filesystem mounted below
+    /// it). A directory moved out between this check and the change is not caught: the
+    /// check narrows what a host user's move can do, it does not lock the host's tree.
     pub(crate) fn exported_dir(&self, dir: Arc<Inode>) -> Result<Arc<Inode>> {
-        if dir.ino != ROOT_INO && !self.source_is_filesystem_root {
+        if dir.ino != ROOT_INO && !self.names_stay_inside {
             self.walks_up_to_root(dir.fd.as_fd())?;
         }
         Ok(dir)

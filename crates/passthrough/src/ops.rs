@@ -223,8 +223,6 @@ impl Backend for PassthroughFs {
         self.copy_range(fh_in, offset_in, fh_out, offset_out, len)
     }
 
-    /// Host usage of the filesystem holding the source, and the number of inodes the
-    /// kernel holds (the table's size) with the descriptor budget as their limit.
     /// The export's filesystem's space and inodes (as `df` and `df -i` show them), and the
     /// host descriptors the server holds against its budget.
     fn usage(&self) -> BackendUsage {

@@ -499,11 +499,10 @@ fn statfs_and_usage() {
     assert_eq!((s.blocks, s.bsize as u64), (host.f_blocks, host.f_frsize));
     assert!(s.namelen >= 255);
     let u = fs.usage();
-    assert_eq!(
-        (u.inodes_used, u.inodes_limit),
-        (host.f_files - host.f_ffree, host.f_files),
-        "inodes as df -i shows them"
-    );
+    // As `df -i` shows them (other processes may make files there meanwhile: the count
+    // is compared loosely, the limit exactly).
+    assert_eq!(u.inodes_limit, host.f_files, "inodes as df -i shows them");
+    assert!(u.inodes_used > 0 && u.inodes_used <= u.inodes_limit);
     assert!(u.descriptors_used >= 1 && u.descriptors_used < u.descriptors_limit);
     assert!(u.bytes_used > 0 && u.bytes_used <= u.bytes_limit);
 }

@@ -53,8 +53,9 @@ impl Refusal {
     /// What the error of `FUSE_DEV_IOC_BACKING_OPEN` means.
     pub(crate) fn of(e: &std::io::Error) -> Refusal {
         match e.raw_os_error() {
-            Some(libc::EPERM | libc::ENOTTY | libc::ENOSYS | libc::EOPNOTSUPP) => Refusal::Mount,
-            Some(libc::ELOOP | libc::EINVAL) => Refusal::File,
+            Some(libc::EPERM | libc::ENOTTY | libc::ENOSYS) => Refusal::Mount,
+            // Too deeply stacked, or a file without the operations the kernel needs.
+            Some(libc::ELOOP | libc::EINVAL | libc::EOPNOTSUPP) => Refusal::File,
             // The server's own table is full: to the caller that is the system's.
             Some(libc::EMFILE) => Refusal::Open(Errno::ENFILE),
             Some(n) => Refusal::Open(Errno(n)),

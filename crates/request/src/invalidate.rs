@@ -57,7 +57,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -200,14 +200,12 @@ impl Invalidated {
     }
 }
 
-const YES: u8 = 1;
-const NO: u8 = 2;
-
 /// What the kernel was found to do, for `memofs stats`.
 #[derive(Default)]
 struct Learnt {
-    /// `FUSE_NOTIFY_INC_EPOCH`: YES, NO, or 0 until learnt.
-    epoch: AtomicU8,
+    /// The kernel takes `FUSE_NOTIFY_INC_EPOCH`: INIT granted it, and it was never refused
+    /// as unknown.
+    epoch: AtomicBool,
     /// Invalidations of remembered misses the kernel answered with success.
     misses_dropped: AtomicU64,
     /// ... and with `ENOENT` (the fallback ran): all of them on kernels that keep misses, a
@@ -309,19 +307,16 @@ impl<K: Kernel + ?Sized> Sending<K> {
 
     /// Increments the epoch where the kernel has it; whether it did.
     fn epoch(&mut self) -> bool {
-        if self.learnt.epoch.load(Ordering::Relaxed) == NO {
+        if !self.learnt.epoch.load(Ordering::Relaxed) {
             return false;
         }
         let result = self.kernel.inc_epoch();
         self.count(Event::IncEpoch, &result);
         match result {
-            Ok(()) => {
-                self.learnt.epoch.store(YES, Ordering::Relaxed);
-                true
-            }
+            Ok(()) => true,
             Err(e) => {
                 if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
-                    self.learnt.epoch.store(NO, Ordering::Relaxed);
+                    self.learnt.epoch.store(false, Ordering::Relaxed);
                 }
                 false
             }
@@ -396,7 +391,7 @@ impl Learnt {
     /// What is known at the start: whether INIT granted the epoch notification.
     fn granted(inc_epoch: bool) -> Learnt {
         Learnt {
-            epoch: AtomicU8::new(if inc_epoch { YES } else { NO }),
+            epoch: AtomicBool::new(inc_epoch),
             ..Learnt::default()
         }
     }
@@ -461,13 +456,11 @@ impl NotifyInvalidator {
 
     /// `memofs stats` lines for what the kernel was found to do.
     pub fn features(&self) -> Vec<(String, String)> {
-        let epoch = match self.learnt.epoch.load(Ordering::Relaxed) {
-            YES => "yes",
-            NO => {
-                "no (memofs invalidate drops the remembered misses only; lost host events \
-                   leave names cached until their timeouts)"
-            }
-            _ => "not known yet",
+        let epoch = if self.learnt.epoch.load(Ordering::Relaxed) {
+            "yes"
+        } else {
+            "no (memofs invalidate drops the remembered misses only; lost host events \
+             leave names cached until their timeouts)"
         };
         let negative = format!(
             "{} cached misses dropped by name, {} answered ENOENT (fallback: the entry epoch)",

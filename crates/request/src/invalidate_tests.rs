@@ -240,7 +240,7 @@ fn a_full_record_treats_every_enoent_as_a_possible_kept_miss() {
 fn without_an_epoch_everything_drops_the_remembered_misses_and_says_what_it_could_not() {
     let model = Arc::new(Model::new(false, false));
     let (mut s, misses, _stats) = sending(&model, 3600);
-    assert!(s.learnt.epoch.load(Ordering::Relaxed) == NO);
+    assert!(!s.learnt.epoch.load(Ordering::Relaxed));
     for name in ["a", "b"] {
         model.cache_miss(1, name);
         misses.note(1, OsStr::new(name));
@@ -375,9 +375,9 @@ fn the_epoch_is_what_init_granted_and_is_never_probed() {
     // Granted, but refused as unknown: learnt, and not tried again.
     let refusing = Arc::new(Model::new(true, false));
     let (mut s, _misses, stats) = sending(&refusing, 60);
-    s.learnt.epoch.store(YES, Ordering::Relaxed);
+    s.learnt.epoch.store(true, Ordering::Relaxed);
     assert!(!s.all(Instant::now()).epoch);
-    assert_eq!(s.learnt.epoch.load(Ordering::Relaxed), NO);
+    assert!(!s.learnt.epoch.load(Ordering::Relaxed));
     assert!(!s.all(Instant::now()).epoch);
     assert_eq!(event(&stats, "inval_failed"), 1, "tried once");
 }

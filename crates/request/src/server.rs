@@ -287,6 +287,12 @@ impl<B: Backend> Server<B> {
     /// A positive entry for `attr`, with the timeouts the cache policy gives it.
     fn entry(&self, attr: Attr) -> Entry {
         self.backend.attr_sent(&attr);
+        self.entry_unsent(attr)
+    }
+
+    /// [`Server::entry`] for a reply that may yet not carry it (a READDIRPLUS entry that
+    /// may not fit): the caller tells the backend once it does.
+    fn entry_unsent(&self, attr: Attr) -> Entry {
         let unseen = self.backend.attr_unseen_changes(&attr);
         self.plan.cache.entry(attr, unseen)
     }
@@ -360,12 +366,14 @@ impl<B: Backend> Server<B> {
     /// read could move atime now (see [`crate::keep`]).
     ///
     /// The kernel sends FLUSH at each `close(2)` only where the backend's close can fail
-    /// ([`memofs_core::Opened::flush`]). A writer of an append-only file gets neither the
-    /// page cache nor a backing file ([`memofs_core::Opened::append_only`]): every write
-    /// reaches the backend, and the kernel refuses shared writable mappings of it. An error: the kernel refused the backing file for
-    /// a passing reason (see [`crate::backing`]); the backend's handle is released again and
-    /// the open fails with it.
-    fn open_out(&self, ino: Ino, opened: memofs_core::Opened) -> Result<OpenOut> {
+    /// ([`memofs_core::Opened::flush`]). No open of an append-only file gets a backing file
+    /// ([`memofs_core::Opened::append_only`]; the kernel refuses to mix opens with and
+    /// without one), and one that writes (`writing`) gets no page cache either: every write
+    /// reaches the backend, and the kernel refuses shared writable mappings of it.
+    ///
+    /// An error: the kernel refused the backing file for a passing reason (see
+    /// [`crate::backing`]); the backend's handle is released again and the open fails.
+    fn open_out(&self, ino: Ino, opened: memofs_core::Opened, writing: bool) -> Result<OpenOut> {
         let fh = opened.fh;
         let backing_id = match self.kernel.as_deref() {
             Some(_) if opened.append_only => Ok(None),
@@ -375,7 +383,8 @@ impl<B: Backend> Server<B> {
         let backing_id = backing_id.inspect_err(|_| {
             let _ = self.backend.release(ino, fh);
         })?;
-        let direct_io = backing_id.is_none() && (self.plan.direct_io || opened.append_only);
+        let append_writer = opened.append_only && writing;
+        let direct_io = backing_id.is_none() && (self.plan.direct_io || append_writer);
         let keep_cache =
             !direct_io && backing_id.is_none() && self.plan.sole_writer && self.keep(ino);
         Ok(OpenOut {
@@ -461,8 +470,12 @@ impl<B: Backend> Server<B> {
 
     fn readdir(&self, ino: Ino, fh: u64, offset: u64, plus: bool, out: &mut dyn ReplyOut) {
         let r = self.backend.readdir(ino, fh, offset, plus, &mut |e| {
-            let entry = e.attr.map(|a| self.entry(a));
-            out.dirent(e, entry.as_ref())
+            let entry = e.attr.map(|a| self.entry_unsent(a));
+            let taken = out.dirent(e, entry.as_ref());
+            if let (true, Some(a)) = (taken, &e.attr) {
+                self.backend.attr_sent(a);
+            }
+            taken
         });
         match r {
             Ok(()) => out.dir_done(),
@@ -693,7 +706,7 @@ impl<B: Backend> Server<B> {
         let r = self
             .backend
             .open(caller, ino, self.open_flags(flags))
-            .and_then(|o| self.open_out(ino, o));
+            .and_then(|o| self.open_out(ino, o, flags & libc::O_ACCMODE != libc::O_RDONLY));
         let o = match r {
             Ok(o) => o,
             Err(e) => return out.error(e),
@@ -769,7 +782,7 @@ impl<B: Backend> Server<B> {
     /// CREATE and TMPFILE: the new file's entry and its open. If the open cannot be given
     /// (a passing refusal of its backing file), the file stays created and the request fails.
     fn created(&self, out: &mut dyn ReplyOut, r: Result<(Attr, memofs_core::Opened)>) {
-        let r = r.and_then(|(attr, o)| match self.open_out(attr.ino, o) {
+        let r = r.and_then(|(attr, o)| match self.open_out(attr.ino, o, true) {
             Ok(open) => Ok((open, attr)),
             Err(e) => {
                 // The kernel never learns of the entry: its lookup is given back.

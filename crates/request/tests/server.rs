@@ -110,6 +110,11 @@ fn privileges_that_cannot_be_dropped_fail_the_write_or_open() {
 #[test]
 fn a_flagged_write_clears_setuid_and_tells_the_kernel() {
     let s = setup(&[], false, Granted::default());
+    s.fake
+        .xattrs
+        .lock()
+        .unwrap()
+        .push(("security.capability".into(), vec![1]));
     let op = flagged_write();
     assert_eq!(s.ask(2, USER, op), Reply::Written(3));
     let calls = s.fake.calls();
@@ -439,6 +444,11 @@ fn unsupported_opcodes_are_enosys() {
 #[test]
 fn a_chown_clears_privileges_of_non_directories_only() {
     let s = setup(&[], false, Granted::default());
+    s.fake
+        .xattrs
+        .lock()
+        .unwrap()
+        .push(("security.capability".into(), vec![1]));
     let chown = SetAttr {
         uid: Some(5),
         ..SetAttr::default()
@@ -611,4 +621,42 @@ fn writers_of_append_only_files_reach_the_server_with_every_write() {
         r => panic!("{r:?}"),
     }
     assert!(s.kernel.lock().unwrap().is_empty(), "nothing registered");
+}
+
+/// The backend hears of the attributes the kernel is given, and only of those: a
+/// READDIRPLUS entry that did not fit in the reply gave the kernel nothing.
+#[test]
+fn the_backend_hears_of_attributes_the_kernel_was_given_only() {
+    let s = setup(&[], false, Granted::default());
+    s.ask(2, USER, Op::Getattr { fh: None });
+    assert_eq!(*s.fake.sent.lock().unwrap(), [2]);
+    let op = Op::Readdir {
+        fh: 7,
+        offset: 0,
+        size: 4096,
+        plus: true,
+    };
+    let req = memofs_request::Request {
+        unique: 1,
+        nodeid: 1,
+        caller: USER,
+        op,
+    };
+    let mut full = Recorder {
+        room: Some(0),
+        ..Recorder::default()
+    };
+    s.server.handle(&req, &mut full);
+    assert_eq!(*s.fake.sent.lock().unwrap(), [2], "the entry did not fit");
+    s.ask(1, USER, req.op);
+    assert_eq!(*s.fake.sent.lock().unwrap(), [2, 2], "the entry went out");
+}
+
+/// File capabilities are removed only where there are some: removing is a change an
+/// append-only or immutable file refuses even with nothing to remove.
+#[test]
+fn privileges_are_cleared_without_touching_absent_capabilities() {
+    let s = setup(&[], false, Granted::default());
+    assert_eq!(s.ask(2, USER, flagged_write()), Reply::Written(3));
+    assert_eq!(s.fake.calls(), ["chmod 2 755"], "no removexattr of nothing");
 }

@@ -198,11 +198,14 @@ fn write_through_shared_mapping(f: &fs::File) -> std::io::Result<()> {
 }
 
 /// What a plain user may do to an append-only file anyone may write (`p`, holding
-/// `before`): append to it, as on tmpfs; and neither overwrite it through a shared writable
-/// mapping (tmpfs refuses the mapping with `EACCES`, a FUSE mount with `ENODEV`) nor through
-/// a descriptor whose `O_APPEND` was cleared (tmpfs refuses the `fcntl` with `EPERM`; on a
-/// FUSE mount, where the kernel cannot know the flag, the write fails with `EPERM`).
-fn a_user_can_only_append(p: &Path, before: &[u8]) {
+/// `before`), while another process holds it open for reading: append to it, as on tmpfs;
+/// and neither overwrite it through a shared writable mapping (tmpfs refuses the mapping
+/// with `EACCES`, a FUSE mount with `ENODEV`) nor through a descriptor whose `O_APPEND` was
+/// cleared (tmpfs refuses the `fcntl` with `EPERM`; on a FUSE mount, where the kernel cannot
+/// know the flag, the write fails with `EPERM` on the mem backend and is placed at the end
+/// on an export, by the host). Returns what the file holds then.
+fn a_user_can_only_append(p: &Path, before: &[u8]) -> Vec<u8> {
+    let _reader = ok!(fs::File::open(p), "a reader's open of the append-only file");
     use std::os::fd::AsRawFd;
     let (p, before) = (p.to_path_buf(), before.to_vec());
     memofs_e2e::user::as_user(4001, 4001, &[], move || {
@@ -228,16 +231,23 @@ fn a_user_can_only_append(p: &Path, before: &[u8]) {
         );
         // SAFETY: F_SETFL on a descriptor this closure owns, with flags without O_APPEND.
         let cleared = unsafe { libc::fcntl(rw.as_raw_fd(), libc::F_SETFL, 0) };
-        if cleared == 0 {
-            assert_errno!(rw.write_at(b"OVER", 0), libc::EPERM);
-        } else {
+        if cleared != 0 {
             assert_eq!(
                 std::io::Error::last_os_error().raw_os_error(),
                 Some(libc::EPERM)
             );
+        } else {
+            match rw.write_at(b"OVER", 0) {
+                Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+                Ok(n) => {
+                    assert_eq!(n, 4);
+                    want.extend_from_slice(b"OVER");
+                }
+            }
         }
         assert_eq!(ok!(fs::read(&p)), want, "nothing was overwritten");
-    });
+        want
+    })
 }
 
 #[test]
@@ -247,7 +257,8 @@ fn append_only_files_take_a_users_appends_and_nothing_else() {
     ok!(fs::write(&f, vec![b'a'; 5000]));
     ok!(fs::set_permissions(&f, fs::Permissions::from_mode(0o666)));
     ok!(sys::set_flags(&f, APPEND));
-    a_user_can_only_append(&f, &[b'a'; 5000]);
+    let now = a_user_can_only_append(&f, &[b'a'; 5000]);
+    assert!(!now.ends_with(b"OVER"), "the mem backend refuses the write");
     ok!(sys::set_flags(&f, 0));
 }
 
@@ -268,6 +279,15 @@ fn append_only_host_files_take_a_users_appends_through_an_export_and_nothing_els
     }
     let m =
         Mount::try_memofs_source(host.path(), &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
-    a_user_can_only_append(&m.join("shared.log"), &[b'a'; 5000]);
+    let v = m.join("shared.log");
+    let mut now = a_user_can_only_append(&v, &[b'a'; 5000]);
+    // Appended on the host meanwhile: a user's next append through the mount lands after it.
+    ok!(ok!(OpenOptions::new().append(true).open(&h)).write_all_at(b"host\n", 0));
+    memofs_e2e::user::as_user(4001, 4001, &[], move || {
+        let mut a = ok!(open_rw(&v, true));
+        ok!(std::io::Write::write_all(&mut a, b"+again\n"));
+    });
+    now.extend_from_slice(b"host\n+again\n");
+    assert_eq!(ok!(fs::read(&h)), now, "every append at the end");
     ok!(sys::set_flags(&h, 0));
 }

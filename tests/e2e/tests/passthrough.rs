@@ -665,7 +665,8 @@ fn a_chmod_through_a_late_hard_link_holds_at_the_next_open() {
     ok!(fs::create_dir(&src));
     ok!(fs::create_dir(&out));
     ok!(fs::set_permissions(&src, fs::Permissions::from_mode(0o755)));
-    let m = Mount::try_memofs_source(&src, &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
+    let long = ["allow_other", "entry_timeout=3600", "attr_timeout=3600"];
+    let m = Mount::try_memofs_source(&src, &long).unwrap_or_else(|e| panic!("{e}"));
     for (name, on_host) in [("late", true), ("mount", false)] {
         ok!(fs::write(src.join(name), b"secret"));
         ok!(fs::set_permissions(

@@ -118,29 +118,42 @@ pub(crate) fn is_local(f_type: libc::c_long) -> bool {
     LOCAL_FILESYSTEMS.contains(&f_type)
 }
 
+/// What the host's mount table says of an export's source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SourceMount {
+    /// The source is the root of a mount showing its whole filesystem.
+    pub filesystem_root: bool,
+    /// ... with no other mount at or below its mount point.
+    pub alone: bool,
+    /// ... of a local type ([`is_local`]).
+    pub local: bool,
+}
+
 impl ExportMount {
     /// What `/proc/self/mountinfo` and `statfs` say of `source` (the host's descriptor,
-    /// before any private copy): whether it is the root of a mount showing its whole
-    /// filesystem, and whether that filesystem is also of a local type with no other mount
-    /// at or below its mount point (the `sealed` candidate, pending the private copy).
-    pub(crate) fn inspect(source: BorrowedFd<'_>) -> (bool, bool) {
+    /// before any private copy), as [`SourceMount`].
+    pub(crate) fn inspect(source: BorrowedFd<'_>) -> SourceMount {
+        let none = SourceMount::default();
         let Some((mnt_id, true)) = sys::at::mount_of(source) else {
-            return (false, false);
+            return none;
         };
         let Ok(mounts) = memofs_core::mountinfo::mounts() else {
-            return (false, false);
+            return none;
         };
         let Some(own) = mounts
             .iter()
             .find(|m| m.id == mnt_id && m.root == std::path::Path::new("/"))
         else {
-            return (false, false);
+            return none;
         };
-        let local = sys::io::fstatfs(source).is_ok_and(|st| is_local(st.f_type));
         let alone = !mounts
             .iter()
             .any(|m| m.id != mnt_id && m.mount_point.starts_with(&own.mount_point));
-        (true, local && alone)
+        SourceMount {
+            filesystem_root: true,
+            alone,
+            local: sys::io::fstatfs(source).is_ok_and(|st| is_local(st.f_type)),
+        }
     }
 }
 

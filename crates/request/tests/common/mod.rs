@@ -66,6 +66,8 @@ pub struct Fake {
     pub fsync_takes: Mutex<Duration>,
     /// Opens say the file is append-only.
     pub append_only: AtomicBool,
+    /// The inodes whose attributes the request layer said it gave the kernel.
+    pub sent: Mutex<Vec<Ino>>,
     pub dev_null: std::fs::File,
 }
 
@@ -83,6 +85,7 @@ impl Fake {
             flushes: Mutex::new(None),
             fsync_takes: Mutex::new(Duration::ZERO),
             append_only: AtomicBool::new(false),
+            sent: Mutex::new(Vec::new()),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -274,7 +277,13 @@ impl Backend for Fake {
     }
     fn removexattr(&self, _c: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
         self.note(format!("removexattr {ino} {}", name.to_string_lossy()));
-        Err(Errno::ENODATA)
+        let mut x = self.xattrs.lock().unwrap();
+        let before = x.len();
+        x.retain(|(n, _)| n != name);
+        if x.len() == before {
+            return Err(Errno::ENODATA);
+        }
+        Ok(())
     }
     fn fallocate(&self, _ino: Ino, _fh: u64, _o: u64, _l: u64, _m: i32) -> Result<()> {
         Ok(())
@@ -318,6 +327,9 @@ impl Backend for Fake {
     }
     fn name_changes_reported(&self) -> bool {
         self.names_reported
+    }
+    fn attr_sent(&self, attr: &Attr) {
+        self.sent.lock().unwrap().push(attr.ino);
     }
 }
 
@@ -381,6 +393,8 @@ pub enum Reply {
 pub struct Recorder {
     pub replies: Vec<Reply>,
     pub dir: Vec<(OsString, Option<Entry>)>,
+    /// Directory entries it has room for (`None`: all).
+    pub room: Option<usize>,
 }
 
 impl ReplyOut for Recorder {
@@ -424,6 +438,9 @@ impl ReplyOut for Recorder {
         self.replies.push(Reply::Data(out.to_vec()));
     }
     fn dirent(&mut self, e: &DirEntry, plus: Option<&Entry>) -> bool {
+        if self.room.is_some_and(|room| self.dir.len() >= room) {
+            return false;
+        }
         self.dir.push((e.name.clone(), plus.copied()));
         true
     }
