@@ -118,17 +118,14 @@ impl Backings {
     /// or a new one of the backend's descriptor. `Ok(None)`: serve this open through the
     /// server; an error: the kernel refused the file for a passing reason, and the open
     /// fails with it (see the module documentation).
-    ///
-    /// Writes through a new registration carry the server's privilege only where the
-    /// backend is the files' only writer: elsewhere a setuid bit set behind the kernel's back
-    /// must go at the next write, whoever makes it (see [`BackingWrites`]).
+    /// Writes through a new registration carry `writes`' privilege (see [`BackingWrites`]).
     pub(crate) fn open<B: Backend>(
         &self,
         backend: &B,
         kernel: &dyn Kernel,
         stats: &Stats,
-        ino: Ino,
-        fh: u64,
+        (ino, fh): (Ino, u64),
+        writes: BackingWrites,
     ) -> Result<Option<u32>, Errno> {
         if !self.enabled() {
             return Ok(None);
@@ -143,11 +140,6 @@ impl Backings {
             return Ok(Some(r.id));
         }
         let mut registered = None;
-        let writes = if backend.capabilities().sole_writer {
-            BackingWrites::Server
-        } else {
-            BackingWrites::Unprivileged
-        };
         backend.with_backing_fd(ino, fh, &mut |fd| {
             registered = Some(kernel.open_backing(fd, writes))
         });

@@ -15,7 +15,7 @@ use memofs_core::{
 use crate::backing::Backings;
 use crate::invalidate::{Misses, NotifyInvalidator};
 use crate::keep::Keeper;
-use crate::kernel::Kernel;
+use crate::kernel::{BackingWrites, Kernel};
 use crate::privs::{kill_privs, kill_suidgid, privileged};
 use crate::reply::{OpenOut, ReplyOut};
 use crate::request::{Kind, Op, Request};
@@ -373,11 +373,21 @@ impl<B: Backend> Server<B> {
     ///
     /// An error: the kernel refused the backing file for a passing reason (see
     /// [`crate::backing`]); the backend's handle is released again and the open fails.
-    fn open_out(&self, ino: Ino, opened: memofs_core::Opened, writing: bool) -> Result<OpenOut> {
+    fn open_out(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        opened: memofs_core::Opened,
+        writing: bool,
+    ) -> Result<OpenOut> {
         let fh = opened.fh;
         let backing_id = match self.kernel.as_deref() {
             Some(_) if opened.append_only => Ok(None),
-            Some(k) => self.backings.open(&*self.backend, k, &self.stats, ino, fh),
+            Some(k) => {
+                let writes = self.backing_writes(caller);
+                self.backings
+                    .open(&*self.backend, k, &self.stats, (ino, fh), writes)
+            }
             None => Ok(None),
         };
         let backing_id = backing_id.inspect_err(|_| {
@@ -395,6 +405,21 @@ impl<B: Backend> Server<B> {
             backing_id,
             ..OpenOut::default()
         })
+    }
+
+    /// Whose privilege writes through a new backing registration carry (the kernel does a
+    /// backing file's I/O with the credentials it was registered with, whoever writes): the
+    /// server's where the backend is the files' only writer, since the mode the kernel checks
+    /// and clears is then the real one; elsewhere the opener's, so that a setuid bit set
+    /// behind the kernel's back after an unprivileged caller's open goes at that caller's
+    /// next write, as the host would clear it. (A registration is shared by the inode's later
+    /// opens: an unprivileged open of a file root already holds open writes with root's.)
+    fn backing_writes(&self, caller: &Caller) -> BackingWrites {
+        if self.plan.sole_writer || privileged(caller) {
+            BackingWrites::Server
+        } else {
+            BackingWrites::Unprivileged
+        }
     }
 
     /// Whether the kernel may keep its copy of `ino` now; if so, it is dropped again when
@@ -604,11 +629,11 @@ impl<B: Backend> Server<B> {
                 flags,
             } => {
                 let (umask, flags) = (self.umask(umask), self.open_flags(flags));
-                self.created(out, b.create(caller, ino, name, mode, umask, flags));
+                self.created(caller, out, b.create(caller, ino, name, mode, umask, flags));
             }
             Op::Tmpfile { mode, umask, flags } => {
                 let (umask, flags) = (self.umask(umask), self.open_flags(flags));
-                self.created(out, b.tmpfile(caller, ino, mode, umask, flags));
+                self.created(caller, out, b.tmpfile(caller, ino, mode, umask, flags));
             }
             Op::Read { fh, offset, size } => READ_BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
@@ -706,7 +731,10 @@ impl<B: Backend> Server<B> {
         let r = self
             .backend
             .open(caller, ino, self.open_flags(flags))
-            .and_then(|o| self.open_out(ino, o, flags & libc::O_ACCMODE != libc::O_RDONLY));
+            .and_then(|o| {
+                let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                self.open_out(caller, ino, o, writing)
+            });
         let o = match r {
             Ok(o) => o,
             Err(e) => return out.error(e),
@@ -781,8 +809,13 @@ impl<B: Backend> Server<B> {
 
     /// CREATE and TMPFILE: the new file's entry and its open. If the open cannot be given
     /// (a passing refusal of its backing file), the file stays created and the request fails.
-    fn created(&self, out: &mut dyn ReplyOut, r: Result<(Attr, memofs_core::Opened)>) {
-        let r = r.and_then(|(attr, o)| match self.open_out(attr.ino, o, true) {
+    fn created(
+        &self,
+        caller: &Caller,
+        out: &mut dyn ReplyOut,
+        r: Result<(Attr, memofs_core::Opened)>,
+    ) {
+        let r = r.and_then(|(attr, o)| match self.open_out(caller, attr.ino, o, true) {
             Ok(open) => Ok((open, attr)),
             Err(e) => {
                 // The kernel never learns of the entry: its lookup is given back.

@@ -602,10 +602,22 @@ fn writes_through_backing_files_others_change_carry_no_privilege() {
         passthrough: true,
         ..Granted::default()
     };
-    let mut fake = Arc::into_inner(Fake::shared(true)).unwrap();
-    fake.lends_fd = true;
-    let s = setup_with(&[], Arc::new(fake), granted);
+    let shared = || {
+        let mut fake = Arc::into_inner(Fake::shared(true)).unwrap();
+        fake.lends_fd = true;
+        setup_with(&[], Arc::new(fake), granted)
+    };
+    // Root's open: root's privilege, as on the host.
+    let s = shared();
     assert_eq!(open_backing_id(&s, 2), Some(5));
+    assert_eq!(*s.writes.lock().unwrap(), Some(BackingWrites::Server));
+    // A user's: every write clears setuid/setgid on the backing file.
+    let s = shared();
+    let op = Op::Open {
+        flags: libc::O_WRONLY,
+        kill_suidgid: false,
+    };
+    assert!(matches!(s.ask(2, USER, op), Reply::Opened(o) if o.backing_id == Some(5)));
     assert_eq!(*s.writes.lock().unwrap(), Some(BackingWrites::Unprivileged));
 }
 
