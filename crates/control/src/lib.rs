@@ -331,6 +331,13 @@ fn peer_cred(conn: &UnixStream) -> Option<libc::ucred> {
     }
 }
 
+/// Whether a peer with uid `peer` is root or this server's own user.
+fn root_or_own(peer: Option<u32>) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let own = unsafe { libc::geteuid() };
+    peer.is_some_and(|uid| uid == 0 || uid == own)
+}
+
 /// Uid of the process at the other end of `conn`.
 fn peer_uid(conn: &UnixStream) -> Option<u32> {
     peer_cred(conn).map(|c| c.uid)
@@ -343,9 +350,7 @@ impl StatsSource {
         match command.trim() {
             "" | "stats" => to_json(&self.doc()),
             "invalidate" => {
-                // SAFETY: geteuid has no preconditions.
-                let own = unsafe { libc::geteuid() };
-                if peer.is_some_and(|uid| uid == 0 || uid == own) {
+                if root_or_own(peer) {
                     let done = (self.invalidate)();
                     to_json(&InvalidateDoc {
                         ok: done.did_something(),
@@ -513,15 +518,13 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
         log::debug!("no control socket file ({e}): an abstract socket instead");
         listen_abstract()
     })?;
-    // SAFETY: geteuid has no preconditions.
-    let own = unsafe { libc::geteuid() };
     std::thread::Builder::new()
         .name("memofs-control".into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
                 let peer = peer_uid(&conn);
-                if !peer.is_some_and(|uid| uid == 0 || uid == own) {
+                if !root_or_own(peer) {
                     continue;
                 }
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));

@@ -119,6 +119,16 @@ struct CapHeader {
     pid: i32,
 }
 
+impl CapHeader {
+    /// The calling thread (capabilities belong to threads: `pid` 0), ABI version 3.
+    fn this_thread() -> CapHeader {
+        CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        }
+    }
+}
+
 /// `struct __user_cap_data_struct`; version 3 takes two (capabilities 0-31, 32-63).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -128,12 +138,9 @@ struct CapData {
     inheritable: u32,
 }
 
-/// The calling thread's capabilities (capabilities belong to threads: `pid` 0).
+/// The calling thread's capabilities.
 fn thread_caps() -> io::Result<[CapData; 2]> {
-    let mut header = CapHeader {
-        version: 0x2008_0522,
-        pid: 0,
-    };
+    let mut header = CapHeader::this_thread();
     let mut data = [CapData::default(); 2];
     // SAFETY: capget fills the two-element data array version 3 names from a live header.
     if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
@@ -144,10 +151,7 @@ fn thread_caps() -> io::Result<[CapData; 2]> {
 
 /// Sets the calling thread's capabilities.
 fn set_thread_caps(data: &[CapData; 2]) -> io::Result<()> {
-    let mut header = CapHeader {
-        version: 0x2008_0522,
-        pid: 0,
-    };
+    let mut header = CapHeader::this_thread();
     // SAFETY: capset reads the header and two data elements, all live, for this thread.
     if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
         return Err(io::Error::last_os_error());

@@ -129,7 +129,7 @@ impl PassthroughFs {
         let inode = self.table.get(ino)?;
         let told = *inode.told.lock();
         if let Some(told) = told {
-            if told != Told::of_host(&sys::at::statx_fd(inode.fd.as_fd())?) {
+            if told != Told::of(&self.attr(&inode)?) {
                 return Err(Errno::ESTALE);
             }
         }

@@ -78,21 +78,12 @@ pub(crate) struct Told {
 }
 
 impl Told {
-    /// From attributes given to the kernel.
+    /// From attributes (given to the kernel, or the host's now).
     pub(crate) fn of(attr: &memofs_core::Attr) -> Told {
         Told {
             mode: attr.perm as u32,
             uid: attr.uid,
             gid: attr.gid,
-        }
-    }
-
-    /// From the host's attributes now.
-    pub(crate) fn of_host(st: &libc::statx) -> Told {
-        Told {
-            mode: st.stx_mode as u32 & 0o7777,
-            uid: st.stx_uid,
-            gid: st.stx_gid,
         }
     }
 }
