@@ -162,8 +162,9 @@ class Runner:
                 missing = missing_tools(part)
                 if missing:
                     self.skipped_parts.add((w.name, part.name))
-                    self.fail(None, w.name, part.name, None,
-                              f"skipped on every target: {', '.join(missing)} not installed")
+                    record = self.note if part.optional else self.fail
+                    record(None, w.name, part.name, None,
+                           f"skipped on every target: {', '.join(missing)} not installed")
 
     def _prepare(self) -> None:
         """Each workload's one-time preparation (inputs fetched and verified), before any

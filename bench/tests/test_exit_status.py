@@ -170,3 +170,18 @@ def test_memofs_rejecting_an_option_fails_the_run(tmp_path, capsys):
     assert last.startswith("memofs-bench: FAILED (1): memofs:-o no_such_option=1 / "
                            "stat-missing: mounting memofs:-o no_such_option=1 failed")
     assert "no_such_option" in last.split(" exited ", 1)[-1], last
+
+
+@pytest.mark.parametrize("optional", [False, True])
+def test_a_missing_tool_fails_the_run_unless_the_part_is_optional(tmp_path, monkeypatch,
+                                                                  capsys, optional):
+    w = workload("ok")
+    w.parts.append(Part("extra", ("m",), one_sample, ("no-such-tool-here",), lambda p: [""],
+                        optional=optional))
+    use_workloads(monkeypatch, w)
+    rc, last = run_cli(capsys, tmp_path, "run", "ok", "-t", "plain")
+    assert rc == (0 if optional else 1)
+    doc = results.load(tmp_path)
+    assert [e["message"] for e in doc["errors"]] == [
+        "skipped on every target: no-such-tool-here not installed"]
+    assert [s["metric"] for s in doc["samples"]] == ["ok/m"]

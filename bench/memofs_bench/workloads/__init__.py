@@ -49,6 +49,7 @@ class Part:
     requires: tuple[str, ...] = ()      # commands that must be on PATH
     labels: Callable[[dict], list[str]] = lambda p: []   # expected row order
     needs_source: bool = False          # only for targets exporting a host directory
+    optional: bool = False              # a missing tool is noted, not a failed run
 
 
 @dataclass

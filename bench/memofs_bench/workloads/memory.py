@@ -2,7 +2,9 @@
 shared memory (tmpfs pages) grown by writing SIZE bytes, and by creating FILES empty files;
 and what data written sparsely costs against what was written: SPARSE_PERCENT of the 4 KiB
 pages of a SPARSE_SIZE file written at random offsets (a database-like file), and SMALL_FILES
-files of a few KiB each (a source tree).
+files of a few KiB each (a source tree); and what xfstests' fsstress leaves (FSSTRESS_OPS
+operations in 4 processes, seed 1234: files of every size, holes, links, xattrs), when fsstress
+is installed (bench/fsstress-build.sh builds it; without it the part is noted as skipped).
 
 Server RSS is summed over the processes serving the mount (none for kernel tmpfs); Shmem is
 the system-wide /proc/meminfo figure, so run nothing else meanwhile. The sparse and small-file
@@ -129,6 +131,17 @@ def inodes(ctx: Context):
     yield "rss-inode", "files", (server_rss(ctx) - rss0) / n
 
 
+def fsstress(ctx: Context):
+    ops = ctx.int("fsstress_ops")
+    ctx.status(f"fsstress: {ops} operations in 4 processes")
+    rss0, sh0 = settled(ctx)
+    ctx.run(["fsstress", "-d", str(ctx.mnt / "fsstress"), "-p", "4", "-n", str(ops),
+             "-s", "1234"])
+    grown = (server_rss(ctx) - rss0) + (shmem() - sh0)
+    yield "kept-fsstress", "fsstress", grown / (1 << 20)
+    ctx.run(["rm", "-rf", str(ctx.mnt / "fsstress")])
+
+
 WORKLOAD = Workload(
     name="memory",
     summary="server RSS and kernel Shmem per GiB stored, server RSS per empty file",
@@ -139,6 +152,7 @@ WORKLOAD = Workload(
         Param("sparse_size", "1G", "16M", "size of the sparse file (k/M/G suffixes)"),
         Param("sparse_percent", "10", "10", "percent of its 4 KiB pages written, at random"),
         Param("small_files", "20000", "200", "files of 1-8 KiB written"),
+        Param("fsstress_ops", "10000", "500", "fsstress operations per process"),
     ],
     metrics=[
         Metric("rss-data", "server RSS per GiB stored", "MiB/GiB", False, "what"),
@@ -148,6 +162,7 @@ WORKLOAD = Workload(
                "what"),
         Metric("kept-small", "Shmem + server RSS per GiB written as small files", "MiB/GiB",
                False, "what"),
+        Metric("kept-fsstress", "Shmem + server RSS left by fsstress", "MiB", False, "what"),
     ],
     # Inodes first: memory freed by the data part would otherwise be reused for them.
     parts=[
@@ -156,5 +171,7 @@ WORKLOAD = Workload(
         Part("sparse", ("kept-sparse",), sparse, ("python3",), lambda p: ["sparse"]),
         Part("small-files", ("kept-small",), small_files, ("python3",),
              lambda p: ["small files"]),
+        Part("fsstress", ("kept-fsstress",), fsstress, ("fsstress",), lambda p: ["fsstress"],
+             optional=True),
     ],
 )

@@ -1,6 +1,8 @@
 //! Nanosecond timestamps with the kernel's whole range, and a lock-free cell for them.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const NS: i128 = 1_000_000_000;
@@ -82,31 +84,122 @@ pub const EDGE_TIMES: [(i64, u32); 8] = [
 ];
 
 /// A [`Timestamp`] that many threads read and write without a lock (an inode's atime is
-/// stored by every reader of the file).
+/// stored by every reader of the file), in one 64-bit word.
 ///
-/// 128-bit atomics from `portable-atomic`: on x86-64 they are single `cmpxchg16b`
-/// instructions (and plain 16-byte loads where the CPU has AVX), chosen at run time, so no
-/// reader or writer ever waits for another; only a CPU without `cmpxchg16b` (none made
-/// since 2008) gets the crate's fallback, a seqlock. Two 64-bit words could be torn apart
-/// between a writer's seconds and nanoseconds, and one 64-bit word of nanoseconds ends in
-/// 2262.
-#[derive(Debug, Default)]
-pub struct AtomicTimestamp(portable_atomic::AtomicI128);
+/// A time within 146 years of 1970 (1824 to 2116) is the word itself, signed nanoseconds in
+/// 63 bits, loaded and stored with single atomic instructions. A time outside that range
+/// (what `utimensat` may set: a `timespec64` spans hundreds of billions of years) is kept
+/// exactly in a process-wide table, and the word holds its entry's number with the top bit
+/// set. Only such times take the table's lock. Every change of a word to or from an entry
+/// number is made under that lock, so a reader that loads a number and then takes the lock
+/// finds its entry, or finds that the word has changed since and loads it again. Entry
+/// numbers are never reused, and an entry goes when its word is overwritten or dropped.
+#[derive(Default)]
+pub struct AtomicTimestamp(AtomicU64);
+
+/// Top bit of a word: the rest is an entry number in [`wide_times`].
+const WIDE: u64 = 1 << 63;
+/// The narrow range: nanoseconds that fit in 63 signed bits.
+const NARROW: std::ops::Range<i128> = -(1 << 62)..(1 << 62);
+
+/// Times outside the narrow range, by entry number.
+fn wide_times() -> std::sync::MutexGuard<'static, WideTimes> {
+    static TABLE: OnceLock<Mutex<WideTimes>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| Mutex::new(WideTimes::default()));
+    // A panic while the lock was held left the table whole (each change is one insert or
+    // remove), so a poisoned lock is taken as it is.
+    table
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Default)]
+struct WideTimes {
+    next: u64,
+    times: HashMap<u64, Timestamp>,
+}
+
+impl WideTimes {
+    /// Forgets the entry `word` names, if it names one.
+    fn drop_word(&mut self, word: u64) {
+        if word & WIDE != 0 {
+            self.times.remove(&(word & !WIDE));
+        }
+    }
+}
 
 impl AtomicTimestamp {
     /// A cell holding `t`.
     pub fn new(t: Timestamp) -> AtomicTimestamp {
-        AtomicTimestamp(portable_atomic::AtomicI128::new(t.0))
+        let cell = AtomicTimestamp(AtomicU64::new(0));
+        cell.store(t);
+        cell
     }
 
     /// The stored time. Relaxed: a timestamp orders nothing else.
     pub fn load(&self) -> Timestamp {
-        Timestamp(self.0.load(Ordering::Relaxed))
+        loop {
+            let word = self.0.load(Ordering::Relaxed);
+            if word & WIDE == 0 {
+                // Sign-extend the 63-bit count.
+                return Timestamp((((word << 1) as i64) >> 1) as i128);
+            }
+            if let Some(t) = wide_times().times.get(&(word & !WIDE)) {
+                return *t;
+            }
+            // Overwritten since the load: the word now holds something else.
+        }
     }
 
     /// Stores `t`.
     pub fn store(&self, t: Timestamp) {
-        self.0.store(t.0, Ordering::Relaxed)
+        if !NARROW.contains(&t.0) {
+            let mut table = wide_times();
+            let number = table.next;
+            table.next += 1;
+            table.times.insert(number, t);
+            let old = self.0.swap(number | WIDE, Ordering::Relaxed);
+            table.drop_word(old);
+            return;
+        }
+        let word = t.0 as i64 as u64 & !WIDE;
+        let mut current = self.0.load(Ordering::Relaxed);
+        while current & WIDE == 0 {
+            match self
+                .0
+                .compare_exchange_weak(current, word, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => current = now,
+            }
+        }
+        // The word names an entry: replace it under the table's lock.
+        let mut table = wide_times();
+        let old = self.0.swap(word, Ordering::Relaxed);
+        table.drop_word(old);
+    }
+
+    /// True if `self` holds an entry of the wide table (for tests).
+    #[cfg(test)]
+    fn is_wide(&self) -> bool {
+        self.0.load(Ordering::Relaxed) & WIDE != 0
+    }
+}
+
+impl Drop for AtomicTimestamp {
+    fn drop(&mut self) {
+        let word = *self.0.get_mut();
+        if word & WIDE != 0 {
+            wide_times().drop_word(word);
+        }
+    }
+}
+
+impl std::fmt::Debug for AtomicTimestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AtomicTimestamp")
+            .field(&self.load())
+            .finish()
     }
 }
 
@@ -183,5 +276,56 @@ mod tests {
             cell.store(t);
             assert_eq!(cell.load(), t);
         }
+    }
+
+    #[test]
+    fn atomic_cell_keeps_eight_bytes_and_wide_entries_go_with_their_value() {
+        assert_eq!(std::mem::size_of::<AtomicTimestamp>(), 8);
+        let edges = [NARROW.start - 1, NARROW.start, NARROW.end - 1, NARROW.end];
+        for ns in edges {
+            let cell = AtomicTimestamp::new(Timestamp(ns));
+            assert_eq!(cell.load(), Timestamp(ns));
+            assert_eq!(cell.is_wide(), !NARROW.contains(&ns));
+        }
+        let cell = AtomicTimestamp::new(Timestamp::MAX);
+        let number = cell.0.load(Ordering::Relaxed) & !WIDE;
+        cell.store(Timestamp::MIN);
+        assert!(!wide_times().times.contains_key(&number), "overwritten");
+        let number = cell.0.load(Ordering::Relaxed) & !WIDE;
+        cell.store(Timestamp(5));
+        assert!(!wide_times().times.contains_key(&number), "narrowed");
+        assert!(!cell.is_wide());
+        cell.store(Timestamp::MAX);
+        let number = cell.0.load(Ordering::Relaxed) & !WIDE;
+        drop(cell);
+        assert!(!wide_times().times.contains_key(&number), "dropped");
+    }
+
+    #[test]
+    fn racing_stores_of_wide_and_narrow_times_leave_one_of_them() {
+        let cell = AtomicTimestamp::new(Timestamp(0));
+        // Wide values no other test stores, so the table's entries for them are this cell's.
+        let (far, early) = (
+            Timestamp(Timestamp::MAX.0 - 77),
+            Timestamp(Timestamp::MIN.0 + 77),
+        );
+        let values = [far, Timestamp(7), early, Timestamp(-7)];
+        std::thread::scope(|s| {
+            for t in values {
+                let cell = &cell;
+                s.spawn(move || {
+                    for _ in 0..2000 {
+                        cell.store(t);
+                        assert!(values.contains(&cell.load()));
+                    }
+                });
+            }
+        });
+        let last = cell.load();
+        assert!(values.contains(&last));
+        let wide = wide_times();
+        let live = usize::from(cell.is_wide());
+        let mine = wide.times.values().filter(|t| values.contains(t)).count();
+        assert_eq!(mine, live, "entries left behind");
     }
 }

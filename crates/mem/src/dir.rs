@@ -5,7 +5,6 @@
 //! entries vanish, surviving ones are returned exactly once, and entries added during the
 //! listing appear at most once. Offsets 1 and 2 are `.` and `..`.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::hash::BuildHasher;
 use std::hash::RandomState;
@@ -38,19 +37,87 @@ pub struct Slot {
     pub kind: FileKind,
 }
 
-/// One entry: the name is stored once, here.
+/// Bytes of a name kept inside the entry; longer names go to the heap.
+const INLINE_NAME: usize = 22;
+
+/// A name, stored once: inline when it is short (most are), so that it costs no
+/// allocation of its own. 24 bytes either way.
+enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<[u8]>),
+}
+
+impl Name {
+    fn new(name: &[u8]) -> Name {
+        if name.len() > INLINE_NAME {
+            return Name::Heap(name.into());
+        }
+        let mut bytes = [0; INLINE_NAME];
+        bytes[..name.len()].copy_from_slice(name);
+        Name::Inline {
+            len: name.len() as u8,
+            bytes,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Name::Inline { len, bytes } => &bytes[..*len as usize],
+            Name::Heap(b) => b,
+        }
+    }
+}
+
+/// Bits of [`Entry::cookie_kind`] below the kind: a directory hands out fewer than 2^56
+/// cookies in its life (one per insert).
+const COOKIE_BITS: u32 = 56;
+const COOKIE_MASK: u64 = (1 << COOKIE_BITS) - 1;
+
+/// One entry: 40 bytes, the name with its kind and cookie in one word.
 struct Entry {
-    name: Box<[u8]>,
+    name: Name,
     ino: Ino,
-    cookie: u64,
-    kind: FileKind,
+    /// The cookie in the low [`COOKIE_BITS`], the kind's `S_IFMT` bits above.
+    cookie_kind: u64,
+}
+
+/// A cookie and a kind in one word.
+fn pack(cookie: u64, kind: FileKind) -> u64 {
+    debug_assert!(cookie <= COOKIE_MASK);
+    cookie | (u64::from(kind.mode_bits() >> 12) << COOKIE_BITS)
 }
 
 impl Entry {
+    fn new(name: &[u8], ino: Ino, cookie: u64, kind: FileKind) -> Entry {
+        Entry {
+            name: Name::new(name),
+            ino,
+            cookie_kind: pack(cookie, kind),
+        }
+    }
+
+    fn name(&self) -> &[u8] {
+        self.name.as_bytes()
+    }
+
+    fn cookie(&self) -> u64 {
+        self.cookie_kind & COOKIE_MASK
+    }
+
+    fn kind(&self) -> FileKind {
+        let bits = ((self.cookie_kind >> COOKIE_BITS) as u32) << 12;
+        FileKind::from_mode(bits).expect("stored from a kind")
+    }
+
+    fn set_target(&mut self, ino: Ino, kind: FileKind) {
+        self.ino = ino;
+        self.cookie_kind = pack(self.cookie(), kind);
+    }
+
     fn slot(&self) -> Slot {
         Slot {
             ino: self.ino,
-            kind: self.kind,
+            kind: self.kind(),
         }
     }
 }
@@ -128,11 +195,16 @@ impl Drop for DirWriteGuard<'_> {
 
 /// One directory's entries.
 ///
-/// `entries` finds a name; `order` lists cookies in insertion order with each entry's name
-/// hash, which finds the entry again in `entries` without a second copy of the name.
+/// `entries` finds a name. `order` lists `(cookie, name hash)` in cookie order, which is
+/// insertion order: the hash finds the entry again in `entries` without a second copy of the
+/// name. A removed entry stays in `order`, marked, until marked ones are half of it; then
+/// they are dropped in one pass (cookies never change, so listings in progress continue).
+/// Both shrink as the directory does.
 pub struct Directory {
     entries: HashTable<Entry>,
-    order: BTreeMap<u64, u64>,
+    order: Vec<(u64, u64)>,
+    /// Marked (removed) records in `order`.
+    gone: usize,
     next_cookie: u64,
     /// Inode number of `..`.
     pub parent: Ino,
@@ -142,12 +214,19 @@ pub struct Directory {
     pub removed: bool,
 }
 
+/// Marks a removed record in [`Directory::order`] (cookies are below 2^56).
+const GONE: u64 = 1 << 63;
+
+/// Fewer marked records than this are never dropped (not worth a pass).
+const MIN_SWEEP: usize = 32;
+
 impl Directory {
     /// An empty directory.
     pub fn new(parent: Ino) -> Directory {
         Directory {
             entries: HashTable::new(),
-            order: BTreeMap::new(),
+            order: Vec::new(),
+            gone: 0,
             next_cookie: FIRST_COOKIE,
             parent,
             subdirs: 0,
@@ -157,12 +236,12 @@ impl Directory {
 
     fn find(&self, name: &OsStr) -> Option<&Entry> {
         let name = name.as_bytes();
-        self.entries.find(name_hash(name), |e| *e.name == *name)
+        self.entries.find(name_hash(name), |e| e.name() == name)
     }
 
     fn find_mut(&mut self, name: &OsStr) -> Option<&mut Entry> {
         let name = name.as_bytes();
-        self.entries.find_mut(name_hash(name), |e| *e.name == *name)
+        self.entries.find_mut(name_hash(name), |e| e.name() == name)
     }
 
     /// The entry called `name`.
@@ -191,15 +270,10 @@ impl Directory {
         let cookie = self.next_cookie;
         self.next_cookie += 1;
         let hash = name_hash(name.as_bytes());
-        let entry = Entry {
-            name: name.as_bytes().into(),
-            ino,
-            cookie,
-            kind,
-        };
+        let entry = Entry::new(name.as_bytes(), ino, cookie, kind);
         self.entries
-            .insert_unique(hash, entry, |e| name_hash(&e.name));
-        self.order.insert(cookie, hash);
+            .insert_unique(hash, entry, |e| name_hash(e.name()));
+        self.order.push((cookie, hash));
         if kind == FileKind::Directory {
             self.subdirs += 1;
         }
@@ -210,14 +284,38 @@ impl Directory {
         let bytes = name.as_bytes();
         let found = self
             .entries
-            .find_entry(name_hash(bytes), |e| *e.name == *bytes)
+            .find_entry(name_hash(bytes), |e| e.name() == bytes)
             .ok()?;
         let (entry, _) = found.remove();
-        self.order.remove(&entry.cookie);
-        if entry.kind == FileKind::Directory {
+        let at = self.position(entry.cookie());
+        self.order[at].0 |= GONE;
+        self.gone += 1;
+        self.shrink();
+        if entry.kind() == FileKind::Directory {
             self.subdirs -= 1;
         }
         Some(entry.slot())
+    }
+
+    /// Index in `order` of the first record whose cookie is at least `cookie`.
+    fn position(&self, cookie: u64) -> usize {
+        self.order.partition_point(|(c, _)| c & !GONE < cookie)
+    }
+
+    /// Drops marked records once they are half of `order`, and gives memory back as the
+    /// directory empties.
+    fn shrink(&mut self) {
+        if self.gone >= MIN_SWEEP && self.gone * 2 >= self.order.len() {
+            self.order.retain(|(c, _)| c & GONE == 0);
+            self.gone = 0;
+            if self.order.capacity() > 2 * self.order.len() {
+                self.order.shrink_to(self.order.len() * 3 / 2);
+            }
+        }
+        let len = self.entries.len();
+        if self.entries.capacity() > 4 * len.max(8) {
+            self.entries.shrink_to(len * 2, |e| name_hash(e.name()));
+        }
     }
 
     /// Points existing `name` at another inode (rename over, exchange), keeping its place
@@ -225,8 +323,7 @@ impl Directory {
     pub fn replace(&mut self, name: &OsStr, ino: Ino, kind: FileKind) -> Option<Slot> {
         let entry = self.find_mut(name)?;
         let old = entry.slot();
-        entry.ino = ino;
-        entry.kind = kind;
+        entry.set_target(ino, kind);
         if old.kind == FileKind::Directory {
             self.subdirs -= 1;
         }
@@ -239,18 +336,20 @@ impl Directory {
     /// Entries after readdir offset `offset`, as `(cookie, name, slot)`, in order.
     pub fn entries_after(&self, offset: u64) -> impl Iterator<Item = (u64, &OsStr, Slot)> + '_ {
         // Past the last possible cookie: nothing (never wrapped round to the start).
-        let start = offset.max(FIRST_COOKIE - 1).checked_add(1);
-        let order = match start {
-            Some(start) => self.order.range(start..),
-            None => self.order.range(0..0),
+        let start = match offset.max(FIRST_COOKIE - 1).checked_add(1) {
+            Some(first) => self.position(first),
+            None => self.order.len(),
         };
-        order.map(move |(&cookie, &hash)| {
-            let e = self
-                .entries
-                .find(hash, |e| e.cookie == cookie)
-                .expect("every cookie in the order has its entry");
-            (cookie, OsStr::from_bytes(&e.name), e.slot())
-        })
+        self.order[start..]
+            .iter()
+            .filter(|(c, _)| c & GONE == 0)
+            .map(move |&(cookie, hash)| {
+                let e = self
+                    .entries
+                    .find(hash, |e| e.cookie() == cookie)
+                    .expect("every unmarked cookie in the order has its entry");
+                (cookie, OsStr::from_bytes(e.name()), e.slot())
+            })
     }
 
     /// Names of all entries (for recursive removal in tests).
@@ -335,5 +434,86 @@ mod tests {
             .map(|(_, n, s)| (n.to_os_string(), s.ino))
             .collect();
         assert_eq!(order, vec![("a".into(), 7), ("b".into(), 6)]);
+    }
+
+    #[test]
+    fn names_of_every_length_and_every_kind_round_trip() {
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
+        let kinds = [
+            FileKind::Regular,
+            FileKind::Directory,
+            FileKind::Symlink,
+            FileKind::Fifo,
+            FileKind::Socket,
+            FileKind::CharDevice,
+            FileKind::BlockDevice,
+        ];
+        let mut d = Directory::new(1);
+        for len in 1..=255usize {
+            let name = OsString::from("n".repeat(len - 1) + &(len % 10).to_string());
+            d.insert(&name, len as u64, kinds[len % kinds.len()]);
+        }
+        for len in 1..=255usize {
+            let name = OsString::from("n".repeat(len - 1) + &(len % 10).to_string());
+            let slot = d.get(&name).expect("inserted");
+            assert_eq!(
+                (slot.ino, slot.kind),
+                (len as u64, kinds[len % kinds.len()])
+            );
+        }
+        let listed: Vec<usize> = d.entries_after(0).map(|(_, n, _)| n.len()).collect();
+        assert_eq!(listed, (1..=255).collect::<Vec<_>>(), "insertion order");
+    }
+
+    #[test]
+    fn a_listing_continues_across_the_sweep_of_removed_records() {
+        let mut d = Directory::new(1);
+        for i in 0..1000 {
+            d.insert(&name(i), i as u64, FileKind::Regular);
+        }
+        let first: Vec<_> = d
+            .entries_after(0)
+            .take(500)
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|(c, _, _)| *c)
+            .collect();
+        let resume = *first.last().unwrap();
+        // Remove everything listed and every other one after it: the sweep runs.
+        for i in 0..500 {
+            d.remove(&name(i));
+        }
+        for i in (500..1000).step_by(2) {
+            d.remove(&name(i));
+        }
+        assert!(d.order.len() < 1000, "marked records were dropped");
+        let rest: Vec<u32> = d
+            .entries_after(resume)
+            .map(|(_, n, _)| n.to_str().unwrap()[1..].parse().unwrap())
+            .collect();
+        assert_eq!(rest, (501..1000).step_by(2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_emptied_directory_gives_its_tables_back() {
+        let mut d = Directory::new(1);
+        for i in 0..100_000 {
+            d.insert(&name(i), i as u64, FileKind::Regular);
+        }
+        let (table, order) = (d.entries.capacity(), d.order.capacity());
+        for i in 0..99_990 {
+            d.remove(&name(i));
+        }
+        assert!(
+            d.entries.capacity() * 100 < table,
+            "{} of {table}",
+            d.entries.capacity()
+        );
+        assert!(
+            d.order.capacity() * 100 < order,
+            "{} of {order}",
+            d.order.capacity()
+        );
+        assert_eq!(d.names().count(), 10);
     }
 }

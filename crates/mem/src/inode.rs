@@ -1,9 +1,9 @@
 //! What every kind of inode shares, the inode table, and the atime choke point.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use triomphe::Arc;
 
+use hashbrown::HashTable;
 use memofs_core::{
     AtimePolicy, AtomicTimestamp, Attr, Errno, FileKind, Ino, Result, Timestamp, ROOT_INO,
 };
@@ -33,14 +33,29 @@ pub enum NodeData {
     File(RegularFile),
     /// A symlink's target.
     Symlink(Symlink),
-    /// FIFO, socket or device node: no data.
-    Special,
+    /// FIFO, socket or device node: no data besides the kind and, for a device, its number.
+    Special {
+        /// Which of the four kinds.
+        kind: FileKind,
+        /// Device number (device nodes; 0 for the others).
+        rdev: u32,
+    },
 }
 
 impl NodeData {
     /// An empty directory whose `..` is `parent`.
     pub fn new_dir(parent: Ino) -> NodeData {
         NodeData::Dir(Box::new(DirNode::new(parent)))
+    }
+
+    /// The object kind the data is for.
+    pub fn kind(&self) -> FileKind {
+        match self {
+            NodeData::Dir(_) => FileKind::Directory,
+            NodeData::File(_) => FileKind::Regular,
+            NodeData::Symlink(_) => FileKind::Symlink,
+            NodeData::Special { kind, .. } => *kind,
+        }
     }
 }
 
@@ -56,32 +71,45 @@ pub struct Meta {
 }
 
 /// One inode.
+///
+/// Every empty file has one, so its size is kept at 120 bytes (with the reference count,
+/// a 144-byte allocation): the kind and device number live in [`NodeData`], timestamps are
+/// one word each ([`AtomicTimestamp`]), and the counters are 32-bit.
 pub struct Inode {
     /// Inode number, never reused during the filesystem's life.
     pub ino: Ino,
-    /// Object kind (never changes).
-    pub kind: FileKind,
-    /// Device number (device nodes).
-    pub rdev: u32,
     /// Mode, owner, group.
     pub meta: Mutex<Meta>,
     /// Hard links; 0 means the inode has no lookup path (a pseudo inode).
     pub nlink: AtomicU32,
     /// Inode flags (`FS_IOC_GETFLAGS` bits and internal ones; see [`crate::iflags`]).
     pub(crate) flags: AtomicU32,
-    lookups: AtomicU64,
-    opens: AtomicU64,
+    /// Kernel references; [`PINNED`] once they no longer fit (see [`Inode::inc_lookup`]).
+    lookups: AtomicU32,
+    opens: AtomicU32,
     atime: AtomicTimestamp,
     mtime: AtomicTimestamp,
     ctime: AtomicTimestamp,
-    crtime: Timestamp,
+    /// Set once, at creation.
+    crtime: AtomicTimestamp,
     /// Kind-specific data.
     pub data: NodeData,
     /// Extended attributes.
     pub xattrs: Mutex<Xattrs>,
 }
 
+/// A lookup count that reached this stays there: the inode is kept for the filesystem's
+/// life. The kernel would have to send four billion lookups of one inode without a FORGET
+/// to get here (a cached dentry is looked up again only when its timeout passes); keeping
+/// one inode is the safe answer, freeing one still referenced is not.
+const PINNED: u32 = u32::MAX;
+
 impl Inode {
+    /// Object kind (never changes).
+    pub fn kind(&self) -> FileKind {
+        self.data.kind()
+    }
+
     /// Current attributes.
     pub fn attr(&self) -> Attr {
         let meta = *self.meta.lock();
@@ -97,7 +125,7 @@ impl Inode {
             }
             NodeData::Dir(d) => (d.bogo_size(), 0, None),
             NodeData::Symlink(s) => (s.target().len() as u64, 0, None),
-            NodeData::Special => (0, 0, None),
+            NodeData::Special { .. } => (0, 0, None),
         };
         let nlink = self.nlink.load(Ordering::Relaxed);
         let mut atime = self.atime.load();
@@ -120,13 +148,16 @@ impl Inode {
             atime,
             mtime,
             ctime,
-            crtime: self.crtime,
-            kind: self.kind,
+            crtime: self.crtime.load(),
+            kind: self.kind(),
             perm: (meta.mode & 0o7777) as u16,
             nlink,
             uid: meta.uid,
             gid: meta.gid,
-            rdev: self.rdev,
+            rdev: match self.data {
+                NodeData::Special { rdev, .. } => rdev,
+                _ => 0,
+            },
             blksize: 4096,
         }
     }
@@ -188,7 +219,7 @@ impl Inode {
         if self.nlink.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let is_dir = self.kind == FileKind::Directory;
+        let is_dir = self.kind() == FileKind::Directory;
         if policy.never(is_dir) || self.kernel_times_kept() || self.noatime() {
             return;
         }
@@ -220,13 +251,18 @@ impl Inode {
         self.ctime.store(now);
     }
 
-    /// One more kernel reference.
-    pub fn inc_lookup(&self, n: u64) {
-        self.lookups.fetch_add(n, Ordering::SeqCst);
+    /// `n` more kernel references; a count that would pass [`PINNED`] stays there.
+    pub fn inc_lookup(&self, n: u32) {
+        let _ = self
+            .lookups
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(c.saturating_add(n))
+            });
     }
 
     /// One more open file.
     pub fn inc_open(&self) {
+        // As many opens as fit in memory: far fewer than 2^32 file structures.
         self.opens.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -250,8 +286,15 @@ impl Inode {
 
 const SHARDS: usize = 64;
 
-/// One shard of the inode table.
-type Shard = RwLock<HashMap<Ino, Arc<Inode>>>;
+/// One shard of the inode table: inodes found by their number, which the inode itself holds
+/// (one pointer per slot).
+type Shard = RwLock<HashTable<Arc<Inode>>>;
+
+/// Hash of an inode number: numbers are handed out in sequence by the server, so a
+/// multiplication spreads them over the table's bits (no caller can choose them).
+fn ino_hash(ino: Ino) -> u64 {
+    ino.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
 
 /// Inode number → inode, sharded so that requests on different inodes rarely share a lock.
 pub struct InodeTable {
@@ -263,7 +306,7 @@ impl InodeTable {
     /// An empty table; the first inode allocated is the root.
     pub fn new() -> InodeTable {
         InodeTable {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| RwLock::new(HashTable::new())).collect(),
             next_ino: AtomicU64::new(ROOT_INO),
         }
     }
@@ -276,7 +319,7 @@ impl InodeTable {
     pub fn get(&self, ino: Ino) -> Result<Arc<Inode>> {
         self.shard(ino)
             .read()
-            .get(&ino)
+            .find(ino_hash(ino), |i| i.ino == ino)
             .cloned()
             .ok_or(Errno::ESTALE)
     }
@@ -288,27 +331,18 @@ impl InodeTable {
         data: NodeData,
         now: Timestamp,
     ) -> Arc<Inode> {
-        let root = self.insert(mode, 0, owner, data, now);
+        let root = self.insert(mode, owner, data, now);
         root.nlink.store(2, Ordering::SeqCst);
         root
     }
 
     /// Allocates a new inode number and inserts a new inode with nlink 0 and no lookups;
     /// the caller links it into a directory.
-    pub fn insert(
-        &self,
-        mode: u32,
-        rdev: u32,
-        owner: Owner,
-        data: NodeData,
-        now: Timestamp,
-    ) -> Arc<Inode> {
+    pub fn insert(&self, mode: u32, owner: Owner, data: NodeData, now: Timestamp) -> Arc<Inode> {
         let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        let kind = FileKind::from_mode(mode).expect("caller validated the kind");
+        debug_assert_eq!(FileKind::from_mode(mode), Some(data.kind()));
         let inode = Arc::new(Inode {
             ino,
-            kind,
-            rdev,
             meta: Mutex::new(Meta {
                 mode,
                 uid: owner.uid,
@@ -316,16 +350,18 @@ impl InodeTable {
             }),
             nlink: AtomicU32::new(0),
             flags: AtomicU32::new(0),
-            lookups: AtomicU64::new(0),
-            opens: AtomicU64::new(0),
+            lookups: AtomicU32::new(0),
+            opens: AtomicU32::new(0),
             atime: AtomicTimestamp::new(now),
             mtime: AtomicTimestamp::new(now),
             ctime: AtomicTimestamp::new(now),
-            crtime: now,
+            crtime: AtomicTimestamp::new(now),
             data,
             xattrs: Mutex::new(Xattrs::default()),
         });
-        self.shard(ino).write().insert(ino, inode.clone());
+        self.shard(ino)
+            .write()
+            .insert_unique(ino_hash(ino), inode.clone(), |i| ino_hash(i.ino));
         inode
     }
 
@@ -336,7 +372,19 @@ impl InodeTable {
         if inode.ino == ROOT_INO || !inode.is_dead() {
             return (0, 0);
         }
-        let removed = self.shard(inode.ino).write().remove(&inode.ino);
+        let removed = {
+            let mut shard = self.shard(inode.ino).write();
+            let removed = shard
+                .find_entry(ino_hash(inode.ino), |i| i.ino == inode.ino)
+                .ok()
+                .map(|found| found.remove().0);
+            // Give memory back as the table empties.
+            let len = shard.len();
+            if shard.capacity() > 4 * len.max(8) {
+                shard.shrink_to(len * 2, |i| ino_hash(i.ino));
+            }
+            removed
+        };
         match removed {
             Some(node) => {
                 let pages = match &node.data {
@@ -349,15 +397,15 @@ impl InodeTable {
         }
     }
 
-    /// Drops `n` kernel references; true if the count reached zero.
+    /// Drops `n` kernel references; true if the count reached zero. A pinned count stays.
     pub fn forget(&self, inode: &Inode, n: u64) -> bool {
-        let prev = inode
+        let dropped = inode
             .lookups
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
-                Some(c.saturating_sub(n))
-            })
-            .unwrap_or(0);
-        prev <= n
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| match c {
+                PINNED => None,
+                c => Some(c.saturating_sub(u32::try_from(n).unwrap_or(u32::MAX))),
+            });
+        matches!(dropped, Ok(prev) if u64::from(prev) <= n)
     }
 
     /// Drops one open reference.
@@ -383,5 +431,39 @@ impl InodeTable {
 impl Default for InodeTable {
     fn default() -> Self {
         InodeTable::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inode_fits_a_144_byte_allocation() {
+        // The reference count (8 bytes) and glibc's chunk header (8) come on top.
+        assert!(std::mem::size_of::<Inode>() <= 128);
+        assert!(std::mem::size_of::<NodeData>() <= 40);
+    }
+
+    #[test]
+    fn a_lookup_count_that_overflows_pins_the_inode() {
+        let table = InodeTable::new();
+        let owner = Owner { uid: 0, gid: 0 };
+        let data = NodeData::Special {
+            kind: FileKind::Fifo,
+            rdev: 0,
+        };
+        let inode = table.insert(libc::S_IFIFO | 0o644, owner, data, Timestamp::now());
+        inode.inc_lookup(u32::MAX - 1);
+        assert!(!table.forget(&inode, 1));
+        assert!(
+            table.forget(&inode, u64::from(u32::MAX - 2)),
+            "counted exactly"
+        );
+        inode.inc_lookup(u32::MAX - 1);
+        inode.inc_lookup(2);
+        assert!(!table.forget(&inode, u64::MAX), "pinned");
+        assert_eq!(table.evict_if_dead(&inode), (0, 0));
+        assert!(table.get(inode.ino).is_ok());
     }
 }

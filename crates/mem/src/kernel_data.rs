@@ -23,7 +23,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
@@ -36,10 +36,14 @@ use crate::machine::Machine;
 /// Page size of the private tmpfs.
 const PAGE: u64 = 4096;
 
+/// Tries at a free data file number before a create gives up with `ENOSPC` (only reached
+/// with billions of data files alive).
+const NAME_TRIES: u32 = 1 << 16;
+
 /// The private tmpfs holding file data.
 pub struct BackingStore {
     root: Arc<OwnedFd>,
-    next_name: AtomicU64,
+    next_name: AtomicU32,
     /// Pages allocated to stand for the server's own charges (xattrs, symlink targets), so
     /// that they and file data share the one `size=` the kernel enforces.
     ballast: Mutex<(File, u64)>,
@@ -123,7 +127,7 @@ impl BackingStore {
             .map_err(io::Error::from)?;
         Ok(BackingStore {
             root,
-            next_name: AtomicU64::new(0),
+            next_name: AtomicU32::new(0),
             ballast: Mutex::new((ballast, 0)),
         })
     }
@@ -132,17 +136,24 @@ impl BackingStore {
     /// the [`KernelFile::open`] that follows (a create opens what it made: one `openat`
     /// instead of a create, a close and an open).
     pub fn new_file(&self, to_open: bool) -> Result<KernelFile> {
-        let id = self.next_name.fetch_add(1, Ordering::Relaxed);
-        let file = open_at(
-            &self.root,
-            DataName::new(id).as_cstr(),
-            libc::O_CREAT | libc::O_EXCL,
-        )?;
-        Ok(KernelFile {
-            root: self.root.clone(),
-            id,
-            open: Mutex::new((0, to_open.then(|| Arc::new(file)))),
-        })
+        // Numbers wrap round after 2^32 files; one still in use is skipped (`O_EXCL`).
+        for _ in 0..NAME_TRIES {
+            let id = self.next_name.fetch_add(1, Ordering::Relaxed);
+            let name = DataName::new(id);
+            let file = match open_at(&self.root, name.as_cstr(), libc::O_CREAT | libc::O_EXCL) {
+                Err(Errno::EEXIST) => continue,
+                file => file?,
+            };
+            return Ok(KernelFile {
+                root: self.root.clone(),
+                open: Mutex::new(Open {
+                    id,
+                    count: 0,
+                    held: to_open.then(|| Arc::new(file)),
+                }),
+            });
+        }
+        Err(Errno::ENOSPC)
     }
 
     /// Makes the ballast hold `bytes` (rounded up to pages) of the private tmpfs: `ENOSPC`
@@ -188,14 +199,14 @@ impl BackingStore {
 }
 
 /// A data file's name, its number in decimal, built on the stack when needed so that a file
-/// stores 8 bytes instead of a heap string.
-struct DataName([u8; 21]);
+/// stores 4 bytes instead of a heap string.
+struct DataName([u8; 11]);
 
 impl DataName {
-    fn new(id: u64) -> DataName {
-        // u64::MAX has 20 digits; the 21st byte stays the NUL terminator.
-        let mut buf = [0u8; 21];
-        write!(&mut buf[..20], "{id}").expect("a u64 has at most 20 digits");
+    fn new(id: u32) -> DataName {
+        // u32::MAX has 10 digits; the 11th byte stays the NUL terminator.
+        let mut buf = [0u8; 11];
+        write!(&mut buf[..10], "{id}").expect("a u32 has at most 10 digits");
         DataName(buf)
     }
 
@@ -223,13 +234,23 @@ fn open_at(root: &OwnedFd, name: &CStr, extra: i32) -> Result<File> {
 
 /// One regular file's data in the private tmpfs. Size, blocks and mtime are the kernel's;
 /// writes through passthrough update them without the server seeing the request.
+///
+/// 32 bytes, as every empty file has one: the data file's number and the open count are
+/// 32-bit and share the padding of the lock that guards the held descriptor.
 pub struct KernelFile {
     root: Arc<OwnedFd>,
-    /// Number naming the data file (see [`DataName`]).
-    id: u64,
-    /// Opens of the memofs file, and the data file's descriptor, held from its first use
-    /// while there are any (an open served by a kept backing registration never needs it).
-    open: Mutex<(usize, Option<Arc<File>>)>,
+    open: Mutex<Open>,
+}
+
+/// A data file's number, and what its memofs file's opens hold.
+struct Open {
+    /// Number naming the data file (see [`DataName`]); never changes.
+    id: u32,
+    /// Opens of the memofs file (bounded by the system's file structures, far below 2^32).
+    count: u32,
+    /// The data file's descriptor, held from its first use while there are opens (an open
+    /// served by a kept backing registration never needs it).
+    held: Option<Arc<File>>,
 }
 
 impl Drop for KernelFile {
@@ -242,33 +263,34 @@ impl Drop for KernelFile {
 
 impl KernelFile {
     fn name(&self) -> DataName {
-        DataName::new(self.id)
+        DataName::new(self.open.lock().id)
     }
 
     /// The memofs file was opened: a descriptor of the data file, once one is needed,
     /// stays held until the matching [`KernelFile::close`].
     pub fn open(&self) {
-        self.open.lock().0 += 1;
+        self.open.lock().count += 1;
     }
 
     /// One open of the memofs file was released.
     pub fn close(&self) {
         let mut open = self.open.lock();
-        open.0 = open.0.saturating_sub(1);
-        if open.0 == 0 {
-            open.1 = None;
+        open.count = open.count.saturating_sub(1);
+        if open.count == 0 {
+            open.held = None;
         }
     }
 
     /// The data file: the held descriptor, or a fresh one, held if the file is open.
     fn file(&self) -> Result<Arc<File>> {
         let mut open = self.open.lock();
-        if let Some(f) = &open.1 {
+        if let Some(f) = &open.held {
             return Ok(f.clone());
         }
-        let f = Arc::new(open_at(&self.root, self.name().as_cstr(), 0)?);
-        if open.0 > 0 {
-            open.1 = Some(f.clone());
+        let name = DataName::new(open.id);
+        let f = Arc::new(open_at(&self.root, name.as_cstr(), 0)?);
+        if open.count > 0 {
+            open.held = Some(f.clone());
         }
         Ok(f)
     }
@@ -281,7 +303,7 @@ impl KernelFile {
 
     /// The held descriptor, if the file is open.
     fn held(&self) -> Option<Arc<File>> {
-        self.open.lock().1.clone()
+        self.open.lock().held.clone()
     }
 
     /// `stat` of the data file: through the held descriptor while the file is open (no
@@ -526,7 +548,7 @@ mod tests {
 
     #[test]
     fn data_names_are_the_decimal_number() {
-        for id in [0, 7, 10, 4096, 1234567890, u64::MAX] {
+        for id in [0, 7, 10, 4096, 1234567890, u32::MAX] {
             assert_eq!(
                 DataName::new(id).as_cstr().to_str().unwrap(),
                 id.to_string()
@@ -558,7 +580,7 @@ mod tests {
         assert_eq!(store.usage().unwrap().1, 1 << 20);
         let g = store.new_file(true).unwrap();
         assert!(
-            g.open.lock().1.is_some(),
+            g.open.lock().held.is_some(),
             "a file made to be opened keeps its descriptor"
         );
         g.open();
@@ -566,17 +588,17 @@ mod tests {
         assert_eq!(g.size_and_blocks().0, 1, "stat through the held descriptor");
         g.close();
         g.close();
-        assert!(g.open.lock().1.is_none());
+        assert!(g.open.lock().held.is_none());
         g.write(0, b"still works without a held descriptor")
             .unwrap();
         assert_eq!(g.size_and_blocks().0, 37);
-        assert!(g.open.lock().1.is_none(), "a closed file holds nothing");
+        assert!(g.open.lock().held.is_none(), "a closed file holds nothing");
         // An open holds no descriptor until the data file is used, then keeps it.
         g.open();
-        assert!(g.open.lock().1.is_none());
+        assert!(g.open.lock().held.is_none());
         let lent = g.data_file().unwrap();
         assert!(Arc::ptr_eq(&lent, &g.data_file().unwrap()));
         g.close();
-        assert!(g.open.lock().1.is_none());
+        assert!(g.open.lock().held.is_none());
     }
 }

@@ -8,7 +8,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use triomphe::Arc;
 
 use memofs_core::{
     inode_flags, rename_flags, Caller, Errno, FileKind, Ino, Result, Timestamp, NAME_MAX, ROOT_INO,
@@ -26,8 +26,6 @@ pub(crate) struct NewInode {
     /// The caller's umask, applied unless the directory has a default ACL; `None` for
     /// symlinks, whose mode is fixed and which take no ACL.
     pub umask: Option<u32>,
-    /// Device number (device nodes).
-    pub rdev: u32,
     /// The contents.
     pub data: NodeData,
 }
@@ -122,9 +120,7 @@ impl MemFs {
             return Err(e);
         }
         let (owner, mode) = Self::new_owner(caller, pinode, inherited.mode);
-        let inode = self
-            .table
-            .insert(mode, spec.rdev, owner, spec.data, Timestamp::now());
+        let inode = self.table.insert(mode, owner, spec.data, Timestamp::now());
         inode.flags.store(flags, Ordering::Release);
         let mut x = inode.xattrs.lock();
         for (name, value) in &acls {
@@ -155,7 +151,7 @@ impl MemFs {
         }
         let inode = self.make_inode(caller, &pinode, spec)?;
         inode.nlink.store(
-            if inode.kind == FileKind::Directory {
+            if inode.kind() == FileKind::Directory {
                 2
             } else {
                 1
@@ -163,7 +159,7 @@ impl MemFs {
             Ordering::SeqCst,
         );
         inode.inc_lookup(1);
-        dir.insert(name, inode.ino, inode.kind);
+        dir.insert(name, inode.ino, inode.kind());
         sync_nlink_locked(&pinode, &dir);
         pinode.touch_modified(Timestamp::now());
         Ok(inode)
@@ -236,7 +232,7 @@ impl MemFs {
     ) -> Result<Arc<Inode>> {
         check_name(new_name)?;
         let inode = self.table.get(ino)?;
-        if inode.kind == FileKind::Directory {
+        if inode.kind() == FileKind::Directory {
             return Err(Errno::EPERM);
         }
         let pinode = self.table.get(new_parent)?;
@@ -261,7 +257,7 @@ impl MemFs {
         if extra {
             self.limits.charge_inode()?;
         }
-        dir.insert(new_name, inode.ino, inode.kind);
+        dir.insert(new_name, inode.ino, inode.kind());
         inode.nlink.fetch_add(1, Ordering::SeqCst);
         inode.inc_lookup(1);
         let now = Timestamp::now();
@@ -501,8 +497,10 @@ impl MemFs {
                 NewInode {
                     mode: libc::S_IFCHR,
                     umask: Some(0),
-                    rdev: 0,
-                    data: NodeData::Special,
+                    data: NodeData::Special {
+                        kind: FileKind::CharDevice,
+                        rdev: 0,
+                    },
                 },
             )?),
             false => None,
@@ -534,7 +532,7 @@ impl MemFs {
         }
         if let Some(w) = whiteout {
             w.nlink.store(1, Ordering::SeqCst);
-            r.pdir.insert(r.name, w.ino, w.kind);
+            r.pdir.insert(r.name, w.ino, w.kind());
         }
         if r.ndir.is_some() && src.kind == FileKind::Directory {
             r.src_inode.dir()?.write().parent = r.new_parent;

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use triomphe::Arc;
 
 use memofs_core::{
     inode_flags, Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino,
@@ -54,7 +54,6 @@ impl MemFs {
         Ok(NewInode {
             mode: libc::S_IFREG | (mode & 0o7777),
             umask: Some(umask),
-            rdev: 0,
             data: NodeData::File(self.new_regular(true)?),
         })
     }
@@ -74,7 +73,7 @@ impl MemFs {
             Some(v) => Acl::from_xattr(v)?,
             None => None,
         };
-        if ty == AclType::Default && inode.kind != FileKind::Directory {
+        if ty == AclType::Default && inode.kind() != FileKind::Directory {
             return match acl {
                 Some(_) => Err(Errno::EACCES),
                 None => Ok(()),
@@ -213,20 +212,16 @@ impl Backend for MemFs {
     ) -> Result<Attr> {
         let data = match FileKind::from_mode(mode) {
             Some(FileKind::Regular) => NodeData::File(self.new_regular(false)?),
-            Some(
-                FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice,
-            ) => NodeData::Special,
+            Some(kind @ (FileKind::CharDevice | FileKind::BlockDevice)) => {
+                NodeData::Special { kind, rdev }
+            }
+            Some(kind @ (FileKind::Fifo | FileKind::Socket)) => NodeData::Special { kind, rdev: 0 },
             Some(FileKind::Directory) => return Err(Errno::EPERM),
             _ => return Err(Errno::EINVAL),
         };
-        let special = matches!(
-            FileKind::from_mode(mode),
-            Some(FileKind::CharDevice | FileKind::BlockDevice)
-        );
         let spec = NewInode {
             mode,
             umask: Some(umask),
-            rdev: if special { rdev } else { 0 },
             data,
         };
         Ok(self.create_node(caller, parent, name, spec)?.attr())
@@ -243,7 +238,6 @@ impl Backend for MemFs {
         let spec = NewInode {
             mode: libc::S_IFDIR | (mode & 0o7777),
             umask: Some(umask),
-            rdev: 0,
             data: NodeData::new_dir(parent),
         };
         Ok(self.create_node(caller, parent, name, spec)?.attr())
@@ -268,7 +262,6 @@ impl Backend for MemFs {
         let spec = NewInode {
             mode: libc::S_IFLNK | 0o777,
             umask: None,
-            rdev: 0,
             data: NodeData::Symlink(Symlink::new(t)),
         };
         Ok(self.create_node(caller, parent, name, spec)?.attr())
@@ -598,7 +591,7 @@ impl Backend for MemFs {
 
     fn get_flags(&self, ino: Ino) -> Result<u32> {
         let inode = self.table.get(ino)?;
-        match inode.kind {
+        match inode.kind() {
             FileKind::Regular | FileKind::Directory => Ok(inode.visible_flags()),
             _ => Err(Errno::ENOTTY),
         }
@@ -608,7 +601,7 @@ impl Backend for MemFs {
     /// `EOPNOTSUPP`. ctime changes even when the flags do not.
     fn set_flags(&self, _caller: &Caller, ino: Ino, flags: u32) -> Result<()> {
         let inode = self.table.get(ino)?;
-        if !matches!(inode.kind, FileKind::Regular | FileKind::Directory) {
+        if !matches!(inode.kind(), FileKind::Regular | FileKind::Directory) {
             return Err(Errno::ENOTTY);
         }
         if flags & !iflags::SUPPORTED != 0 {

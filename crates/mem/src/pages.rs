@@ -80,19 +80,115 @@ fn clip(key: u64, first: u64, last: u64) -> std::ops::RangeInclusive<u64> {
     first.max(key * CHUNK_PAGES)..=last.min(key * CHUNK_PAGES + CHUNK_PAGES - 1)
 }
 
-/// A file's pages.
+/// A file's pages: nothing but a null pointer while it has none, since most files are
+/// small and many empty (an empty file costs the server only its inode and name).
 #[derive(Default)]
-pub struct Pages {
+pub struct Pages(Option<Box<Chunks>>);
+
+/// The pages of a file that has some.
+#[derive(Default)]
+struct Chunks {
     chunks: BTreeMap<u64, Box<Chunk>>,
     count: u64,
 }
 
+/// What a file without pages reads as.
+static NONE: Chunks = Chunks {
+    chunks: BTreeMap::new(),
+    count: 0,
+};
+
 impl Pages {
-    /// Pages allocated.
-    pub fn count(&self) -> u64 {
-        self.count
+    fn chunks(&self) -> &Chunks {
+        self.0.as_deref().unwrap_or(&NONE)
     }
 
+    /// Runs `f` on the pages, where it may add some.
+    fn adding<R>(&mut self, f: impl FnOnce(&mut Chunks) -> R) -> R {
+        f(self.0.get_or_insert_with(Box::default))
+    }
+
+    /// Runs `f` on the pages, where it may remove some; frees the map once it is empty.
+    fn removing<R: Default>(&mut self, f: impl FnOnce(&mut Chunks) -> R) -> R {
+        let Some(chunks) = self.0.as_deref_mut() else {
+            return R::default();
+        };
+        let r = f(chunks);
+        if chunks.count == 0 {
+            self.0 = None;
+        }
+        r
+    }
+
+    /// Pages allocated.
+    pub fn count(&self) -> u64 {
+        self.chunks().count
+    }
+
+    /// The page at `idx`, if allocated.
+    pub fn get(&self, idx: u64) -> Option<&Page> {
+        self.chunks().get(idx)
+    }
+
+    /// Allocated pages among `[first, last]`.
+    pub fn present_in(&self, first: u64, last: u64) -> u64 {
+        self.chunks().present_in(first, last)
+    }
+
+    /// Absent pages among `[first, last]`.
+    pub fn missing(&self, first: u64, last: u64) -> u64 {
+        self.chunks().missing(first, last)
+    }
+
+    /// Allocates every absent page of `[first, last]` (zeroed); returns how many.
+    pub fn allocate(&mut self, first: u64, last: u64) -> u64 {
+        self.adding(|c| c.allocate(first, last))
+    }
+
+    /// Frees the pages of `[first, last]`; returns how many were allocated.
+    pub fn free(&mut self, first: u64, last: u64) -> u64 {
+        self.removing(|c| c.free(first, last))
+    }
+
+    /// Zeroes bytes `[start, end)` of allocated pages, allocating nothing.
+    pub fn zero(&mut self, start: u64, end: u64) {
+        self.removing(|c| c.zero(start, end))
+    }
+
+    /// Copies `data` in at byte `offset`, allocating pages as needed; returns how many it
+    /// allocated.
+    pub fn store(&mut self, offset: u64, data: &[u8]) -> u64 {
+        self.adding(|c| c.store(offset, data))
+    }
+
+    /// Frees the pages wholly inside `[start, end)` and zeroes the parts of the others;
+    /// returns how many pages were freed.
+    pub fn punch(&mut self, start: u64, end: u64) -> u64 {
+        self.removing(|c| c.punch(start, end))
+    }
+
+    /// The first allocated page in `[from, last]`.
+    pub fn next_present(&self, from: u64, last: u64) -> Option<u64> {
+        self.chunks().next_present(from, last)
+    }
+
+    /// The first absent page in `[from, last]`.
+    pub fn next_absent(&self, from: u64, last: u64) -> Option<u64> {
+        self.chunks().next_absent(from, last)
+    }
+
+    /// Appends bytes `[start, end)` to `buf`, zeros for holes.
+    pub fn read(&self, start: u64, end: u64, buf: &mut Vec<u8>) {
+        self.chunks().read(start, end, buf)
+    }
+
+    /// Drops every page; returns how many there were.
+    pub fn clear(&mut self) -> u64 {
+        self.0.take().map_or(0, |c| c.count)
+    }
+}
+
+impl Chunks {
     /// Page `idx`, if allocated.
     pub fn get(&self, idx: u64) -> Option<&Page> {
         self.chunks.get(&(idx / CHUNK_PAGES))?.slot(idx).as_ref()
@@ -287,12 +383,6 @@ impl Pages {
         }
         zeros(buf, end - pos);
     }
-
-    /// Drops every page; returns how many there were.
-    pub fn clear(&mut self) -> u64 {
-        self.chunks.clear();
-        std::mem::take(&mut self.count)
-    }
 }
 
 #[cfg(test)]
@@ -324,7 +414,7 @@ mod tests {
         assert_eq!(p.present_in(64, 64), 1);
         assert_eq!(p.missing(0, LAST), LAST + 1 - 6);
         assert_eq!(p.missing(0, 127), 124);
-        assert_eq!(p.chunks.len(), 4);
+        assert_eq!(p.chunks().chunks.len(), 4);
     }
 
     #[test]
@@ -359,9 +449,9 @@ mod tests {
         assert_eq!(p.get(0).unwrap()[..PAGE_SIZE as usize / 2], [1; 2048]);
         assert_eq!(p.get(0).unwrap()[PAGE_SIZE as usize / 2..], [0; 2048]);
         assert!(p.get(LAST).is_some());
-        assert_eq!(p.chunks.len(), 2);
+        assert_eq!(p.chunks().chunks.len(), 2);
         assert_eq!(p.free(0, LAST), 2);
-        assert!(p.chunks.is_empty());
+        assert!(p.0.is_none(), "an emptied map is freed");
         assert_eq!(p.count(), 0);
     }
 
@@ -392,6 +482,6 @@ mod tests {
         assert_eq!(p.get(5).unwrap()[0], 6, "existing data kept");
         assert_eq!(p.get(CHUNK + 1).unwrap()[0], 0);
         assert_eq!(p.clear(), CHUNK + 2);
-        assert!(p.chunks.is_empty());
+        assert!(p.0.is_none(), "an emptied map is freed");
     }
 }
