@@ -254,7 +254,11 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         .chain((u.descriptors_limit > 0).then(|| {
             let held = u.descriptors_used;
             let limit = u.descriptors_limit;
-            let text = of_limit(held.to_string(), held, limit, limit.to_string());
+            let mut text = of_limit(held.to_string(), held, limit, limit.to_string());
+            if u.descriptors_reopened > 0 {
+                let n = u.descriptors_reopened;
+                text += &format!(", {n} closed when cold and opened again");
+            }
             ("host descriptors".into(), text)
         }))
         .collect::<Vec<_>>(),

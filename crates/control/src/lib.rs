@@ -219,6 +219,9 @@ pub struct UsageDoc {
     /// The most it may hold (0: it holds none).
     #[serde(default)]
     pub descriptors_limit: u64,
+    /// Descriptors opened again after being closed to stay within the limit.
+    #[serde(default)]
+    pub descriptors_reopened: u64,
 }
 
 /// The answer to `stats`: what `memofs stats --json` prints.
@@ -307,6 +310,7 @@ impl StatsSource {
                 inodes_limit: u.inodes_limit,
                 descriptors_used: u.descriptors_used,
                 descriptors_limit: u.descriptors_limit,
+                descriptors_reopened: u.descriptors_reopened,
             },
             settings: map(&self.settings),
             features: map(&(self.features)()),

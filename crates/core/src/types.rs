@@ -287,4 +287,6 @@ pub struct BackendUsage {
     pub descriptors_used: u64,
     /// The most it may hold (0: it holds none).
     pub descriptors_limit: u64,
+    /// Descriptors opened again after being closed to stay within the limit.
+    pub descriptors_reopened: u64,
 }

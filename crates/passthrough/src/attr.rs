@@ -108,7 +108,7 @@ fn chmod(proc: &ProcSelf, fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
 impl PassthroughFs {
     /// Current attributes of `inode`.
     pub(crate) fn attr(&self, inode: &Inode) -> Result<Attr> {
-        attr_of(inode.ino, &sys::at::statx_fd(inode.fd.as_fd())?)
+        attr_of(inode.ino, &sys::at::statx_fd(inode.fd()?.as_fd())?)
     }
 
     /// SETATTR: owner, then mode (a chown may clear set-id bits), then size, then times (last,
@@ -116,7 +116,8 @@ impl PassthroughFs {
     /// cannot be set and `set.ctime` is ignored. Runs with the server's credentials: the
     /// kernel has checked the caller's permission (`default_permissions`).
     pub(crate) fn set_attr(&self, inode: &Inode, set: &SetAttr) -> Result<Attr> {
-        let fd = inode.fd.as_fd();
+        let held = inode.fd()?;
+        let fd = held.as_fd();
         // Refuse what cannot be done before changing anything.
         if set.mode.is_some() && inode.kind == FileKind::Symlink {
             return Err(Errno::EOPNOTSUPP);
@@ -149,10 +150,12 @@ impl PassthroughFs {
         match inode.kind {
             FileKind::Regular => self
                 .proc
-                .reopen(inode.fd.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK),
-            FileKind::Directory => {
-                sys::at::openat(inode.fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)
-            }
+                .reopen(inode.fd()?.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK),
+            FileKind::Directory => sys::at::openat(
+                inode.fd()?.as_fd(),
+                c".",
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            ),
             _ => Err(Errno::ENOTTY),
         }
     }
@@ -177,7 +180,7 @@ impl PassthroughFs {
         let fd: BorrowedFd<'_> = match &open {
             Some(file) if file.ino == inode.ino && file.writable => file.fd.as_fd(),
             _ => {
-                reopened = self.proc.reopen(inode.fd.as_fd(), libc::O_WRONLY)?;
+                reopened = self.proc.reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
                 reopened.as_fd()
             }
         };

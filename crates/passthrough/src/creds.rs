@@ -75,6 +75,24 @@ impl AsCaller {
     }
 }
 
+/// Runs `f` with the server's own filesystem ids, and so its filesystem capabilities,
+/// whatever this thread is switched to: for work done on the server's behalf in the middle
+/// of a caller's request (opening an inode's handle again needs `CAP_DAC_READ_SEARCH`).
+pub(crate) fn as_server<T>(f: impl FnOnce() -> T) -> T {
+    let current = (setfsuid(QUERY), setfsgid(QUERY));
+    let (uid, gid) = server_ids();
+    if current == (uid, gid) {
+        return f();
+    }
+    // As `AsCaller`'s drop, then as its switch.
+    setfsuid(uid);
+    setfsgid(gid);
+    let r = f();
+    setfsgid(current.1);
+    setfsuid(current.0);
+    r
+}
+
 impl Drop for AsCaller {
     fn drop(&mut self) {
         // User first: back at fsuid 0 the thread has its capabilities again.

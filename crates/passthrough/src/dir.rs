@@ -17,6 +17,7 @@ use crate::attr::attr_of;
 use crate::fd::CountedFd;
 use crate::handles::OpenDir;
 use crate::inode::{HostId, Inode};
+use crate::pin::OpenPin;
 use crate::sys;
 use crate::PassthroughFs;
 
@@ -136,9 +137,12 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
-        let fd = self.open_noatime(true, flags, |f| sys::at::openat(inode.fd.as_fd(), c".", f))?;
+        let fd = self.open_noatime(true, flags, |f| {
+            sys::at::openat(inode.fd()?.as_fd(), c".", f)
+        })?;
         Ok(OpenDir {
             ino,
+            _pin: OpenPin::new(&inode),
             stream: Mutex::new(DirStream::new(self.budget.keep(fd)?)),
         })
     }
@@ -222,7 +226,7 @@ impl PassthroughFs {
                     Some(kind) => kind,
                     None => {
                         let name = CString::new(name).map_err(|_| Errno::EIO)?;
-                        match sys::at::statx(dir.fd.as_fd(), &name) {
+                        match sys::at::statx(dir.fd()?.as_fd(), &name) {
                             Ok(st) => attr_of(entry.ino, &st)?.kind,
                             Err(Errno::ENOENT) => return Ok(None),
                             Err(e) => return Err(e),

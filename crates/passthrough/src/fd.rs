@@ -3,8 +3,10 @@
 //! # Descriptor budget
 //! The backend keeps one `O_PATH` descriptor per inode the kernel holds a reference to, one
 //! descriptor per open file handle and one per open directory handle. Each of those is a
-//! [`CountedFd`], counted against [`FdBudget`]; a request that would exceed the budget fails
-//! with `ENFILE` instead of taking the process's last descriptors. Short-lived descriptors
+//! [`CountedFd`], counted against [`FdBudget`]. When the budget is spent, cold inode
+//! descriptors are closed to make room (see [`crate::pin`]); a request that would exceed a
+//! budget nothing can be freed from fails with `ENFILE` instead of taking the process's last
+//! descriptors. Short-lived descriptors
 //! (a re-open to truncate, a lookup of an inode already known) are not counted: the budget
 //! is kept below `RLIMIT_NOFILE` by [`RESERVED_FDS`] to leave room for them, the FUSE
 //! device, the watcher and the transport.
@@ -12,7 +14,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use memofs_core::{Errno, Result};
 
@@ -22,12 +24,20 @@ use crate::sys;
 /// Descriptors kept out of the budget for short-lived use and for the rest of the process.
 pub const RESERVED_FDS: usize = 256;
 
+/// Something holding descriptors it can close when asked ([`crate::pin::Pins`]).
+pub(crate) trait Evict: Send + Sync {
+    /// Closes up to `want` descriptors; returns how many it closed.
+    fn evict(&self, want: usize) -> usize;
+}
+
 /// Counts the long-lived descriptors against a maximum.
 pub(crate) struct FdBudget {
     used: AtomicUsize,
     max: usize,
     /// Where descriptors no longer needed are closed (see [`crate::reaper`]).
     reaper: Reaper<Box<dyn Send>>,
+    /// Asked to close descriptors when the budget is spent.
+    evictor: OnceLock<Weak<dyn Evict>>,
 }
 
 impl FdBudget {
@@ -36,16 +46,28 @@ impl FdBudget {
             used: AtomicUsize::new(0),
             max,
             reaper: Reaper::start(),
+            evictor: OnceLock::new(),
         })
     }
 
-    /// Counts `fd`, or closes it and fails with `ENFILE` when the budget is spent (after
-    /// closing what waits to be closed).
+    /// Names what to ask for descriptors when the budget is spent (once).
+    pub(crate) fn set_evictor(&self, evictor: Weak<dyn Evict>) {
+        let _ = self.evictor.set(evictor);
+    }
+
+    /// Counts `fd`. When the budget is spent, first closes what waits to be closed, then
+    /// asks the evictor to close a batch of cold descriptors (a batch, so that a stream of
+    /// new inodes does not evict on every request); fails with `ENFILE`, closing `fd`, only
+    /// when nothing could be freed.
     pub(crate) fn keep(self: &Arc<Self>, fd: OwnedFd) -> Result<CountedFd> {
         if !self.take_slot() {
             self.reaper.drain_now();
-            if !self.take_slot() {
-                return Err(Errno::ENFILE);
+            while !self.take_slot() {
+                let evictor = self.evictor.get().and_then(Weak::upgrade);
+                let batch = (self.max / 64).max(16);
+                if evictor.is_none_or(|e| e.evict(batch) == 0) {
+                    return Err(Errno::ENFILE);
+                }
             }
         }
         Ok(CountedFd {
@@ -89,13 +111,6 @@ pub(crate) struct CountedFd {
 impl AsFd for CountedFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl CountedFd {
-    /// The budget it counts against.
-    pub(crate) fn budget(&self) -> &Arc<FdBudget> {
-        &self.budget
     }
 }
 
@@ -157,6 +172,25 @@ impl ProcSelf {
         // O_NOFOLLOW would stop at the magic link itself; O_CREAT/O_EXCL make no sense here.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
         sys::at::openat(self.dir(), &Self::name(fd), flags)
+    }
+}
+
+/// A `/proc/self/fd/N` path with the descriptor `N` it names, held open while the path is in
+/// use (a closed number could be reused for another file).
+pub(crate) struct HeldPath {
+    _fd: Arc<CountedFd>,
+    path: CString,
+}
+
+impl HeldPath {
+    pub(crate) fn new(fd: Arc<CountedFd>) -> HeldPath {
+        let path = ProcSelf::path(fd.as_fd());
+        HeldPath { _fd: fd, path }
+    }
+
+    /// The path.
+    pub(crate) fn path(&self) -> &std::ffi::CStr {
+        &self.path
     }
 }
 

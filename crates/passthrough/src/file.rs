@@ -18,6 +18,7 @@ use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
 use crate::creds::CallerUmask;
 use crate::handles::OpenFile;
 use crate::inode::{Inode, Told};
+use crate::pin::OpenPin;
 use crate::sys;
 use crate::PassthroughFs;
 
@@ -83,29 +84,36 @@ impl PassthroughFs {
             _ => return Err(Errno::ENXIO),
         }
         let open =
-            |flags| self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd.as_fd(), f));
+            |flags| self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd()?.as_fd(), f));
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         match open(flags) {
             Err(Errno::EPERM) if writing && append => {
                 let fd = open(flags | libc::O_APPEND)?;
-                self.new_handle(inode.ino, fd, flags, true)
+                self.new_handle(inode, fd, flags, true)
             }
             Ok(fd) => {
                 // A reader of an append-only file is told so too (see `Opened::append_only`).
                 let append_only = sys::io::get_flags(fd.as_fd())
                     .is_ok_and(|f| f & memofs_core::inode_flags::APPEND != 0);
-                self.new_handle(inode.ino, fd, flags, append_only)
+                self.new_handle(inode, fd, flags, append_only)
             }
             Err(e) => Err(e),
         }
     }
 
     /// `append_only`: the host file is append-only (see [`Opened::append_only`]).
-    fn new_handle(&self, ino: Ino, fd: OwnedFd, flags: i32, append_only: bool) -> Result<Opened> {
+    fn new_handle(
+        &self,
+        inode: &Inode,
+        fd: OwnedFd,
+        flags: i32,
+        append_only: bool,
+    ) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let flush = writable && close_may_fail(fd.as_fd());
         let file = OpenFile {
-            ino,
+            ino: inode.ino,
+            _pin: OpenPin::new(inode),
             fd: self.budget.keep(fd)?,
             writable,
         };
@@ -202,7 +210,7 @@ impl PassthroughFs {
         let mode = CallerUmask::mode(&guard, mode, umask) & 0o7777;
         self.open_noatime(false, flags & !how, |f| {
             let f = (f & CREATE_FLAGS) | how;
-            sys::at::openat2(dir.fd.as_fd(), name, f, mode, self.resolve)
+            sys::at::openat2(dir.fd()?.as_fd(), name, f, mode, self.resolve)
         })
     }
 
@@ -216,7 +224,7 @@ impl PassthroughFs {
         if self.caps_cached(&inode) && self.table.host_changes() == changes {
             inode.no_caps.created();
         }
-        match self.new_handle(inode.ino, fd, flags, false) {
+        match self.new_handle(&inode, fd, flags, false) {
             Ok(opened) => Ok((attr, opened)),
             Err(e) => {
                 self.table.forget(inode.ino, 1);

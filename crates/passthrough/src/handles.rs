@@ -10,6 +10,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::dir::DirStream;
 use crate::fd::CountedFd;
+use crate::pin::OpenPin;
 
 /// An open regular file.
 #[derive(Debug)]
@@ -18,6 +19,8 @@ pub(crate) struct OpenFile {
     pub ino: Ino,
     /// A real (not `O_PATH`) descriptor of the host file.
     pub fd: CountedFd,
+    /// Keeps the inode's own descriptor open while the file is.
+    pub _pin: OpenPin,
     /// Opened for writing (a truncate can go through it).
     pub writable: bool,
 }
@@ -35,6 +38,8 @@ pub(crate) struct OpenDir {
     pub ino: Ino,
     /// The stream, one reader at a time.
     pub stream: Mutex<DirStream>,
+    /// Keeps the inode's own descriptor open while the directory is.
+    pub _pin: OpenPin,
 }
 
 /// `fh` → handle. Requests clone the `Arc` and drop the lock before any system call, so a

@@ -1,9 +1,12 @@
-//! The inode table: our inode numbers ↔ host inodes, each pinned by an `O_PATH` descriptor.
+//! The inode table: our inode numbers ↔ host inodes, each with an `O_PATH` descriptor.
 //!
 //! # Inode numbers
-//! A host inode is identified by `(st_dev, st_ino)` ([`HostId`]). While the table holds it,
-//! its `O_PATH` descriptor pins the host inode, so the host cannot reuse that identity, and
-//! the same host inode reached by two names (hard links) is one table entry.
+//! A host inode is identified by `(st_dev, st_ino)` ([`HostId`]), and the same host inode
+//! reached by two names (hard links) is one table entry. While an entry holds its `O_PATH`
+//! descriptor, the host cannot reuse that identity; an entry whose descriptor was closed to
+//! stay within the descriptor budget is told from a new host inode with the same identity by
+//! its file handle (see [`crate::pin`]): a lookup that finds another object detaches the old
+//! entry from the identity, and the old entry's requests fail with `ESTALE`.
 //!
 //! Our number for a host inode is, when possible, the host's own `st_ino` ("inode number
 //! passthrough", as virtiofsd reports it): the export root is [`ROOT_INO`], and an inode on
@@ -21,13 +24,15 @@
 //! never removed.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use memofs_core::{Errno, FileKind, Ino, Result, ROOT_INO};
 use parking_lot::{Mutex, RwLock};
 
 use crate::fd::CountedFd;
+use crate::pin::{PinnedFd, Pins};
 use crate::xattr::NoCaps;
 
 /// Spare inode numbers are counted down from here.
@@ -58,8 +63,13 @@ pub(crate) struct Inode {
     pub host: HostId,
     /// The kind (a host inode never changes kind).
     pub kind: FileKind,
-    /// `O_PATH | O_NOFOLLOW` descriptor pinning the host inode.
-    pub fd: CountedFd,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the host inode, held or closed (see
+    /// [`Inode::fd`]).
+    pub(crate) fd: PinnedFd,
+    /// This entry, for the descriptor clock.
+    pub(crate) me: Weak<Inode>,
+    /// What the export's inodes share about their descriptors.
+    pub(crate) pins: Arc<Pins>,
     /// Known to have no `security.capability` (see [`crate::xattr`]).
     pub no_caps: NoCaps,
     /// What the kernel was last given of the attributes it checks permissions against.
@@ -93,7 +103,8 @@ impl Told {
 pub(crate) trait TableHook: Send + Sync {
     /// `inode` entered the table.
     fn added(&self, inode: &Inode);
-    /// `inode` is leaving the table (its descriptor is still open).
+    /// `inode` is leaving the table (its descriptor may have been closed: see
+    /// [`Inode::fd_for_hook`]).
     fn removed(&self, inode: &Inode);
 }
 
@@ -114,13 +125,15 @@ pub(crate) struct InodeTable {
 
 impl InodeTable {
     /// A table holding only the export root, `fd` with attributes `st`.
-    pub(crate) fn new(fd: CountedFd, st: &libc::statx) -> InodeTable {
+    pub(crate) fn new(fd: CountedFd, st: &libc::statx, pins: Arc<Pins>) -> InodeTable {
         let host = HostId::of(st);
-        let root = Arc::new(Inode {
+        let root = Arc::new_cyclic(|me| Inode {
             ino: ROOT_INO,
             host,
             kind: FileKind::Directory,
-            fd,
+            fd: PinnedFd::new(fd, false),
+            me: me.clone(),
+            pins,
             no_caps: NoCaps::default(),
             told: Mutex::new(None),
             nlookup: AtomicU64::new(1),
@@ -182,33 +195,46 @@ impl InodeTable {
 
     /// Takes one reference to the host inode `fd` refers to (attributes `st`), adding an
     /// entry when it is new. `keep` turns `fd` into a counted descriptor when the inode was
-    /// not known (otherwise `fd` is just closed); it runs outside the table lock, since a
-    /// spent budget first closes the descriptors waiting on the reaper (see [`crate::fd`]).
+    /// not known (an entry known with its descriptor closed takes `fd` instead; otherwise
+    /// `fd` is just closed); it runs outside the table lock, since a spent budget first
+    /// closes other descriptors (see [`crate::fd`]).
     pub(crate) fn reference(
         &self,
-        fd: std::os::fd::OwnedFd,
+        fd: OwnedFd,
         st: &libc::statx,
-        keep: impl FnOnce(std::os::fd::OwnedFd) -> Result<CountedFd>,
+        pins: &Arc<Pins>,
+        keep: impl FnOnce(OwnedFd) -> Result<CountedFd>,
     ) -> Result<Arc<Inode>> {
         let host = HostId::of(st);
-        if let Some(inode) = self.reference_known(host) {
-            return Ok(inode);
+        if let Some(known) = self.find(host) {
+            if known.fd.same_object(fd.as_fd()) {
+                if self.reference_again(&known).is_ok() {
+                    known.adopt(fd);
+                    return Ok(known);
+                }
+            } else {
+                self.detach(&known);
+            }
         }
         let kind = FileKind::from_mode(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
         let counted = keep(fd)?;
         let mut maps = self.maps.write();
         if let Some(inode) = Self::reference_known_locked(&maps, host) {
-            // Found meanwhile: the new descriptor closes after the lock is gone.
+            // Found meanwhile, by a lookup whose descriptor pins it: the new descriptor
+            // closes after the lock is gone.
             drop(maps);
             drop(counted);
             return Ok(inode);
         }
         let ino = self.allocate_locked(&mut maps, host);
-        let inode = Arc::new(Inode {
+        let closable = PinnedFd::closable(host, pins);
+        let inode = Arc::new_cyclic(|me| Inode {
             ino,
             host,
             kind,
-            fd: counted,
+            fd: PinnedFd::new(counted, closable),
+            me: me.clone(),
+            pins: pins.clone(),
             no_caps: NoCaps::default(),
             told: Mutex::new(None),
             nlookup: AtomicU64::new(1),
@@ -218,12 +244,19 @@ impl InodeTable {
         if let Some(hook) = &maps.hook {
             hook.added(&inode);
         }
+        drop(maps);
+        inode.enlist();
         Ok(inode)
     }
 
-    /// Takes one more reference to an entry already in the table.
-    pub(crate) fn reference_known(&self, host: HostId) -> Option<Arc<Inode>> {
-        Self::reference_known_locked(&self.maps.read(), host)
+    /// Removes `inode` from its host identity, which now names another object (the one
+    /// `inode` had was deleted while its descriptor was closed). The entry stays until the
+    /// kernel forgets it; its descriptor cannot be opened again.
+    fn detach(&self, inode: &Inode) {
+        let mut maps = self.maps.write();
+        if maps.by_host.get(&inode.host) == Some(&inode.ino) {
+            maps.by_host.remove(&inode.host);
+        }
     }
 
     fn reference_known_locked(maps: &Maps, host: HostId) -> Option<Arc<Inode>> {
@@ -269,7 +302,9 @@ impl InodeTable {
             return;
         }
         let inode = maps.by_ino.remove(&ino).expect("present");
-        maps.by_host.remove(&inode.host);
+        if maps.by_host.get(&inode.host) == Some(&ino) {
+            maps.by_host.remove(&inode.host);
+        }
         if let Some(hook) = &maps.hook {
             hook.removed(&inode);
         }
@@ -277,8 +312,8 @@ impl InodeTable {
         // never under the table lock and not on the request thread: `close` is a system
         // call, and the one that frees a deleted host file costs most of a FORGET.
         drop(maps);
-        let budget = inode.fd.budget().clone();
-        budget.close_later(inode);
+        let pins = inode.pins.clone();
+        pins.budget.close_later(inode);
     }
 
     /// Whether `inode` is on the export root's filesystem.

@@ -83,7 +83,10 @@
 //! 3. the inode table's `RwLock` (its hook runs under the write lock);
 //! 4. the watcher's maps (marks, handles, watch descriptors), taken by the table hook and
 //!    by the watcher thread;
-//! 5. leaf locks, never held while taking another: the file and directory handle tables,
+//! 5. the descriptor clock ([`pin`]), which takes only inode descriptor slots, with
+//!    `try_lock`; eviction runs under whatever lock the caller asking the budget holds;
+//! 6. leaf locks, never held while taking another: each inode's descriptor slot, the file
+//!    and directory handle tables,
 //!    the watcher's invalidator slot, each inode's record of the attributes the kernel was
 //!    given (`Inode::told`), and the reaper's queue (the reaper thread takes its `dropping`
 //!    lock while still holding the queue, and nothing else).
@@ -103,6 +106,7 @@ mod inode;
 mod name;
 mod namespace;
 mod ops;
+mod pin;
 mod reaper;
 mod sys;
 mod watch;
@@ -127,7 +131,8 @@ pub use crate::watch::WatchMechanism;
 use crate::creds::AsCaller;
 use crate::fd::{FdBudget, ProcSelf};
 use crate::handles::{HandleTable, OpenDir, OpenFile};
-use crate::inode::InodeTable;
+use crate::inode::{HostId, InodeTable};
+use crate::pin::Pins;
 use crate::watch::{ExportMount, Watcher};
 
 /// The passthrough filesystem: a host directory exported through a `Backend`.
@@ -137,6 +142,8 @@ pub struct PassthroughFs {
     pub(crate) dirs: HandleTable<OpenDir>,
     pub(crate) proc: Arc<ProcSelf>,
     pub(crate) budget: Arc<FdBudget>,
+    /// Closing and reopening inode descriptors.
+    pub(crate) pins: Arc<Pins>,
     pub(crate) config: PassthroughConfig,
     /// `RESOLVE_*` flags of every lookup.
     pub(crate) resolve: u64,
@@ -200,10 +207,16 @@ impl PassthroughFs {
         // Probe openat2 once, so a kernel without it fails here and not on every lookup.
         sys::at::openat2(fd.as_fd(), c".", libc::O_PATH, 0, resolve)
             .map_err(|e| SetupError::NoOpenat2(e.into()))?;
+        // Handles are opened against a real descriptor of the root (see `pin`).
+        let mount = proc
+            .reopen(fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
+            .ok();
+        let pins = Pins::new(budget.clone(), fd.as_fd(), HostId::of(&st).dev, mount);
         let root = budget.keep(fd).map_err(cannot_open)?;
         attr::probe_fchmodat2();
         Ok(PassthroughFs {
-            table: Arc::new(InodeTable::new(root, &st)),
+            table: Arc::new(InodeTable::new(root, &st, pins.clone())),
+            pins,
             files: HandleTable::new(),
             dirs: HandleTable::new(),
             proc: Arc::new(proc),
@@ -234,6 +247,21 @@ impl PassthroughFs {
     /// Descriptors currently held against the budget.
     pub fn open_fds(&self) -> usize {
         self.budget.used()
+    }
+
+    /// Whether inode descriptors are closed when the budget runs out and opened again from
+    /// their file handles (the server can open handles: root).
+    pub fn closes_inode_fds(&self) -> bool {
+        self.pins.can_reopen()
+    }
+
+    /// Inode descriptors closed to stay within the budget, and opened again from their
+    /// handles, so far.
+    pub fn fds_closed_and_reopened(&self) -> (u64, u64) {
+        (
+            self.pins.closed.load(Ordering::Relaxed),
+            self.pins.reopened.load(Ordering::Relaxed),
+        )
     }
 
     /// The kernel's lookup references to `ino` (0 when the inode is not known), for tests

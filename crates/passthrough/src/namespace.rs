@@ -31,14 +31,16 @@ impl PassthroughFs {
     /// Takes a reference to the host inode `fd` refers to; returns it with its attributes.
     pub(crate) fn reference_fd(&self, fd: OwnedFd) -> Result<(Arc<Inode>, Attr)> {
         let st = sys::at::statx_fd(fd.as_fd())?;
-        let inode = self.table.reference(fd, &st, |fd| self.budget.keep(fd))?;
+        let inode = self
+            .table
+            .reference(fd, &st, &self.pins, |fd| self.budget.keep(fd))?;
         let attr = attr_of(inode.ino, &st)?;
         Ok((inode, attr))
     }
 
     /// Resolves the ordinary name `name` in `dir` and takes a reference to what it names.
     pub(crate) fn lookup_name(&self, dir: &Inode, name: &CStr) -> Result<(Arc<Inode>, Attr)> {
-        let fd = sys::at::openat2(dir.fd.as_fd(), name, PATH_FLAGS, 0, self.resolve)?;
+        let fd = sys::at::openat2(dir.fd()?.as_fd(), name, PATH_FLAGS, 0, self.resolve)?;
         self.reference_fd(fd)
     }
 
@@ -64,7 +66,7 @@ impl PassthroughFs {
     /// directory moved out of the export on the host must not lead the kernel above it.
     fn parent_beneath_root(&self, dir: &Inode) -> Result<OwnedFd> {
         let flags = PATH_FLAGS | libc::O_DIRECTORY;
-        let parent = sys::at::openat(dir.fd.as_fd(), c"..", flags)?;
+        let parent = sys::at::openat(dir.fd()?.as_fd(), c"..", flags)?;
         self.walks_up_to_root(parent.as_fd())?;
         Ok(parent)
     }
@@ -98,7 +100,7 @@ impl PassthroughFs {
     /// check narrows what a host user's move can do, it does not lock the host's tree.
     pub(crate) fn exported_dir(&self, dir: Arc<Inode>) -> Result<Arc<Inode>> {
         if dir.ino != ROOT_INO && !self.names_stay_inside {
-            self.walks_up_to_root(dir.fd.as_fd())?;
+            self.walks_up_to_root(dir.fd()?.as_fd())?;
         }
         Ok(dir)
     }
@@ -116,7 +118,7 @@ impl PassthroughFs {
         let name = name::component(name)?;
         {
             let _creds = self.as_caller(caller);
-            make(dir.fd.as_fd(), &name)?;
+            make(dir.fd()?.as_fd(), &name)?;
         }
         Ok(self.lookup_name(&dir, &name)?.1)
     }
@@ -172,7 +174,7 @@ impl PassthroughFs {
     pub(crate) fn remove(&self, parent: Ino, name: &OsStr, flags: i32) -> Result<()> {
         let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = name::component(name)?;
-        sys::at::unlinkat(dir.fd.as_fd(), &name, flags)
+        sys::at::unlinkat(dir.fd()?.as_fd(), &name, flags)
     }
 
     /// RENAME with `renameat2` flags; both names are single components in directories the
@@ -193,7 +195,13 @@ impl PassthroughFs {
         let new_dir = self.exported_dir(self.table.get(new_parent)?)?;
         let name = name::component(name)?;
         let new_name = name::component(new_name)?;
-        sys::at::renameat2(dir.fd.as_fd(), &name, new_dir.fd.as_fd(), &new_name, flags)
+        sys::at::renameat2(
+            dir.fd()?.as_fd(),
+            &name,
+            new_dir.fd()?.as_fd(),
+            &new_name,
+            flags,
+        )
     }
 
     /// LINK: a new name for an inode the server resolved beneath the root. Links through the
@@ -203,7 +211,8 @@ impl PassthroughFs {
         let inode = self.table.get(ino)?;
         let new_dir = self.exported_dir(self.table.get(new_parent)?)?;
         let new_name = name::component(new_name)?;
-        let (fd, new_fd) = (inode.fd.as_fd(), new_dir.fd.as_fd());
+        let (held, new_held) = (inode.fd()?, new_dir.fd()?);
+        let (fd, new_fd) = (held.as_fd(), new_held.as_fd());
         let empty = sys::at::EMPTY;
         match sys::at::linkat(fd, empty, new_fd, &new_name, libc::AT_EMPTY_PATH) {
             Err(Errno::ENOENT | Errno::EPERM) => {

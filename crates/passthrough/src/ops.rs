@@ -35,7 +35,7 @@ impl Backend for PassthroughFs {
         if inode.kind != memofs_core::FileKind::Symlink {
             return Err(Errno::EINVAL);
         }
-        sys::at::readlink_fd(inode.fd.as_fd())
+        sys::at::readlink_fd(inode.fd()?.as_fd())
     }
 
     fn mknod(
@@ -141,7 +141,11 @@ impl Backend for PassthroughFs {
     /// Makes the directory's entries durable on the host (after creates, renames, unlinks).
     fn fsyncdir(&self, ino: Ino, _fh: u64, datasync: bool) -> Result<()> {
         let inode = self.table.get(ino)?;
-        let fd = sys::at::openat(inode.fd.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let fd = sys::at::openat(
+            inode.fd()?.as_fd(),
+            c".",
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        )?;
         sys::io::fsync(fd.as_fd(), datasync)
     }
 
@@ -165,7 +169,7 @@ impl Backend for PassthroughFs {
     }
 
     fn statfs(&self) -> Result<StatFs> {
-        let st = sys::io::fstatfs(self.table.root().fd.as_fd())?;
+        let st = sys::io::fstatfs(self.table.root().fd()?.as_fd())?;
         Ok(StatFs {
             blocks: st.f_blocks,
             bfree: st.f_bfree,
@@ -226,7 +230,11 @@ impl Backend for PassthroughFs {
     /// The export's filesystem's space and inodes (as `df` and `df -i` show them), and the
     /// host descriptors the server holds against its budget.
     fn usage(&self) -> BackendUsage {
-        let st = sys::io::fstatfs(self.table.root().fd.as_fd());
+        let st = self
+            .table
+            .root()
+            .fd()
+            .and_then(|fd| sys::io::fstatfs(fd.as_fd()));
         let (bytes_used, bytes_limit, inodes_used, inodes_limit) = match st {
             Ok(st) => {
                 let frag = st.f_frsize as u64;
@@ -246,6 +254,7 @@ impl Backend for PassthroughFs {
             inodes_limit,
             descriptors_used: self.budget.used() as u64,
             descriptors_limit: self.budget.max() as u64,
+            descriptors_reopened: self.pins.reopened.load(Ordering::Relaxed),
         }
     }
 

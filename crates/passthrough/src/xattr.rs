@@ -18,13 +18,12 @@
 //! changes could go unseen), every request asks the host.
 
 use std::ffi::OsStr;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use memofs_core::{Caller, Errno, Ino, Result};
 
-use crate::fd::ProcSelf;
+use crate::fd::HeldPath;
 use crate::name;
 use crate::sys;
 use crate::PassthroughFs;
@@ -74,12 +73,11 @@ impl NoCaps {
 }
 
 impl PassthroughFs {
-    fn xattr_path(
-        &self,
-        ino: Ino,
-    ) -> Result<(std::sync::Arc<crate::inode::Inode>, std::ffi::CString)> {
+    /// The inode `ino` and a `/proc/self/fd` path to it, its descriptor held while the path
+    /// is in use.
+    fn xattr_path(&self, ino: Ino) -> Result<(std::sync::Arc<crate::inode::Inode>, HeldPath)> {
         let inode = self.table.get(ino)?;
-        let path = ProcSelf::path(inode.fd.as_fd());
+        let path = HeldPath::new(inode.fd()?);
         Ok((inode, path))
     }
 
@@ -91,8 +89,8 @@ impl PassthroughFs {
             return Err(Errno::ENODATA);
         }
         let snapshot = inode.no_caps.snapshot();
-        let path = ProcSelf::path(inode.fd.as_fd());
-        let got = sys::xattr::get(&path, &name::c_string(name)?);
+        let path = HeldPath::new(inode.fd()?);
+        let got = sys::xattr::get(path.path(), &name::c_string(name)?);
         if caps && got == Err(Errno::ENODATA) {
             inode.no_caps.record(snapshot);
         }
@@ -102,7 +100,7 @@ impl PassthroughFs {
     /// LISTXATTR.
     pub(crate) fn list_xattr(&self, ino: Ino) -> Result<Vec<u8>> {
         let (_inode, path) = self.xattr_path(ino)?;
-        sys::xattr::list(&path)
+        sys::xattr::list(path.path())
     }
 
     /// SETXATTR, with the caller's credentials: the kernel leaves `system.*` (POSIX ACLs)
@@ -118,7 +116,7 @@ impl PassthroughFs {
         let (inode, path) = self.xattr_path(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        let done = sys::xattr::set(&path, &name, value, flags);
+        let done = sys::xattr::set(path.path(), &name, value, flags);
         inode.no_caps.forget();
         done
     }
@@ -128,7 +126,7 @@ impl PassthroughFs {
         let (inode, path) = self.xattr_path(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        let done = sys::xattr::remove(&path, &name);
+        let done = sys::xattr::remove(path.path(), &name);
         inode.no_caps.forget();
         done
     }

@@ -87,13 +87,61 @@ fn forgotten_inodes_close_their_descriptors() {
     }
 }
 
-#[test]
-fn descriptor_budget_refuses_with_enfile() {
-    let config = PassthroughConfig {
-        max_open_fds: 3,
+/// A budget of `n` descriptors.
+fn budget(n: usize) -> PassthroughConfig {
+    PassthroughConfig {
+        max_open_fds: n,
         ..PassthroughConfig::default()
+    }
+}
+
+/// Takes `CAP_DAC_READ_SEARCH` out of this thread's effective capabilities (other threads
+/// keep theirs): file handles can no longer be opened, as for a server that is not root.
+fn drop_read_search_on_this_thread() {
+    const CAP_DAC_READ_SEARCH: u32 = 2;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
     };
-    let (_t, export, fs) = setup_with("budget", config);
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset read and write one header and two data structs of the v3 layout.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !(1 << CAP_DAC_READ_SEARCH);
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
+            0
+        );
+    }
+}
+
+#[test]
+fn without_handles_a_spent_budget_refuses_with_enfile() {
+    // A thread of its own, which loses what a server that is not root lacks.
+    std::thread::spawn(budget_refuses_without_handles)
+        .join()
+        .unwrap();
+}
+
+fn budget_refuses_without_handles() {
+    drop_read_search_on_this_thread();
+    let (_t, export, fs) = setup_with("budget", budget(3));
+    assert!(!fs.closes_inode_fds());
     for i in 0..3 {
         std::fs::write(export.join(format!("f{i}")), b"").unwrap();
     }
@@ -105,6 +153,167 @@ fn descriptor_budget_refuses_with_enfile() {
     assert_eq!(fs.open(&ROOT, a.ino, libc::O_RDONLY), Err(Errno::ENFILE));
     fs.forget(b.ino, 2);
     assert!(fs.open(&ROOT, a.ino, libc::O_RDONLY).is_ok());
+}
+
+#[test]
+fn a_tree_many_times_the_budget_is_served_by_closing_cold_descriptors() {
+    if !common::is_root() {
+        memofs_e2e::skip!(Root, "opening file handles needs CAP_DAC_READ_SEARCH");
+    }
+    const BUDGET: usize = 12;
+    let (_t, export, fs) = setup_with("evict", budget(BUDGET));
+    assert!(fs.closes_inode_fds());
+    for d in 0..10 {
+        std::fs::create_dir(export.join(format!("d{d}"))).unwrap();
+        for f in 0..20 {
+            std::fs::write(export.join(format!("d{d}/f{f}")), format!("{d}/{f}")).unwrap();
+        }
+    }
+    let mut files = Vec::new();
+    for d in 0..10 {
+        let dir = fs.lookup(&ROOT, ROOT_INO, n(&format!("d{d}"))).unwrap();
+        for f in 0..20 {
+            let a = fs.lookup(&ROOT, dir.ino, n(&format!("f{f}"))).unwrap();
+            files.push((dir.ino, d, f, a.ino));
+            assert!(fs.open_fds() <= BUDGET, "{} descriptors", fs.open_fds());
+        }
+    }
+    // Every inode still answers, as the host's own file, through descriptors opened again.
+    for &(_, d, f, ino) in &files {
+        let host = std::fs::metadata(export.join(format!("d{d}/f{f}"))).unwrap();
+        assert_eq!(fs.getattr(ino).unwrap().size, host.len());
+        let value = format!("v{d}.{f}");
+        fs.setxattr(&ROOT, ino, n("user.k"), value.as_bytes(), 0)
+            .unwrap();
+        assert!(fs.open_fds() <= BUDGET);
+    }
+    for &(_, d, f, ino) in &files {
+        assert_eq!(
+            fs.getxattr(ino, n("user.k")).unwrap(),
+            format!("v{d}.{f}").as_bytes(),
+            "each value went to its own file"
+        );
+        assert_eq!(read_all(&fs, ino), format!("{d}/{f}").as_bytes());
+        assert_eq!(
+            fs.lookups(ino),
+            1,
+            "closing a descriptor keeps the reference"
+        );
+    }
+    let (closed, reopened) = fs.fds_closed_and_reopened();
+    assert!(
+        closed > 100 && reopened > 100,
+        "{closed} closed, {reopened} reopened"
+    );
+    // Names change through evicted directories; a hard link keeps one inode.
+    let (d0, d9) = (files[0].0, files[199].0);
+    let linked = fs.link(&ROOT, files[0].3, d9, n("link")).unwrap();
+    assert_eq!(linked.ino, files[0].3);
+    fs.rename(&ROOT, d0, n("f1"), d9, n("moved"), 0).unwrap();
+    assert!(export.join("d9/moved").exists() && !export.join("d0/f1").exists());
+    fs.unlink(&ROOT, d9, n("link")).unwrap();
+    for f in 2..20 {
+        fs.unlink(&ROOT, d0, n(&format!("f{f}"))).unwrap();
+    }
+    fs.unlink(&ROOT, d0, n("f0")).unwrap();
+    fs.rmdir(&ROOT, ROOT_INO, n("d0")).unwrap();
+    assert!(!export.join("d0").exists());
+    assert!(fs.open_fds() <= BUDGET);
+}
+
+#[test]
+fn open_inodes_keep_their_descriptors_and_a_budget_of_them_refuses() {
+    if !common::is_root() {
+        memofs_e2e::skip!(Root, "opening file handles needs CAP_DAC_READ_SEARCH");
+    }
+    // The root, and f0 with an open handle: its descriptor and the handle's.
+    let (_t, export, fs) = setup_with("pinned", budget(3));
+    for i in 0..3 {
+        std::fs::write(export.join(format!("f{i}")), b"").unwrap();
+    }
+    let a = fs.lookup(&ROOT, ROOT_INO, n("f0")).unwrap();
+    let o = fs.open(&ROOT, a.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("f1")), Err(Errno::ENFILE));
+    fs.release(a.ino, o.fh).unwrap();
+    // Closed now: f0's descriptor may go for f1's, and f1's for f2's.
+    let b = fs.lookup(&ROOT, ROOT_INO, n("f1")).unwrap();
+    let c = fs.lookup(&ROOT, ROOT_INO, n("f2")).unwrap();
+    for ino in [a.ino, b.ino, c.ino] {
+        assert!(fs.getattr(ino).is_ok());
+    }
+}
+
+/// An ext4 image mounted at `at` (root only), detached when dropped: a filesystem that
+/// gives a deleted file's inode number to the next new file.
+struct Ext4(std::path::PathBuf);
+
+impl Ext4 {
+    fn mount(image: &std::path::Path, at: &std::path::Path) -> Ext4 {
+        let run = |cmd: &mut std::process::Command| {
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{cmd:?}: {out:?}");
+        };
+        std::fs::File::create(image)
+            .unwrap()
+            .set_len(32 << 20)
+            .unwrap();
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(image));
+        run(std::process::Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(image)
+            .arg(at));
+        std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o777)).unwrap();
+        Ext4(at.to_path_buf())
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_host_inode_number_reused_while_its_descriptor_was_closed_is_a_new_inode() {
+    if !common::is_root() {
+        memofs_e2e::skip!(
+            Root,
+            "mounting an ext4 image and opening file handles need root"
+        );
+    }
+    let tmp = common::TempDir::new("reuse");
+    let export = tmp.join("export");
+    std::fs::create_dir(&export).unwrap();
+    let _ext4 = Ext4::mount(&tmp.join("image"), &export);
+    let fs = PassthroughFs::new(&export, budget(4)).unwrap();
+    assert!(fs.closes_inode_fds());
+    std::fs::write(export.join("old"), b"old").unwrap();
+    let old = fs.lookup(&ROOT, ROOT_INO, n("old")).unwrap();
+    // Enough other lookups to close old's descriptor.
+    for i in 0..8 {
+        std::fs::write(export.join(format!("other{i}")), b"").unwrap();
+        fs.lookup(&ROOT, ROOT_INO, n(&format!("other{i}"))).unwrap();
+    }
+    let old_host = std::fs::metadata(export.join("old")).unwrap().ino();
+    std::fs::remove_file(export.join("old")).unwrap();
+    std::fs::write(export.join("new"), b"new file").unwrap();
+    let new_host = std::fs::metadata(export.join("new")).unwrap().ino();
+    assert_eq!(new_host, old_host, "ext4 gives the number to the next file");
+    let new = fs.lookup(&ROOT, ROOT_INO, n("new")).unwrap();
+    assert_ne!(new.ino, old.ino, "a new file is a new inode");
+    assert_eq!(new.size, 8);
+    assert_eq!(read_all(&fs, new.ino), b"new file");
+    assert_eq!(
+        fs.getattr(old.ino),
+        Err(Errno::ESTALE),
+        "the deleted file is gone"
+    );
+    assert_eq!(fs.lookups(new.ino), 1);
+    fs.forget(old.ino, 1);
+    // Forgetting the old entry leaves the new one found by its host identity.
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("new")).unwrap().ino, new.ino);
 }
 
 #[test]

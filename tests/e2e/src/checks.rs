@@ -64,6 +64,8 @@ pub struct Usage {
     pub descriptors_used: u64,
     /// Its descriptor budget (0: it holds none).
     pub descriptors_limit: u64,
+    /// Descriptors closed when cold and opened again.
+    pub descriptors_reopened: u64,
 }
 
 /// The number at the start of `s`.
@@ -138,6 +140,7 @@ pub fn stats_usage(mnt: &Path) -> Result<Usage, String> {
         inodes_limit: get("inodes_limit")?,
         descriptors_used: get("descriptors_used")?,
         descriptors_limit: get("descriptors_limit")?,
+        descriptors_reopened: get("descriptors_reopened")?,
     })
 }
 

@@ -2,6 +2,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -254,7 +255,7 @@ impl Mount {
         let base = TempDir::new("memofs-e2e-");
         let mnt = base.path().join("mnt");
         fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
-        Mount::start_memofs(base, mnt, None, opts)
+        Mount::start_memofs(base, mnt, None, opts, None)
     }
 
     /// Like [`Mount::try_memofs`] on a given, existing mount point (which is left in place).
@@ -264,6 +265,7 @@ impl Mount {
             mnt.to_path_buf(),
             None,
             opts,
+            None,
         )
     }
 
@@ -272,7 +274,20 @@ impl Mount {
         let base = TempDir::new("memofs-e2e-");
         let mnt = base.path().join("mnt");
         fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
-        Mount::start_memofs(base, mnt, Some(source), opts)
+        Mount::start_memofs(base, mnt, Some(source), opts, None)
+    }
+
+    /// The passthrough backend, its server started with `RLIMIT_NOFILE` at `nofile` (soft
+    /// and hard), so that its descriptor budget is `nofile` minus the reserved descriptors.
+    pub fn try_memofs_source_nofile(
+        source: &Path,
+        opts: &[&str],
+        nofile: u64,
+    ) -> Result<Mount, String> {
+        let base = TempDir::new("memofs-e2e-");
+        let mnt = base.path().join("mnt");
+        fs::create_dir(&mnt).map_err(|e| format!("mkdir {}: {e}", mnt.display()))?;
+        Mount::start_memofs(base, mnt, Some(source), opts, Some(nofile))
     }
 
     fn start_memofs(
@@ -280,6 +295,7 @@ impl Mount {
         mnt: PathBuf,
         source: Option<&Path>,
         opts: &[&str],
+        nofile: Option<u64>,
     ) -> Result<Mount, String> {
         let bin = memofs_bin();
         let log = base.path().join("server.log");
@@ -307,6 +323,20 @@ impl Mount {
             .stdin(Stdio::null())
             .stdout(logf.try_clone().unwrap())
             .stderr(logf);
+        if let Some(n) = nofile {
+            let limit = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: the closure runs in the forked child before exec and only calls
+            // setrlimit, which is async-signal-safe, on a value it owns.
+            unsafe {
+                cmd.pre_exec(move || match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                });
+            }
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;

@@ -98,14 +98,14 @@ impl Lazy {
     /// (tested), which a host delete needs to name the deleted inode; other filesystems may
     /// answer `ESTALE` there (ext4 for unlinked inodes), and keep recording every handle.
     fn probe(proc: &ProcSelf, root: &Inode, key: &HandleKey) -> Option<Lazy> {
-        let tmpfs =
-            sys::io::fstatfs(root.fd.as_fd()).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC);
+        let fd = root.fd().ok()?;
+        let tmpfs = sys::io::fstatfs(fd.as_fd()).is_ok_and(|st| st.f_type == libc::TMPFS_MAGIC);
         if !tmpfs {
             return None;
         }
         // open_by_handle_at refuses an O_PATH descriptor as its mount argument.
         let opened = proc
-            .reopen(root.fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
+            .reopen(fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
             .and_then(|mount| sys::at::open_by_handle(mount.as_fd(), key.1, &key.2).map(|_| mount));
         let mount = match opened {
             Ok(mount) => mount,
@@ -145,16 +145,18 @@ impl Shared {
     }
 
     fn mark(&self, dir: &Inode, flags: u32) -> Result<()> {
-        let name = ProcSelf::name(dir.fd.as_fd());
+        let fd = dir.fd_for_hook()?;
+        let name = ProcSelf::name(fd.as_fd());
         let flags = flags | libc::FAN_MARK_ONLYDIR;
         sys::notify::fanotify_mark(self.fan.as_fd(), flags, MASK, self.proc.dir(), &name)
     }
 
     fn key_locked(maps: &mut Maps, inode: &Inode) -> Result<HandleKey> {
+        let fd = inode.fd_for_hook()?;
         let fsid = match maps.fsids.get(&inode.host.dev) {
             Some(f) => *f,
             None => {
-                let st = sys::io::fstatfs(inode.fd.as_fd())?;
+                let st = sys::io::fstatfs(fd.as_fd())?;
                 // SAFETY: `fsid_t` is two C ints (the kernel's `__kernel_fsid_t`), 8 bytes
                 // with no padding; reading them as bytes is what fanotify reports.
                 let f: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
@@ -162,7 +164,7 @@ impl Shared {
                 f
             }
         };
-        let (ty, handle) = sys::at::file_handle(inode.fd.as_fd())?;
+        let (ty, handle) = sys::at::file_handle(fd.as_fd())?;
         Ok((fsid, ty, handle))
     }
 }
@@ -273,7 +275,8 @@ pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode, export: ExportMount) -> R
 /// `read(2)` and `write(2)` of a file in it (Linux's `__fsnotify_parent`).
 fn mark_filesystem(fan: &OwnedFd, proc: &ProcSelf, root: &Inode) -> Result<()> {
     let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
-    let name = ProcSelf::name(root.fd.as_fd());
+    let fd = root.fd()?;
+    let name = ProcSelf::name(fd.as_fd());
     sys::notify::fanotify_mark(fan.as_fd(), flags, MASK, proc.dir(), &name)
 }
 
@@ -285,7 +288,8 @@ fn mark_filesystem(fan: &OwnedFd, proc: &ProcSelf, root: &Inode) -> Result<()> {
 /// no mount (the kernel raises them on the dentry) and cannot be filtered this way; the
 /// server's own are skipped by pid when read.
 fn ignore_own_writes(shared: &Shared, root: &Inode) -> Result<()> {
-    let name = ProcSelf::name(root.fd.as_fd());
+    let fd = root.fd()?;
+    let name = ProcSelf::name(fd.as_fd());
     let mark = |how: u32| {
         let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT | how;
         sys::notify::fanotify_mark(

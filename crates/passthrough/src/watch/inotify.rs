@@ -46,7 +46,8 @@ struct Shared {
 
 impl Shared {
     fn watch(&self, dir: &Inode) -> Result<()> {
-        let path = ProcSelf::path(dir.fd.as_fd());
+        let fd = dir.fd_for_hook()?;
+        let path = ProcSelf::path(fd.as_fd());
         let wd = sys::notify::inotify_add_watch(self.fd.as_fd(), &path, MASK)?;
         let mut maps = self.maps.lock();
         maps.by_wd.insert(wd, dir.ino);

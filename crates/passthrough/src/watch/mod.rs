@@ -438,7 +438,7 @@ fn deliver(table: &InodeTable, changes: &[Change], invalidator: &dyn Invalidator
 fn child_ino(table: &InodeTable, parent: Ino, name: &OsString) -> Option<Ino> {
     let dir = table.get(parent).ok()?;
     let name = CString::new(name.as_bytes()).ok()?;
-    let st = sys::at::statx(dir.fd.as_fd(), &name).ok()?;
+    let st = sys::at::statx(dir.fd().ok()?.as_fd(), &name).ok()?;
     table.find(HostId::of(&st)).map(|i| i.ino)
 }
 

@@ -1,0 +1,354 @@
+//! Inode descriptors the backend may close while the kernel still holds the inode, and
+//! open again from the inode's file handle when it is next needed.
+//!
+//! An export can hold far more inodes than the process may keep descriptors (a `find` over a
+//! large tree makes the kernel hold every inode it saw). So when the descriptor budget is
+//! spent ([`crate::fd::FdBudget`]), the budget asks [`Pins`] to close cold inode
+//! descriptors: a clock over the inodes holding one, where each use sets a bit that buys one
+//! more round. Before closing a descriptor the inode's file handle is taken
+//! (`name_to_handle_at`); the next use opens the handle again (`open_by_handle_at` on the
+//! private mount of the export, which needs `CAP_DAC_READ_SEARCH`) and checks that it found
+//! the same host inode.
+//!
+//! Never closed: the export root's descriptor; an inode with an open file or directory
+//! handle (an open file may be unlinked on the host, and some filesystems refuse the
+//! handle of an unlinked inode); one whose handle cannot be taken; one on another
+//! filesystem than the export root's (its handle would need a mount descriptor of its
+//! own); and any inode while the server cannot open handles (not root). There the
+//! budget's limit stands, and a request that needs one more descriptor fails with `ENFILE`.
+//!
+//! A closed descriptor no longer pins the host inode, so its `(st_dev, st_ino)` may be
+//! reused by a new file once the old one is deleted. The handle tells the two apart (it
+//! carries the inode's generation): [`PinnedFd::same_object`] compares it before a lookup
+//! joins an entry whose descriptor is closed, and reopening a handle whose inode is gone
+//! fails with `ESTALE`.
+//!
+//! # Lock order
+//! The clock ([`Pins::clock`]) before an inode's slot, which the clock only `try_lock`s;
+//! otherwise a slot is a leaf lock. Neither is held while opening a descriptor or asking the
+//! budget for a slot, and eviction takes no other lock (it runs inside
+//! [`crate::fd::FdBudget::keep`], which callers may reach holding a directory stream's lock).
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use memofs_core::{Errno, Result};
+use parking_lot::Mutex;
+
+use crate::creds;
+use crate::fd::{CountedFd, Evict, FdBudget};
+use crate::inode::{HostId, Inode};
+use crate::sys;
+use crate::sys::at::FileHandle;
+
+/// What the inodes of one export share: the clock of descriptors that may be closed, and
+/// how to open a handle again.
+pub(crate) struct Pins {
+    /// The budget the descriptors count against.
+    pub(crate) budget: Arc<FdBudget>,
+    /// Inodes holding a descriptor that may be closed, in clock order (lock order: first).
+    clock: Mutex<VecDeque<Weak<Inode>>>,
+    /// A descriptor of the export root's filesystem to open handles against (not `O_PATH`:
+    /// `open_by_handle_at` refuses those), when the server may open handles.
+    mount: Option<OwnedFd>,
+    /// The export root's filesystem.
+    root_dev: u64,
+    /// Descriptors closed to stay within the budget.
+    pub(crate) closed: AtomicU64,
+    /// Descriptors opened again from a handle.
+    pub(crate) reopened: AtomicU64,
+}
+
+impl std::fmt::Debug for Pins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pins")
+            .field("can_reopen", &self.can_reopen())
+            .finish()
+    }
+}
+
+impl Pins {
+    /// For an export whose root is `root` (an `O_PATH` descriptor) on device `root_dev`:
+    /// descriptors may be closed if the root's own handle opens again from `mount`.
+    pub(crate) fn new(
+        budget: Arc<FdBudget>,
+        root: BorrowedFd<'_>,
+        root_dev: u64,
+        mount: Option<OwnedFd>,
+    ) -> Arc<Pins> {
+        let mount = mount.filter(|m| {
+            let reopens = sys::at::file_handle(root)
+                .and_then(|(ty, bytes)| sys::at::open_by_handle(m.as_fd(), ty, &bytes));
+            if let Err(e) = &reopens {
+                log::info!("passthrough: inode descriptors stay open (open_by_handle_at: {e})");
+            }
+            reopens.is_ok()
+        });
+        let pins = Arc::new(Pins {
+            budget,
+            clock: Mutex::new(VecDeque::new()),
+            mount,
+            root_dev,
+            closed: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
+        });
+        let evict: Weak<dyn Evict> = Arc::downgrade(&pins) as Weak<Pins>;
+        pins.budget.set_evictor(evict);
+        pins
+    }
+
+    /// Whether inode descriptors can be closed and opened again here.
+    pub(crate) fn can_reopen(&self) -> bool {
+        self.mount.is_some()
+    }
+
+    /// Puts `inode`, which just got a descriptor, on the clock. Drops the records of
+    /// inodes gone from memory once they would be most of it.
+    fn enlist(&self, inode: Weak<Inode>) {
+        let held = self.budget.used();
+        let mut clock = self.clock.lock();
+        clock.push_back(inode);
+        if clock.len() > 2 * held + 64 {
+            clock.retain(|w| w.strong_count() > 0);
+        }
+    }
+
+    /// Opens `handle` of an inode on the root's filesystem: an `O_PATH` descriptor of the
+    /// host inode `host`, or `ESTALE` when it is gone (or its number now names another).
+    fn reopen(&self, handle: &FileHandle, host: HostId) -> Result<OwnedFd> {
+        let mount = self.mount.as_ref().ok_or(Errno::ESTALE)?;
+        let fd = creds::as_server(|| sys::at::open_by_handle(mount.as_fd(), handle.0, &handle.1))?;
+        if HostId::of(&sys::at::statx_fd(fd.as_fd())?) != host {
+            return Err(Errno::ESTALE);
+        }
+        self.reopened.fetch_add(1, Ordering::Relaxed);
+        Ok(fd)
+    }
+}
+
+impl Evict for Pins {
+    /// Closes up to `want` cold descriptors; returns how many it closed. Each inode is
+    /// looked at most twice (one round to clear its bit, one to close).
+    fn evict(&self, want: usize) -> usize {
+        let mut clock = self.clock.lock();
+        let mut closed = 0;
+        let mut looks = 2 * clock.len();
+        while closed < want && looks > 0 {
+            looks -= 1;
+            let Some(weak) = clock.pop_front() else {
+                break;
+            };
+            let Some(inode) = weak.upgrade() else {
+                continue;
+            };
+            match inode.fd.try_close() {
+                Closing::Closed => closed += 1,
+                Closing::Later => clock.push_back(weak),
+                Closing::Never => {}
+            }
+        }
+        drop(clock);
+        self.closed.fetch_add(closed as u64, Ordering::Relaxed);
+        closed
+    }
+}
+
+/// What [`PinnedFd::try_close`] did.
+enum Closing {
+    Closed,
+    /// In use, recently used or open: look again next round.
+    Later,
+    /// Not held, or can never be closed: off the clock.
+    Never,
+}
+
+/// An inode's `O_PATH` descriptor, held or closed.
+pub(crate) struct PinnedFd {
+    /// The descriptor while held (requests clone the `Arc`: a closed slot frees the
+    /// descriptor once the last request using it is done).
+    slot: Mutex<Option<Arc<CountedFd>>>,
+    /// The file handle, taken before the descriptor is first closed; `None` inside when it
+    /// cannot be taken (the descriptor then stays).
+    handle: OnceLock<Option<FileHandle>>,
+    /// Used since the clock last passed.
+    used: AtomicBool,
+    /// Open file and directory handles of the inode (see [`OpenPin`]).
+    opens: AtomicU32,
+    /// May ever be closed (not the root, on the root's filesystem, the server can reopen).
+    closable: bool,
+}
+
+impl std::fmt::Debug for PinnedFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedFd")
+            .field("held", &self.slot.lock().is_some())
+            .finish()
+    }
+}
+
+impl PinnedFd {
+    /// Holding `fd`; `closable` says whether it may ever be closed.
+    pub(crate) fn new(fd: CountedFd, closable: bool) -> PinnedFd {
+        PinnedFd {
+            slot: Mutex::new(Some(Arc::new(fd))),
+            handle: OnceLock::new(),
+            used: AtomicBool::new(true),
+            opens: AtomicU32::new(0),
+            closable,
+        }
+    }
+
+    /// Whether a new inode with this descriptor goes on the clock.
+    pub(crate) fn closable(host: HostId, pins: &Pins) -> bool {
+        pins.can_reopen() && host.dev == pins.root_dev
+    }
+
+    /// The descriptor if it is held now (no reopening).
+    pub(crate) fn held(&self) -> Option<Arc<CountedFd>> {
+        let fd = self.slot.lock().clone();
+        if fd.is_some() {
+            self.used.store(true, Ordering::Relaxed);
+        }
+        fd
+    }
+
+    /// Whether the host object `fd` refers to (with the same `(st_dev, st_ino)` as this
+    /// inode) is this inode's: certainly while the descriptor is held (it pins the inode);
+    /// otherwise when its handle matches the one taken before closing.
+    pub(crate) fn same_object(&self, fd: BorrowedFd<'_>) -> bool {
+        if self.slot.lock().is_some() {
+            return true;
+        }
+        match self.handle.get() {
+            Some(Some(handle)) => sys::at::file_handle(fd).is_ok_and(|h| h == *handle),
+            _ => true,
+        }
+    }
+
+    /// Closes the descriptor if nothing uses it, it was not used since the clock last
+    /// passed, and its handle can be taken.
+    fn try_close(&self) -> Closing {
+        if !self.closable {
+            return Closing::Never;
+        }
+        if self.used.swap(false, Ordering::Relaxed) || self.opens.load(Ordering::Acquire) > 0 {
+            return Closing::Later;
+        }
+        let Some(mut slot) = self.slot.try_lock() else {
+            return Closing::Later;
+        };
+        let fd = match &*slot {
+            None => return Closing::Never,
+            Some(fd) if Arc::strong_count(fd) > 1 => return Closing::Later,
+            Some(fd) => fd,
+        };
+        let handle = self
+            .handle
+            .get_or_init(|| sys::at::file_handle(fd.as_fd()).ok());
+        if handle.is_none() {
+            return Closing::Never;
+        }
+        *slot = None;
+        Closing::Closed
+    }
+}
+
+impl Inode {
+    /// The inode's `O_PATH` descriptor, opened again from its handle if it was closed;
+    /// `ESTALE` if the host inode is gone. Held by the caller while it uses it.
+    pub(crate) fn fd(&self) -> Result<Arc<CountedFd>> {
+        if let Some(fd) = self.fd.held() {
+            return Ok(fd);
+        }
+        let handle = match self.fd.handle.get() {
+            Some(Some(handle)) => handle,
+            _ => return Err(Errno::ESTALE),
+        };
+        let fd = self.pins.reopen(handle, self.host)?;
+        let counted = self.pins.budget.keep(fd)?;
+        Ok(self.install(counted).unwrap_or_else(|held| held))
+    }
+
+    /// Makes `fd` the held descriptor, unless one is held already (then returned as
+    /// `Err`, and `fd` closes).
+    fn install(&self, fd: CountedFd) -> std::result::Result<Arc<CountedFd>, Arc<CountedFd>> {
+        let mut slot = self.fd.slot.lock();
+        if let Some(held) = &*slot {
+            return Err(held.clone());
+        }
+        let fd = Arc::new(fd);
+        *slot = Some(fd.clone());
+        drop(slot);
+        self.fd.used.store(true, Ordering::Relaxed);
+        self.pins.enlist(self.me.clone());
+        Ok(fd)
+    }
+
+    /// The descriptor for the watcher's table hook, which runs under the table's lock and
+    /// must not ask the budget: the held one, or one opened from the handle for this call
+    /// only (within the descriptors kept out of the budget).
+    pub(crate) fn fd_for_hook(&self) -> Result<HookFd> {
+        if let Some(fd) = self.fd.held() {
+            return Ok(HookFd::Held(fd));
+        }
+        match self.fd.handle.get() {
+            Some(Some(handle)) => Ok(HookFd::Once(self.pins.reopen(handle, self.host)?)),
+            _ => Err(Errno::ESTALE),
+        }
+    }
+
+    /// A lookup found this inode again through `fd` (the same object, see
+    /// [`PinnedFd::same_object`]): if its descriptor was closed, `fd` takes its place.
+    pub(crate) fn adopt(&self, fd: OwnedFd) {
+        if self.fd.slot.lock().is_some() {
+            return;
+        }
+        if let Ok(counted) = self.pins.budget.keep(fd) {
+            let _ = self.install(counted);
+        }
+    }
+
+    /// Puts a new inode on the clock if its descriptor may be closed.
+    pub(crate) fn enlist(&self) {
+        if self.fd.closable {
+            self.pins.enlist(self.me.clone());
+        }
+    }
+}
+
+/// A descriptor for the table hook: held by the inode, or opened for one call.
+pub(crate) enum HookFd {
+    Held(Arc<CountedFd>),
+    Once(OwnedFd),
+}
+
+impl AsFd for HookFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            HookFd::Held(fd) => fd.as_fd(),
+            HookFd::Once(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// Keeps an inode's descriptor from being closed while a file or directory handle of the
+/// inode is open.
+#[derive(Debug)]
+pub(crate) struct OpenPin(Option<Arc<Inode>>);
+
+impl OpenPin {
+    pub(crate) fn new(inode: &Inode) -> OpenPin {
+        inode.fd.opens.fetch_add(1, Ordering::AcqRel);
+        OpenPin(inode.me.upgrade())
+    }
+}
+
+impl Drop for OpenPin {
+    fn drop(&mut self) {
+        if let Some(inode) = &self.0 {
+            inode.fd.opens.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
