@@ -290,10 +290,12 @@ const SHARDS: usize = 64;
 /// (one pointer per slot).
 type Shard = RwLock<HashTable<Arc<Inode>>>;
 
-/// Hash of an inode number: numbers are handed out in sequence by the server, so a
-/// multiplication spreads them over the table's bits (no caller can choose them).
+/// Hash of an inode number within its shard. Numbers are handed out in sequence by the
+/// server (no caller can choose them); a shard holds every [`SHARDS`]th, so the shard's own
+/// sequence `ino / SHARDS` is multiplied to spread it over the hash's bits (the table
+/// starts probing at the low bits, which `ino` itself would leave equal in one shard).
 fn ino_hash(ino: Ino) -> u64 {
-    ino.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    (ino / SHARDS as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Inode number → inode, sharded so that requests on different inodes rarely share a lock.

@@ -23,7 +23,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
@@ -36,14 +36,10 @@ use crate::machine::Machine;
 /// Page size of the private tmpfs.
 const PAGE: u64 = 4096;
 
-/// Tries at a free data file number before a create gives up with `ENOSPC` (only reached
-/// with billions of data files alive).
-const NAME_TRIES: u32 = 1 << 16;
-
 /// The private tmpfs holding file data.
 pub struct BackingStore {
     root: Arc<OwnedFd>,
-    next_name: AtomicU32,
+    next_name: AtomicU64,
     /// Pages allocated to stand for the server's own charges (xattrs, symlink targets), so
     /// that they and file data share the one `size=` the kernel enforces.
     ballast: Mutex<(File, u64)>,
@@ -127,7 +123,7 @@ impl BackingStore {
             .map_err(io::Error::from)?;
         Ok(BackingStore {
             root,
-            next_name: AtomicU32::new(0),
+            next_name: AtomicU64::new(0),
             ballast: Mutex::new((ballast, 0)),
         })
     }
@@ -136,24 +132,22 @@ impl BackingStore {
     /// the [`KernelFile::open`] that follows (a create opens what it made: one `openat`
     /// instead of a create, a close and an open).
     pub fn new_file(&self, to_open: bool) -> Result<KernelFile> {
-        // Numbers wrap round after 2^32 files; one still in use is skipped (`O_EXCL`).
-        for _ in 0..NAME_TRIES {
-            let id = self.next_name.fetch_add(1, Ordering::Relaxed);
-            let name = DataName::new(id);
-            let file = match open_at(&self.root, name.as_cstr(), libc::O_CREAT | libc::O_EXCL) {
-                Err(Errno::EEXIST) => continue,
-                file => file?,
-            };
-            return Ok(KernelFile {
-                root: self.root.clone(),
-                open: Mutex::new(Open {
-                    id,
-                    count: 0,
-                    held: to_open.then(|| Arc::new(file)),
-                }),
-            });
+        let id = self.next_name.fetch_add(1, Ordering::Relaxed);
+        if id > Open::MAX_ID {
+            return Err(Errno::ENOSPC);
         }
-        Err(Errno::ENOSPC)
+        let file = open_at(
+            &self.root,
+            DataName::new(id).as_cstr(),
+            libc::O_CREAT | libc::O_EXCL,
+        )?;
+        Ok(KernelFile {
+            root: self.root.clone(),
+            open: Mutex::new(Open {
+                id_count: id,
+                held: to_open.then(|| Arc::new(file)),
+            }),
+        })
     }
 
     /// Makes the ballast hold `bytes` (rounded up to pages) of the private tmpfs: `ENOSPC`
@@ -199,14 +193,14 @@ impl BackingStore {
 }
 
 /// A data file's name, its number in decimal, built on the stack when needed so that a file
-/// stores 4 bytes instead of a heap string.
-struct DataName([u8; 11]);
+/// stores 6 bytes instead of a heap string.
+struct DataName([u8; 21]);
 
 impl DataName {
-    fn new(id: u32) -> DataName {
-        // u32::MAX has 10 digits; the 11th byte stays the NUL terminator.
-        let mut buf = [0u8; 11];
-        write!(&mut buf[..10], "{id}").expect("a u32 has at most 10 digits");
+    fn new(id: u64) -> DataName {
+        // u64::MAX has 20 digits; the 21st byte stays the NUL terminator.
+        let mut buf = [0u8; 21];
+        write!(&mut buf[..20], "{id}").expect("a u64 has at most 20 digits");
         DataName(buf)
     }
 
@@ -235,8 +229,8 @@ fn open_at(root: &OwnedFd, name: &CStr, extra: i32) -> Result<File> {
 /// One regular file's data in the private tmpfs. Size, blocks and mtime are the kernel's;
 /// writes through passthrough update them without the server seeing the request.
 ///
-/// 32 bytes, as every empty file has one: the data file's number and the open count are
-/// 32-bit and share the padding of the lock that guards the held descriptor.
+/// 32 bytes, as every empty file has one: the data file's number and the open count share
+/// one word, in the padding of the lock that guards the held descriptor.
 pub struct KernelFile {
     root: Arc<OwnedFd>,
     open: Mutex<Open>,
@@ -244,13 +238,33 @@ pub struct KernelFile {
 
 /// A data file's number, and what its memofs file's opens hold.
 struct Open {
-    /// Number naming the data file (see [`DataName`]); never changes.
-    id: u32,
-    /// Opens of the memofs file (bounded by the system's file structures, far below 2^32).
-    count: u32,
+    /// The number naming the data file (see [`DataName`]; never changes, never reused) in
+    /// the low [`Open::ID_BITS`], the opens of the memofs file above, counted up to
+    /// [`Open::MAX_COUNT`]: past it the descriptor may be let go while opens remain, and
+    /// is opened again by name when next needed.
+    id_count: u64,
     /// The data file's descriptor, held from its first use while there are opens (an open
     /// served by a kept backing registration never needs it).
     held: Option<Arc<File>>,
+}
+
+impl Open {
+    const ID_BITS: u32 = 48;
+    /// 2^48 data files: 9 years of a million creates a second.
+    const MAX_ID: u64 = (1 << Self::ID_BITS) - 1;
+    const MAX_COUNT: u64 = (1 << (64 - Self::ID_BITS)) - 1;
+
+    fn id(&self) -> u64 {
+        self.id_count & Self::MAX_ID
+    }
+
+    fn count(&self) -> u64 {
+        self.id_count >> Self::ID_BITS
+    }
+
+    fn set_count(&mut self, count: u64) {
+        self.id_count = self.id() | (count.min(Self::MAX_COUNT) << Self::ID_BITS);
+    }
 }
 
 impl Drop for KernelFile {
@@ -263,20 +277,23 @@ impl Drop for KernelFile {
 
 impl KernelFile {
     fn name(&self) -> DataName {
-        DataName::new(self.open.lock().id)
+        DataName::new(self.open.lock().id())
     }
 
     /// The memofs file was opened: a descriptor of the data file, once one is needed,
     /// stays held until the matching [`KernelFile::close`].
     pub fn open(&self) {
-        self.open.lock().count += 1;
+        let mut open = self.open.lock();
+        let count = open.count() + 1;
+        open.set_count(count);
     }
 
     /// One open of the memofs file was released.
     pub fn close(&self) {
         let mut open = self.open.lock();
-        open.count = open.count.saturating_sub(1);
-        if open.count == 0 {
+        let count = open.count().saturating_sub(1);
+        open.set_count(count);
+        if count == 0 {
             open.held = None;
         }
     }
@@ -287,9 +304,9 @@ impl KernelFile {
         if let Some(f) = &open.held {
             return Ok(f.clone());
         }
-        let name = DataName::new(open.id);
+        let name = DataName::new(open.id());
         let f = Arc::new(open_at(&self.root, name.as_cstr(), 0)?);
-        if open.count > 0 {
+        if open.count() > 0 {
             open.held = Some(f.clone());
         }
         Ok(f)
@@ -547,8 +564,20 @@ mod tests {
     }
 
     #[test]
+    fn an_open_count_past_its_bits_stays_at_the_top_and_keeps_the_number() {
+        let mut open = Open {
+            id_count: Open::MAX_ID,
+            held: None,
+        };
+        open.set_count(Open::MAX_COUNT + 10);
+        assert_eq!((open.id(), open.count()), (Open::MAX_ID, Open::MAX_COUNT));
+        open.set_count(3);
+        assert_eq!((open.id(), open.count()), (Open::MAX_ID, 3));
+    }
+
+    #[test]
     fn data_names_are_the_decimal_number() {
-        for id in [0, 7, 10, 4096, 1234567890, u32::MAX] {
+        for id in [0, 7, 10, 4096, 1234567890, Open::MAX_ID] {
             assert_eq!(
                 DataName::new(id).as_cstr().to_str().unwrap(),
                 id.to_string()

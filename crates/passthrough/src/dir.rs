@@ -137,12 +137,14 @@ impl PassthroughFs {
             return Err(Errno::ENOTDIR);
         }
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        // Pinned first: the descriptor the stream is opened through stays while it is open.
+        let pin = OpenPin::new(&inode);
         let fd = self.open_noatime(true, flags, |f| {
             sys::at::openat(inode.fd()?.as_fd(), c".", f)
         })?;
         Ok(OpenDir {
             ino,
-            _pin: OpenPin::new(&inode),
+            _pin: pin,
             stream: Mutex::new(DirStream::new(self.budget.keep(fd)?)),
         })
     }

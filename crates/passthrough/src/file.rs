@@ -83,19 +83,21 @@ impl PassthroughFs {
             FileKind::Symlink => return Err(Errno::ELOOP),
             _ => return Err(Errno::ENXIO),
         }
+        // Pinned first: the descriptor the open goes through stays until the handle closes.
+        let pin = OpenPin::new(inode);
         let open =
             |flags| self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd()?.as_fd(), f));
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         match open(flags) {
             Err(Errno::EPERM) if writing && append => {
                 let fd = open(flags | libc::O_APPEND)?;
-                self.new_handle(inode, fd, flags, true)
+                self.new_handle(pin, fd, flags, true)
             }
             Ok(fd) => {
                 // A reader of an append-only file is told so too (see `Opened::append_only`).
                 let append_only = sys::io::get_flags(fd.as_fd())
                     .is_ok_and(|f| f & memofs_core::inode_flags::APPEND != 0);
-                self.new_handle(inode, fd, flags, append_only)
+                self.new_handle(pin, fd, flags, append_only)
             }
             Err(e) => Err(e),
         }
@@ -104,7 +106,7 @@ impl PassthroughFs {
     /// `append_only`: the host file is append-only (see [`Opened::append_only`]).
     fn new_handle(
         &self,
-        inode: &Inode,
+        pin: OpenPin,
         fd: OwnedFd,
         flags: i32,
         append_only: bool,
@@ -112,8 +114,8 @@ impl PassthroughFs {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let flush = writable && close_may_fail(fd.as_fd());
         let file = OpenFile {
-            ino: inode.ino,
-            _pin: OpenPin::new(inode),
+            ino: pin.ino(),
+            _pin: pin,
             fd: self.budget.keep(fd)?,
             writable,
         };
@@ -224,7 +226,7 @@ impl PassthroughFs {
         if self.caps_cached(&inode) && self.table.host_changes() == changes {
             inode.no_caps.created();
         }
-        match self.new_handle(&inode, fd, flags, false) {
+        match self.new_handle(OpenPin::new(&inode), fd, flags, false) {
             Ok(opened) => Ok((attr, opened)),
             Err(e) => {
                 self.table.forget(inode.ino, 1);

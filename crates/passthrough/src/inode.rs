@@ -167,11 +167,7 @@ impl InodeTable {
 
     /// The entry for a host inode, if the kernel knows it.
     pub(crate) fn find(&self, host: HostId) -> Option<Arc<Inode>> {
-        let maps = self.maps.read();
-        maps.by_host
-            .get(&host)
-            .and_then(|i| maps.by_ino.get(i))
-            .cloned()
+        Self::find_locked(&self.maps.read(), host)
     }
 
     /// The number a host inode has or would most likely get, without taking a reference
@@ -219,12 +215,19 @@ impl InodeTable {
         let kind = FileKind::from_mode(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
         let counted = keep(fd)?;
         let mut maps = self.maps.write();
-        if let Some(inode) = Self::reference_known_locked(&maps, host) {
-            // Found meanwhile, by a lookup whose descriptor pins it: the new descriptor
-            // closes after the lock is gone.
-            drop(maps);
-            drop(counted);
-            return Ok(inode);
+        let meanwhile = Self::find_locked(&maps, host);
+        if let Some(known) = meanwhile {
+            if known.fd.same_object(counted.as_fd()) {
+                // Entered meanwhile by another lookup: the new descriptor closes after the
+                // lock is gone.
+                known.nlookup.fetch_add(1, Ordering::Relaxed);
+                drop(maps);
+                drop(counted);
+                return Ok(known);
+            }
+            if maps.by_host.get(&host) == Some(&known.ino) {
+                maps.by_host.remove(&host);
+            }
         }
         let ino = self.allocate_locked(&mut maps, host);
         let closable = PinnedFd::closable(host, pins);
@@ -259,10 +262,8 @@ impl InodeTable {
         }
     }
 
-    fn reference_known_locked(maps: &Maps, host: HostId) -> Option<Arc<Inode>> {
-        let inode = maps.by_ino.get(maps.by_host.get(&host)?)?;
-        inode.nlookup.fetch_add(1, Ordering::Relaxed);
-        Some(inode.clone())
+    fn find_locked(maps: &Maps, host: HostId) -> Option<Arc<Inode>> {
+        maps.by_ino.get(maps.by_host.get(&host)?).cloned()
     }
 
     /// Takes one more reference to `inode`, which the caller got from this table; `ESTALE`

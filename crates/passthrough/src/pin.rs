@@ -12,10 +12,14 @@
 //!
 //! Never closed: the export root's descriptor; an inode with an open file or directory
 //! handle (an open file may be unlinked on the host, and some filesystems refuse the
-//! handle of an unlinked inode); one whose handle cannot be taken; one on another
-//! filesystem than the export root's (its handle would need a mount descriptor of its
-//! own); and any inode while the server cannot open handles (not root). There the
-//! budget's limit stands, and a request that needs one more descriptor fails with `ENFILE`.
+//! handle of an unlinked inode); a directory the watcher marks or watches one by one (the
+//! mark holds the host inode anyway, and removing it needs the descriptor); one whose handle
+//! cannot be taken; one on another filesystem than the export root's (its handle would need
+//! a mount descriptor of its own); every inode of a filesystem not known to open the
+//! handles of inodes it no longer caches ([`REOPENS`]: a FUSE or network filesystem may
+//! give handles it can only open while the inode is cached); and any inode while the server
+//! cannot open handles (not root). There the budget's limit stands, and a request that
+//! needs one more descriptor fails with `ENFILE`.
 //!
 //! A closed descriptor no longer pins the host inode, so its `(st_dev, st_ino)` may be
 //! reused by a new file once the old one is deleted. The handle tells the two apart (it
@@ -42,6 +46,11 @@ use crate::fd::{CountedFd, Evict, FdBudget};
 use crate::inode::{HostId, Inode};
 use crate::sys;
 use crate::sys::at::FileHandle;
+
+/// Filesystems (`statfs` magic numbers) that open a handle of any inode that still exists,
+/// cached or not: ext2/3/4, XFS, Btrfs, F2FS, and tmpfs (whose inodes stay cached while they
+/// exist).
+const REOPENS: [i64; 5] = [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x0102_1994];
 
 /// What the inodes of one export share: the clock of descriptors that may be closed, and
 /// how to open a handle again.
@@ -78,7 +87,15 @@ impl Pins {
         root_dev: u64,
         mount: Option<OwnedFd>,
     ) -> Arc<Pins> {
+        let known = sys::io::fstatfs(root).map(|st| st.f_type);
         let mount = mount.filter(|m| {
+            if !known.is_ok_and(|t| REOPENS.contains(&t)) {
+                log::info!(
+                    "passthrough: inode descriptors stay open (a filesystem not known to open \
+                     handles of uncached inodes: {known:x?})"
+                );
+                return false;
+            }
             let reopens = sys::at::file_handle(root)
                 .and_then(|(ty, bytes)| sys::at::open_by_handle(m.as_fd(), ty, &bytes));
             if let Err(e) = &reopens {
@@ -132,10 +149,10 @@ impl Evict for Pins {
     /// Closes up to `want` cold descriptors; returns how many it closed. Each inode is
     /// looked at most twice (one round to clear its bit, one to close).
     fn evict(&self, want: usize) -> usize {
+        let mut taken = Vec::new();
         let mut clock = self.clock.lock();
-        let mut closed = 0;
         let mut looks = 2 * clock.len();
-        while closed < want && looks > 0 {
+        while taken.len() < want && looks > 0 {
             looks -= 1;
             let Some(weak) = clock.pop_front() else {
                 break;
@@ -144,12 +161,16 @@ impl Evict for Pins {
                 continue;
             };
             match inode.fd.try_close() {
-                Closing::Closed => closed += 1,
+                Closing::Closed(fd) => taken.push(fd),
                 Closing::Later => clock.push_back(weak),
                 Closing::Never => {}
             }
         }
         drop(clock);
+        // Closed here, outside the clock's lock: the last descriptor of a file deleted on
+        // the host frees it, which takes a while.
+        let closed = taken.len();
+        drop(taken);
         self.closed.fetch_add(closed as u64, Ordering::Relaxed);
         closed
     }
@@ -157,7 +178,8 @@ impl Evict for Pins {
 
 /// What [`PinnedFd::try_close`] did.
 enum Closing {
-    Closed,
+    /// Taken out: closes when dropped.
+    Closed(Arc<CountedFd>),
     /// In use, recently used or open: look again next round.
     Later,
     /// Not held, or can never be closed: off the clock.
@@ -176,6 +198,8 @@ pub(crate) struct PinnedFd {
     used: AtomicBool,
     /// Open file and directory handles of the inode (see [`OpenPin`]).
     opens: AtomicU32,
+    /// The watcher marks or watches this directory by itself (see [`Inode::keep_for_watcher`]).
+    watched: AtomicBool,
     /// May ever be closed (not the root, on the root's filesystem, the server can reopen).
     closable: bool,
 }
@@ -196,6 +220,7 @@ impl PinnedFd {
             handle: OnceLock::new(),
             used: AtomicBool::new(true),
             opens: AtomicU32::new(0),
+            watched: AtomicBool::new(false),
             closable,
         }
     }
@@ -233,6 +258,9 @@ impl PinnedFd {
         if !self.closable {
             return Closing::Never;
         }
+        if self.watched.load(Ordering::Acquire) {
+            return Closing::Never;
+        }
         if self.used.swap(false, Ordering::Relaxed) || self.opens.load(Ordering::Acquire) > 0 {
             return Closing::Later;
         }
@@ -250,8 +278,10 @@ impl PinnedFd {
         if handle.is_none() {
             return Closing::Never;
         }
-        *slot = None;
-        Closing::Closed
+        match slot.take() {
+            Some(fd) => Closing::Closed(fd),
+            None => Closing::Never,
+        }
     }
 }
 
@@ -286,9 +316,18 @@ impl Inode {
         Ok(fd)
     }
 
+    /// The watcher marks or watches this directory by itself: its descriptor stays open
+    /// from now on (a mark holds the host inode anyway, and removing it needs the
+    /// descriptor, under the table's lock where nothing may be opened again).
+    pub(crate) fn keep_for_watcher(&self) {
+        self.fd.watched.store(true, Ordering::Release);
+    }
+
     /// The descriptor for the watcher's table hook, which runs under the table's lock and
-    /// must not ask the budget: the held one, or one opened from the handle for this call
-    /// only (within the descriptors kept out of the budget).
+    /// must not ask the budget: the held one (always, for a directory kept for the watcher
+    /// and for an inode being added), or one opened from the handle for this call only
+    /// (within the descriptors kept out of the budget), which happens only when a watcher
+    /// starts and is told of inodes already known.
     pub(crate) fn fd_for_hook(&self) -> Result<HookFd> {
         if let Some(fd) = self.fd.held() {
             return Ok(HookFd::Held(fd));
@@ -336,18 +375,29 @@ impl AsFd for HookFd {
 /// Keeps an inode's descriptor from being closed while a file or directory handle of the
 /// inode is open.
 #[derive(Debug)]
-pub(crate) struct OpenPin(Option<Arc<Inode>>);
+pub(crate) struct OpenPin {
+    ino: memofs_core::Ino,
+    inode: Option<Arc<Inode>>,
+}
 
 impl OpenPin {
     pub(crate) fn new(inode: &Inode) -> OpenPin {
         inode.fd.opens.fetch_add(1, Ordering::AcqRel);
-        OpenPin(inode.me.upgrade())
+        OpenPin {
+            ino: inode.ino,
+            inode: inode.me.upgrade(),
+        }
+    }
+
+    /// The inode's number.
+    pub(crate) fn ino(&self) -> memofs_core::Ino {
+        self.ino
     }
 }
 
 impl Drop for OpenPin {
     fn drop(&mut self) {
-        if let Some(inode) = &self.0 {
+        if let Some(inode) = &self.inode {
             inode.fd.opens.fetch_sub(1, Ordering::AcqRel);
         }
     }

@@ -186,6 +186,7 @@ impl TableHook for Hook {
             Err(e) => log::debug!("passthrough: no file handle for inode {}: {e}", inode.ino),
         }
         if self.0.needs_mark(inode) {
+            inode.keep_for_watcher();
             if let Err(e) = self.0.mark(inode, libc::FAN_MARK_ADD) {
                 if maps.unmarkable.insert(inode.host.dev) {
                     log::warn!(

@@ -63,6 +63,7 @@ impl TableHook for Hook {
         if inode.kind != FileKind::Directory {
             return;
         }
+        inode.keep_for_watcher();
         if let Err(e) = self.0.watch(inode) {
             log::warn!(
                 "passthrough: cannot watch directory inode {}: {e}",
