@@ -113,8 +113,10 @@ pytest:
 	python3 -m pytest bench/tests -q
 
 # Guest VMs (QEMU TCG) booted with Debian's kernel packages: the coherence and lookup-cache
-# tests and a slice of the e2e suite on the kernels users run (scripts/vm/run.sh). `make test`
-# runs the kernels marked ci in scripts/vm/kernels.tsv; CI (CI=true) requires them to run.
+# tests and a slice of the e2e suite on the kernels users run (scripts/vm/run.sh), and memofs
+# served to the guest over virtio-fs by `memofs virtiofsd` (scripts/vm/virtiofs.sh). `make
+# test` runs the kernels marked ci in scripts/vm/kernels.tsv; CI (CI=true) requires them to
+# run.
 VM_KERNELS_ALL := $(shell awk '!/^\#/ && NF { print $$1 }' scripts/vm/kernels.tsv)
 VM_KERNELS_CI := $(shell awk '!/^\#/ && $$4 == "ci" { print $$1 }' scripts/vm/kernels.tsv)
 VM_REQUIRED := $(if $(filter true 1,$(CI)),1,0)
@@ -122,9 +124,11 @@ VM_REQUIRED := $(if $(filter true 1,$(CI)),1,0)
 vm-test:
 	@test -n "$(KERNEL)" || { echo "usage: make vm-test KERNEL=ID (ids: $(VM_KERNELS_ALL))"; exit 1; }
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(KERNEL)
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/virtiofs.sh $(KERNEL)
 
 vm-test-ci:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_CI)
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/virtiofs.sh $(VM_KERNELS_CI)
 
 vm-test-all:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)

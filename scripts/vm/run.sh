@@ -15,28 +15,13 @@
 # Does not take the build lock: callers do (`flock /tmp/memofs-build.lock make vm-test ...`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
-cd "$top"
+label=vm
+# shellcheck source=scripts/vm/common.sh
+. "$here/common.sh"
 [ $# -gt 0 ] || { echo "usage: scripts/vm/run.sh KERNEL-ID... (ids in scripts/vm/kernels.tsv)" >&2; exit 1; }
-CARGO=${CARGO:-cargo}
-limit=${MEMOFS_VM_TIMEOUT:-600}
 per_binary=${MEMOFS_VM_BINARY_TIMEOUT:-300}
 plan=${MEMOFS_VM_PLAN:-$here/plan.txt}
-required=${MEMOFS_VM_REQUIRED:-0}
 work=$top/target/vm
-
-# A guest that cannot run: skipped here, a failure where it is required.
-cannot() {
-    local id=$1
-    shift
-    if [ "$required" = 1 ]; then
-        echo "FAIL vm $id: cannot run the guest: $*"
-        echo "vm-$id: 0 passed, 1 failed, 0 skipped"
-        return 1
-    fi
-    echo "SKIP vm $id: cannot run the guest here: $*"
-    echo "vm-$id: 0 passed, 0 failed, 1 skipped"
-}
 
 # The binaries the plan names, built: "NAME PATH" lines.
 build() {
@@ -109,17 +94,7 @@ initramfs() {
 # Boots kernel `id` and reports; returns non-zero if a test failed.
 run_one() {
     local id=$1 kdir kernel out initrd start status
-    command -v qemu-system-x86_64 >/dev/null || { cannot "$id" "qemu-system-x86_64 is not installed (bash scripts/setup.sh installs it)"; return; }
-    command -v busybox >/dev/null || { cannot "$id" "busybox is not installed (apt-get install busybox-static)"; return; }
-    local got=0
-    kdir=$("$here/fetch.sh" "$id") || got=$?
-    case $got in
-        0) ;;
-        2) cannot "$id" "the kernel package could not be fetched (see above)"; return ;;
-        *) echo "vm-$id: 0 passed, 1 failed, 0 skipped"; return 1 ;;
-    esac
-    kernel=$(find "$kdir" -name 'vmlinuz*' -type f | head -n1)
-    [ -n "$kernel" ] || { cannot "$id" "no vmlinuz in the package unpacked at $kdir"; return; }
+    find_kernel "$id" || return $(($? == 2 ? 0 : 1))
     out=$work/$id
     mkdir -p "$out"
     cp "$work/binaries" "$out/binaries"

@@ -49,6 +49,14 @@ pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String>
     Ok(src)
 }
 
+/// The plan's settings as `memofs stats` lists them.
+pub fn plan_settings(plan: &MountPlan) -> Vec<(String, String)> {
+    plan.describe()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
 /// The passthrough backend for `source`.
 pub fn passthrough(source: &Path, plan: &mut MountPlan) -> Built<PassthroughFs> {
     let config = PassthroughConfig {

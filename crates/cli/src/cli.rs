@@ -45,12 +45,64 @@ pub enum Command {
     /// Make the kernel forget every name it caches for a mount (for changes the server
     /// cannot see)
     Invalidate(TargetArgs),
+    /// Serve memofs to a virtual machine as a vhost-user-fs device (virtio-fs), taking
+    /// virtiofsd's command line
+    Virtiofsd(VirtiofsdArgs),
     /// Write the man pages, shell completions and option table into DIR (used by `make install`)
     #[command(hide = true)]
     Generate {
         /// Where to write man/, completions/ and options.md
         dir: PathBuf,
     },
+}
+
+/// `memofs virtiofsd`: virtiofsd's command line, and memofs's `-o` options.
+#[derive(Args, Debug, Clone, Default)]
+#[command(
+    override_usage = "memofs virtiofsd --socket-path PATH [--shared-dir DIR] [-o OPT[,OPT...]]\n       memofs virtiofsd --fd FD [...]\n       memofs-virtiofsd ... (the same, under virtiofsd's own name)"
+)]
+pub struct VirtiofsdArgs {
+    /// The vhost-user socket to listen on; the VMM connects to it
+    #[arg(long = "socket-path", value_name = "PATH")]
+    pub socket_path: Option<PathBuf>,
+    /// A vhost-user socket already listening, as an inherited descriptor (libvirt's way)
+    #[arg(long = "fd", value_name = "FD")]
+    pub fd: Option<i32>,
+    /// Export this host directory (the passthrough backend); without it, an in-memory
+    /// filesystem (the mem backend)
+    #[arg(long = "shared-dir", value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+    /// How long the guest may keep names and attributes: never, auto (1 s) or always (1 h);
+    /// default always for the mem backend, auto for a shared directory
+    #[arg(long = "cache", value_name = "never|auto|always")]
+    pub cache: Option<String>,
+    /// memofs options (as `memofs mount -o`), and virtiofsd's older -o forms: source=DIR,
+    /// cache=MODE, xattr, no_xattr, posix_lock, no_posix_lock, flock, no_flock
+    #[arg(short = 'o', value_name = "OPT[,OPT...]")]
+    pub options: Vec<String>,
+    /// Accepted for virtiofsd's callers: each queue is served by a thread of its own
+    #[arg(long = "thread-pool-size", value_name = "N")]
+    pub thread_pool_size: Option<usize>,
+    /// Accepted for virtiofsd's callers (namespace, chroot, none): memofs confines every
+    /// host access to the shared directory itself (openat2 RESOLVE_BENEATH)
+    #[arg(long = "sandbox", value_name = "MODE")]
+    pub sandbox: Option<String>,
+    /// Accepted for virtiofsd's callers: mounts below the shared directory are not
+    /// crossed
+    #[arg(long = "announce-submounts")]
+    pub announce_submounts: bool,
+    /// Accepted for virtiofsd's callers: extended attributes are always supported
+    #[arg(long = "xattr")]
+    pub xattr: bool,
+    /// Accepted for virtiofsd's callers: POSIX ACLs are on wherever the backend keeps them
+    #[arg(long = "posix-acl")]
+    pub posix_acl: bool,
+    /// Not supported (refused with an error): mount read-only in the guest instead
+    #[arg(long = "readonly")]
+    pub readonly: bool,
+    /// Print the vhost-user backend capabilities QEMU and libvirt ask for, and exit
+    #[arg(long = "print-capabilities")]
+    pub print_capabilities: bool,
 }
 
 /// `memofs mount`.
@@ -193,6 +245,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     let cmd = command();
     let args = if program == "mount.memofs" || program == "mount.fuse.memofs" {
         helper_args(&cmd, &args[1..])?
+    } else if program == "memofs-virtiofsd" {
+        // virtiofsd's name: its command line is the virtiofsd subcommand's.
+        let mut all: Vec<OsString> = vec!["memofs".into(), "virtiofsd".into()];
+        all.extend(args.into_iter().skip(1));
+        all
     } else {
         mount_fuse_form(&cmd, args)
     };

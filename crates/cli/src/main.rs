@@ -7,6 +7,7 @@ mod daemon;
 mod mount;
 mod stats;
 mod umount;
+mod virtiofsd;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Umount(args) => umount::main(args),
         Command::Stats(args) => stats::main(args),
         Command::Invalidate(args) => stats::invalidate_main(args),
+        Command::Virtiofsd(args) => virtiofsd::main(args),
         Command::Generate { dir } => match cli::generate(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(

@@ -15,7 +15,7 @@ use crate::daemon;
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
 /// Total RAM, for `size=N%` and the tmpfs-like defaults.
-fn ram_bytes() -> u64 {
+pub(crate) fn ram_bytes() -> u64 {
     // SAFETY: sysinfo fills the zeroed struct we pass; nothing else is touched.
     unsafe {
         let mut si: libc::sysinfo = std::mem::zeroed();
@@ -83,7 +83,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
-fn init_logging(opts: &MountOptions) {
+pub(crate) fn init_logging(opts: &MountOptions) {
     let level = if opts.debug { "debug" } else { "warn" };
     let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
     let _ = env_logger::Builder::from_env(env)
@@ -110,12 +110,7 @@ fn serve<B: Backend>(
     // The control socket, removed when the server ends.
     let mut control = None;
     if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
-        let mut settings: Vec<(String, String)> = session
-            .plan()
-            .describe()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let mut settings = backends::plan_settings(session.plan());
         let granted = session.granted();
         settings.push((
             "passthrough_granted".into(),

@@ -3,7 +3,7 @@
 //! both over the mount's control socket.
 
 use std::fmt::Write as _;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -17,11 +17,16 @@ use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 /// code of a failure already reported.
 fn ask(target: &Path, command: &str) -> Result<String, ExitCode> {
     let shown = target.display();
-    let dev = match std::fs::metadata(target) {
-        Ok(m) => m.dev(),
+    let meta = match std::fs::metadata(target) {
+        Ok(m) => m,
         Err(e) => return Err(fail(EXIT_FAILURE, format!("cannot stat {shown}: {e}"))),
     };
-    memofs_control::request(dev, target, command).map_err(|e| match e.kind() {
+    // A socket is a virtio-fs device's vhost-user socket (`memofs virtiofsd`).
+    let answer = match meta.file_type().is_socket() {
+        true => memofs_control::request_device(target, command),
+        false => memofs_control::request(meta.dev(), target, command),
+    };
+    answer.map_err(|e| match e.kind() {
         std::io::ErrorKind::PermissionDenied => fail(
             EXIT_FAILURE,
             format!("{shown}: only root and the mount's owner may reach its server ({e})"),

@@ -28,6 +28,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -66,6 +67,12 @@ pub fn socket_path(uid: u32, dev: u64) -> PathBuf {
     socket_dir(uid).join(format!("{dev}.sock"))
 }
 
+/// The control socket of the virtio-fs device listening on the vhost-user socket file with
+/// identity `(dev, ino)`, served by `uid`.
+fn device_socket_path(uid: u32, (dev, ino): (u64, u64)) -> PathBuf {
+    socket_dir(uid).join(format!("vhost-{dev}-{ino}.sock"))
+}
+
 /// The uid that owns the mount with device `dev` (its `user_id=`; root if unknown).
 fn mount_owner(dev: u64) -> u32 {
     memofs_core::mountinfo::mounts()
@@ -83,33 +90,10 @@ fn connect(dev: u64, mountpoint: &Path) -> io::Result<UnixStream> {
     let owner = mount_owner(dev);
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
-    let mut last = io::Error::from(io::ErrorKind::NotFound);
-    let mut uids = vec![0];
-    for uid in [owner, me] {
-        if !uids.contains(&uid) {
-            uids.push(uid);
-        }
-    }
-    for uid in uids {
-        let path = socket_path(uid, dev);
-        match UnixStream::connect(&path) {
-            Ok(conn) => {
-                let peer = peer_cred(&conn).map(|c| c.uid);
-                if peer.is_some_and(|p| p == 0 || p == owner || p == me) {
-                    return Ok(conn);
-                }
-                last = io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{} is served by uid {peer:?}, neither root nor the mount's owner",
-                        path.display()
-                    ),
-                );
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => last = e,
-        }
-    }
+    let last = match connect_file(owner, |uid| socket_path(uid, dev)) {
+        Ok(conn) => return Ok(conn),
+        Err(e) => e,
+    };
     if last.kind() != io::ErrorKind::NotFound {
         return Err(last);
     }
@@ -122,6 +106,42 @@ fn connect(dev: u64, mountpoint: &Path) -> io::Result<UnixStream> {
             format!("the mount's control socket is served by uid {peer:?}"),
         )),
     }
+}
+
+/// Connects to the control socket file `path_of(uid)` in root's directory, then the
+/// owner's, then the caller's own; only a server run by root, the owner or the caller is
+/// believed.
+fn connect_file(owner: u32, path_of: impl Fn(u32) -> PathBuf) -> io::Result<UnixStream> {
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    let mut uids = vec![0];
+    for uid in [owner, me] {
+        if !uids.contains(&uid) {
+            uids.push(uid);
+        }
+    }
+    for uid in uids {
+        let path = path_of(uid);
+        match UnixStream::connect(&path) {
+            Ok(conn) => {
+                let peer = peer_cred(&conn).map(|c| c.uid);
+                if peer.is_some_and(|p| p == 0 || p == owner || p == me) {
+                    return Ok(conn);
+                }
+                last = io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is served by uid {peer:?}, neither root nor the owner",
+                        path.display()
+                    ),
+                );
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// The abstract control socket name the mount at `mountpoint` tells (see the module
@@ -486,7 +506,11 @@ fn zeroed_sockaddr() -> libc::sockaddr_un {
 fn listen_on_file(dev: u64) -> io::Result<(UnixListener, Listening)> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let path = socket_path(uid, dev);
+    listen_at(socket_path(uid, dev))
+}
+
+/// A private socket file at `path`, replacing a stale one.
+fn listen_at(path: PathBuf) -> io::Result<(UnixListener, Listening)> {
     private_dir(path.parent().expect("a socket path has a directory"))?;
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -522,6 +546,12 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
         log::debug!("no control socket file ({e}): an abstract socket instead");
         listen_abstract()
     })?;
+    answer_on(listener, source)?;
+    Ok(Control { at })
+}
+
+/// Answers connections on `listener` from a background thread.
+fn answer_on(listener: UnixListener, source: StatsSource) -> io::Result<()> {
     std::thread::Builder::new()
         .name("memofs-control".into())
         .spawn(move || {
@@ -539,13 +569,50 @@ pub fn serve(dev: u64, source: StatsSource) -> io::Result<Control> {
                 let _ = conn.write_all(source.answer(&command, peer).as_bytes());
             }
         })?;
+    Ok(())
+}
+
+/// The identity `(st_dev, st_ino)` of a virtio-fs device's vhost-user socket file.
+fn device_identity(vhost_socket: &Path) -> io::Result<(u64, u64)> {
+    let meta = std::fs::symlink_metadata(vhost_socket)?;
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a socket", vhost_socket.display()),
+        ));
+    }
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Starts the control socket of a virtio-fs device listening on the vhost-user socket file
+/// `vhost_socket` (as [`serve`] does for a mount, in the same private directory; a device
+/// has no mount to tell an abstract name, so there is no fallback).
+pub fn serve_device(vhost_socket: &Path, source: StatsSource) -> io::Result<Control> {
+    let id = device_identity(vhost_socket)?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let (listener, at) = listen_at(device_socket_path(uid, id))?;
+    answer_on(listener, source)?;
     Ok(Control { at })
+}
+
+/// Sends `command` to the virtio-fs device listening on `vhost_socket` and returns its JSON
+/// answer; only a server run by root, the socket file's owner or the caller is believed.
+pub fn request_device(vhost_socket: &Path, command: &str) -> io::Result<String> {
+    let id = device_identity(vhost_socket)?;
+    let owner = std::fs::symlink_metadata(vhost_socket)?.uid();
+    let conn = connect_file(owner, |uid| device_socket_path(uid, id))?;
+    exchange(conn, command)
 }
 
 /// Sends `command` to the mount at `mountpoint`, with device `dev`, and returns its JSON
 /// answer.
 pub fn request(dev: u64, mountpoint: &Path, command: &str) -> io::Result<String> {
-    let mut conn = connect(dev, mountpoint)?;
+    exchange(connect(dev, mountpoint)?, command)
+}
+
+/// One command and its answer on a control connection.
+fn exchange(mut conn: UnixStream, command: &str) -> io::Result<String> {
     conn.set_read_timeout(Some(Duration::from_secs(5)))?;
     conn.write_all(command.as_bytes())?;
     conn.shutdown(std::net::Shutdown::Write)?;

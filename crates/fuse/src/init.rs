@@ -157,6 +157,12 @@ fn offered(i: &abi::fuse_init_in) -> u64 {
     }
 }
 
+/// `plan` as INIT left it: what the kernel did not grant is off.
+pub fn in_effect(mut plan: MountPlan, granted: Granted) -> MountPlan {
+    plan.posix_acl &= granted.posix_acl;
+    plan
+}
+
 /// Answers the kernel's INIT `i` as `plan` says.
 pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, InitError> {
     if i.major != abi::KERNEL_VERSION {

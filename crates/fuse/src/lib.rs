@@ -261,7 +261,7 @@ fn start<B: Backend>(
     let (latency, latency_feature) = cpu_latency(plan.cpu_latency, &stats)?;
     let mut features = features(&negotiated);
     features.push(("cpu_latency".into(), latency_feature));
-    let plan = in_effect(plan, negotiated.granted);
+    let plan = init::in_effect(plan, negotiated.granted);
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
     Ok(Session {
@@ -278,11 +278,6 @@ fn start<B: Backend>(
 
 /// The plan as INIT left it: what it asked for and the kernel did not grant is off (the plan
 /// is what `memofs stats` shows as the mount's settings).
-fn in_effect(mut plan: MountPlan, granted: Granted) -> MountPlan {
-    plan.posix_acl &= granted.posix_acl;
-    plan
-}
-
 /// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
 fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), SetupError> {
     let without = |why: String| {
@@ -434,12 +429,12 @@ mod tests {
         let mut plan = MountPlan::new(&opts, BackendKind::Mem, true);
         plan.posix_acl = true;
         let shown = |p: &MountPlan| p.describe().into_iter().find(|(k, _)| *k == "posix_acl");
-        let refused = in_effect(plan.clone(), Granted::default());
+        let refused = init::in_effect(plan.clone(), Granted::default());
         assert_eq!(shown(&refused).unwrap().1, "false");
         let granted = Granted {
             posix_acl: true,
             ..Granted::default()
         };
-        assert_eq!(shown(&in_effect(plan, granted)).unwrap().1, "true");
+        assert_eq!(shown(&init::in_effect(plan, granted)).unwrap().1, "true");
     }
 }

@@ -1,0 +1,141 @@
+//! One descriptor chain: the request read out of guest memory, the reply written back.
+//!
+//! A guest controls every byte here: the descriptors (addresses, lengths, flags, where the
+//! chain goes next) and the request in them. `virtio-queue`'s `Reader` and `Writer` check
+//! every descriptor against the memory the VMM shared before a byte moves (a chain reaching
+//! outside it, or looping, is refused whole); this module bounds what a request may make the
+//! server allocate ([`MAX_REQUEST`]), answers a malformed request with an error when its
+//! header could be read, and never writes more than the chain's writable part holds.
+
+use std::io::{Read, Write};
+
+use memofs_core::{Backend, Errno};
+use memofs_fuse::abi;
+use memofs_fuse::encode::Encoder;
+use memofs_fuse::init::MAX_WRITE;
+use memofs_request::ReplyOut;
+use virtio_queue::DescriptorChain;
+use vm_memory::GuestMemory;
+
+use crate::session::{header, Collected, Session};
+
+/// The largest request read out of a chain: the largest WRITE the guest may send (INIT
+/// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
+/// with `EINVAL` without reading it.
+pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
+
+const IN_HEADER: usize = std::mem::size_of::<abi::fuse_in_header>();
+const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>();
+
+/// Buffers one queue's requests reuse.
+#[derive(Default)]
+pub struct Buffers {
+    request: Vec<u8>,
+    scratch: Vec<u8>,
+    reply: Collected,
+}
+
+/// Serves the request in `chain` (in guest memory `mem`); returns the bytes written into
+/// its writable part, for the used ring (0 for a request that takes no reply, or a chain
+/// that could not be read).
+pub fn serve<B: Backend, M: GuestMemory>(
+    session: &Session<B>,
+    mem: &M,
+    chain: DescriptorChain<&M>,
+    bufs: &mut Buffers,
+) -> u32 {
+    let (mut reader, mut writer) = match (chain.clone().reader(mem), chain.writer(mem)) {
+        (Ok(r), Ok(w)) => (r, w),
+        (Err(e), _) | (_, Err(e)) => {
+            log::warn!("descriptor chain refused: {e}");
+            return 0;
+        }
+    };
+    let Buffers {
+        request,
+        scratch,
+        reply,
+    } = bufs;
+    reply.bytes.clear();
+    match read_request(&mut reader, request) {
+        Ok(()) => {
+            let h = header(request).expect("read_request read a whole header");
+            session.answer(&h, &request[IN_HEADER..], scratch, reply);
+        }
+        Err(Some((unique, e))) => Encoder::new(unique, scratch, reply).error(e),
+        Err(None) => return 0,
+    }
+    write_reply(&mut writer, &reply.bytes, scratch)
+}
+
+/// Reads a whole request into `buf`: its header's `len` bytes. `Err(Some)` for a request
+/// to answer with an error (its header read, the rest malformed or too long),
+/// `Err(None)` for one that cannot be answered (no whole header).
+fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<(u64, Errno)>> {
+    buf.clear();
+    buf.resize(IN_HEADER, 0);
+    if reader.read_exact(buf).is_err() {
+        log::warn!("request shorter than its header: not answered");
+        return Err(None);
+    }
+    let h = header(buf).ok_or(None)?;
+    let len = h.len as usize;
+    if !(IN_HEADER..=MAX_REQUEST).contains(&len) {
+        log::warn!("request length {len} (opcode {}) refused", h.opcode);
+        return Err(Some((h.unique, Errno::EINVAL)));
+    }
+    buf.resize(len, 0);
+    if reader.read_exact(&mut buf[IN_HEADER..]).is_err() {
+        log::warn!(
+            "request shorter than its length {len} (opcode {})",
+            h.opcode
+        );
+        return Err(Some((h.unique, Errno::EINVAL)));
+    }
+    Ok(())
+}
+
+/// Writes `reply` into the chain's writable part; one that does not fit is replaced by an
+/// `EINVAL` error (the guest gave too little room for what it asked). Returns the bytes
+/// written.
+fn write_reply(writer: &mut impl WriteRoom, reply: &[u8], scratch: &mut Vec<u8>) -> u32 {
+    if reply.is_empty() {
+        return 0;
+    }
+    let room = writer.room();
+    let fits = reply.len() <= room;
+    let refused;
+    let bytes = if fits {
+        reply
+    } else {
+        let unique = header_unique(reply);
+        log::warn!("reply of {} bytes for {room} of room: refused", reply.len());
+        let mut out = Collected::default();
+        Encoder::new(unique, scratch, &mut out).error(Errno::EINVAL);
+        refused = out.bytes;
+        &refused[..]
+    };
+    if bytes.len() > room || writer.write_all(bytes).is_err() {
+        return 0;
+    }
+    bytes.len() as u32
+}
+
+/// The `unique` of a reply's `fuse_out_header`.
+fn header_unique(reply: &[u8]) -> u64 {
+    reply
+        .get(8..OUT_HEADER)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
+/// A writer that says how much it can take.
+trait WriteRoom: Write {
+    fn room(&self) -> usize;
+}
+
+impl<B: vm_memory::bitmap::BitmapSlice> WriteRoom for virtio_queue::Writer<'_, B> {
+    fn room(&self) -> usize {
+        self.available_bytes()
+    }
+}

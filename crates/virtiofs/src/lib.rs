@@ -1,0 +1,232 @@
+//! memofs's virtio-fs transport: a vhost-user-fs device backend, so that a virtual machine's
+//! guest mounts memofs with `mount -t virtiofs TAG DIR`.
+//!
+//! A VMM (QEMU's `vhost-user-fs-pci`, cloud-hypervisor, crosvm) connects to a unix socket,
+//! shares the guest's memory and says where the device's virtqueues are (the vhost-user
+//! protocol, served by `vhost-user-backend`). The guest's virtio-fs driver puts each FUSE
+//! request on a queue as one descriptor chain: the request in its readable descriptors,
+//! room for the reply in its writable ones. Queue 0 is the high-priority queue (FORGET,
+//! INTERRUPT); the others carry every other request. This crate only moves bytes: [`chain`]
+//! reads a request out of guest memory and writes the reply back; [`session`] decodes it
+//! with the same `memofs_fuse::decode` the `/dev/fuse` channel uses, hands it to the
+//! request layer (`memofs_request::Server`) and encodes the answer. The request layer learns
+//! nothing about virtqueues.
+//!
+//! What differs from a `/dev/fuse` mount:
+//! - INIT arrives as an ordinary request once the guest mounts; the request layer starts
+//!   then, and again at the guest's next mount (the backend, and the files, stay);
+//! - there is no notification queue in upstream Linux's virtio-fs, so the guest cannot be
+//!   told of changes made on the host (a passthrough export's watcher has nowhere to send
+//!   them): the cache timeouts bound how long the guest keeps what it cached;
+//! - no FUSE passthrough: file data is copied through the queues.
+#![deny(missing_docs)]
+
+pub mod chain;
+pub mod session;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use memofs_core::Backend;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
+use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_ring::{
+    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{
+    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
+};
+
+pub use crate::chain::{Buffers, MAX_REQUEST};
+pub use crate::session::Session;
+pub use vhost::vhost_user::Listener;
+
+/// Descriptors per queue the device accepts (QEMU asks for 1024 with `queue-size=1024`).
+pub const QUEUE_SIZE: usize = 1024;
+/// Request queues besides the high-priority one (QEMU's `vhost-user-fs-pci` has one
+/// unless told `num-request-queues=`).
+pub const REQUEST_QUEUES: usize = 1;
+
+/// The vhost-user-fs device: the queues' side of a [`Session`].
+pub struct VirtioFs<B: Backend> {
+    session: Session<B>,
+    mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
+    event_idx: AtomicBool,
+    /// Each queue's buffers (a queue is served by one thread at a time).
+    buffers: Vec<Mutex<Buffers>>,
+    /// What stops each queue's thread when the VMM has gone.
+    exits: Vec<(EventConsumer, EventNotifier)>,
+}
+
+impl<B: Backend> VirtioFs<B> {
+    /// A device serving `session`.
+    pub fn new(session: Session<B>) -> io::Result<VirtioFs<B>> {
+        let queues = 1 + REQUEST_QUEUES;
+        Ok(VirtioFs {
+            session,
+            mem: RwLock::new(None),
+            event_idx: AtomicBool::new(false),
+            buffers: (0..queues)
+                .map(|_| Mutex::new(Buffers::default()))
+                .collect(),
+            exits: (0..queues)
+                .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK))
+                .collect::<io::Result<_>>()?,
+        })
+    }
+
+    /// Tells every queue thread to end.
+    fn stop_queues(&self) {
+        for (_, notifier) in &self.exits {
+            let _ = notifier.notify();
+        }
+    }
+
+    /// The session.
+    pub fn session(&self) -> &Session<B> {
+        &self.session
+    }
+
+    /// Serves every chain the guest made available on `vring`; tells the guest if it asked.
+    fn process(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
+        let Some(atomic) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Err(io::Error::other("a queue event before the guest's memory"));
+        };
+        let mem = atomic.memory();
+        let mut bufs = self.buffers[queue]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut used = false;
+        loop {
+            let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(&*mem);
+            let Some(chain) = chain else { break };
+            let head = chain.head_index();
+            let written = chain::serve(&self.session, &*mem, chain, &mut bufs);
+            vring
+                .add_used(head, written)
+                .map_err(|e| io::Error::other(format!("used ring: {e}")))?;
+            used = true;
+        }
+        let notify = vring
+            .needs_notification()
+            .map_err(|e| io::Error::other(format!("used ring: {e}")))?;
+        if used && notify {
+            vring.signal_used_queue()?;
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        1 + REQUEST_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+            | (1 << VIRTIO_RING_F_EVENT_IDX)
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    /// A thread per queue: the high-priority queue's FORGETs never wait behind a request.
+    fn queues_per_thread(&self) -> Vec<u64> {
+        (0..self.num_queues()).map(|q| 1 << q).collect()
+    }
+
+    fn exit_event(&self, thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        let (consumer, notifier) = self.exits.get(thread_index)?;
+        Some((consumer.try_clone().ok()?, notifier.try_clone().ok()?))
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Ordering::Relaxed);
+    }
+
+    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+        *self.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
+        Ok(())
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> io::Result<()> {
+        if evset != EventSet::IN {
+            return Err(io::Error::other(format!(
+                "unexpected queue event {evset:?}"
+            )));
+        }
+        let queue = device_event as usize;
+        let Some(vring) = vrings.get(queue) else {
+            return Err(io::Error::other(format!("no queue {queue}")));
+        };
+        if !self.event_idx.load(Ordering::Relaxed) {
+            return self.process(queue, vring);
+        }
+        // With EVENT_IDX the guest is not told to kick again until the queue is seen empty
+        // with notifications on: look once more after turning them on.
+        loop {
+            vring
+                .disable_notification()
+                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
+            self.process(queue, vring)?;
+            let more = vring
+                .enable_notification()
+                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Serves the VMM that connects on `listener` until it disconnects (as virtiofsd does: one
+/// VMM, one guest, then the process ends).
+pub fn serve<B: Backend + 'static>(
+    device: Arc<VirtioFs<B>>,
+    mut listener: Listener,
+) -> io::Result<()> {
+    let mut daemon = VhostUserDaemon::new(
+        "memofs-virtiofs".into(),
+        device.clone(),
+        GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+    )
+    .map_err(|e| io::Error::other(format!("vhost-user daemon: {e}")))?;
+    daemon
+        .start(&mut listener)
+        .map_err(|e| io::Error::other(format!("vhost-user connection: {e}")))?;
+    let ended = daemon.wait();
+    // The queue threads wait for their exit events; dropping the daemon joins them.
+    device.stop_queues();
+    drop(daemon);
+    match ended {
+        Ok(()) => Ok(()),
+        // The VMM went away (it exited, or the guest powered off): the normal end.
+        Err(vhost_user_backend::Error::HandleRequest(
+            vhost::vhost_user::Error::Disconnected | vhost::vhost_user::Error::PartialMessage,
+        )) => Ok(()),
+        Err(e) => Err(io::Error::other(format!("vhost-user connection: {e}"))),
+    }
+}

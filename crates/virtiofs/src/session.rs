@@ -1,0 +1,203 @@
+//! One guest mount's requests: the INIT handshake, the request layer it starts, and the
+//! answer to every later request, as bytes in and bytes out (no virtqueue here).
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, RwLock};
+
+use memofs_core::options::Want;
+use memofs_core::plan::{MountPlan, Passthrough};
+use memofs_core::{Backend, Errno, Ino};
+use memofs_fuse::abi;
+use memofs_fuse::decode::{decode, Args, Proto};
+use memofs_fuse::encode::{Encoder, ReplySink};
+use memofs_fuse::init;
+use memofs_request::kernel::BackingWrites;
+use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// The kernel side of a virtio-fs connection: upstream Linux's virtio-fs driver has no
+/// notification queue and takes no backing files, so every notification fails with
+/// `ENOSYS` (counted by the request layer as failed, never retried for the epoch) and the
+/// guest's cache timeouts are what ends what it caches.
+struct NoNotify;
+
+fn unsupported<T>() -> io::Result<T> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+impl Kernel for NoNotify {
+    fn open_backing(&self, _fd: BorrowedFd<'_>, _writes: BackingWrites) -> io::Result<u32> {
+        unsupported()
+    }
+    fn close_backing(&self, _id: u32) -> io::Result<()> {
+        unsupported()
+    }
+    fn inval_entry(&self, _parent: Ino, _name: &OsStr) -> io::Result<()> {
+        unsupported()
+    }
+    fn delete(&self, _parent: Ino, _child: Ino, _name: &OsStr) -> io::Result<()> {
+        unsupported()
+    }
+    fn inval_inode(&self, _ino: Ino, _offset: i64, _len: i64) -> io::Result<()> {
+        unsupported()
+    }
+    fn inc_epoch(&self) -> io::Result<()> {
+        unsupported()
+    }
+}
+
+/// The request layer of the guest's current mount, from its INIT.
+struct Mounted<B: Backend> {
+    server: Server<B>,
+    proto: Proto,
+}
+
+/// Collects one reply: `fuse_out_header` and its parts, in guest byte order (the host's:
+/// virtio-fs is little-endian only, as is every host memofs builds for).
+#[derive(Default)]
+pub(crate) struct Collected {
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl ReplySink for Collected {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        let body: usize = parts.iter().map(|p| p.len()).sum();
+        let mut h = abi::fuse_out_header::new_zeroed();
+        h.len = (std::mem::size_of::<abi::fuse_out_header>() + body) as u32;
+        h.error = error;
+        h.unique = unique;
+        self.bytes.clear();
+        self.bytes.extend_from_slice(h.as_bytes());
+        for p in parts {
+            self.bytes.extend_from_slice(p);
+        }
+    }
+}
+
+/// The device's FUSE session: what the backend, the options and the guest's INIT make.
+pub struct Session<B: Backend> {
+    backend: Arc<B>,
+    plan: MountPlan,
+    stats: Arc<Stats>,
+    mounted: RwLock<Option<Arc<Mounted<B>>>>,
+}
+
+impl<B: Backend> Session<B> {
+    /// A session for `backend` under `plan` (which loses what virtio-fs cannot carry: FUSE
+    /// passthrough, io_uring, the CPU latency request), counting into `stats`.
+    pub fn new(backend: Arc<B>, mut plan: MountPlan, stats: Arc<Stats>) -> Session<B> {
+        plan.passthrough = Passthrough::Off;
+        plan.io_uring = Want::Off;
+        plan.cpu_latency = Want::Off;
+        Session {
+            backend,
+            plan,
+            stats,
+            mounted: RwLock::new(None),
+        }
+    }
+
+    /// The mount plan in effect.
+    pub fn plan(&self) -> &MountPlan {
+        &self.plan
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    fn mounted(&self) -> Option<Arc<Mounted<B>>> {
+        self.mounted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Answers the request `h` with arguments `body` into `out` (left empty for requests
+    /// that take no reply). `scratch` is reused between calls.
+    pub(crate) fn answer(
+        &self,
+        h: &abi::fuse_in_header,
+        body: &[u8],
+        scratch: &mut Vec<u8>,
+        out: &mut Collected,
+    ) {
+        out.bytes.clear();
+        if h.opcode == abi::opcode::INIT {
+            self.init(h, body, scratch, out);
+            return;
+        }
+        let Some(mounted) = self.mounted() else {
+            // Nothing but INIT before INIT (as the kernel's own FUSE device answers).
+            Encoder::new(h.unique, scratch, out).error(Errno::EIO);
+            return;
+        };
+        let req = match decode(h, Args::contiguous(body), mounted.proto) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!("malformed request (opcode {}): {e:?}", h.opcode);
+                Encoder::new(h.unique, scratch, out).error(e);
+                return;
+            }
+        };
+        let mut enc = Encoder::new(req.unique, scratch, out);
+        if let Op::Readdir { size, plus, .. } = req.op {
+            enc = enc.for_readdir(size, plus);
+        }
+        // A blocking request (fsync) runs here: its queue waits for it, the others do not.
+        if let Handled::Blocking(job) = mounted.server.handle(&req, &mut enc) {
+            let error = job().err().map_or(0, |e: Errno| -e.0);
+            out.send(h.unique, error, &[]);
+        }
+    }
+
+    /// INIT: negotiates from the plan and starts a request layer for this guest mount (a
+    /// guest that mounts again gets a new one; the backend and its files stay).
+    fn init(
+        &self,
+        h: &abi::fuse_in_header,
+        body: &[u8],
+        scratch: &mut Vec<u8>,
+        out: &mut Collected,
+    ) {
+        let mut i = abi::fuse_init_in::new_zeroed();
+        let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
+        i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
+        let negotiated = match init::negotiate(&i, &self.plan) {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("INIT refused: {e}");
+                Encoder::new(h.unique, scratch, out).error(Errno::EIO);
+                return;
+            }
+        };
+        let plan = init::in_effect(self.plan.clone(), negotiated.granted);
+        let mut server = Server::new(self.backend.clone(), plan, self.stats.clone());
+        if let Err(e) = server.start(negotiated.granted, Arc::new(NoNotify)) {
+            log::warn!("INIT: the request layer could not start: {e}");
+            Encoder::new(h.unique, scratch, out).error(Errno::EIO);
+            return;
+        }
+        let mounted = Mounted {
+            server,
+            proto: negotiated.proto,
+        };
+        *self.mounted.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(mounted));
+        out.send(h.unique, 0, &[&negotiated.reply]);
+    }
+}
+
+/// Reads a request header from the front of `bytes`.
+pub(crate) fn header(bytes: &[u8]) -> Option<abi::fuse_in_header> {
+    abi::fuse_in_header::read_from_prefix(bytes)
+        .ok()
+        .map(|(h, _)| h)
+}

@@ -1,0 +1,85 @@
+#!/bin/busybox sh
+# /init of the virtio-fs guest (scripts/vm/virtiofs.sh): mounts the two memofs virtio-fs
+# devices the host started (`mem`: the mem backend; `share`: a host directory through the
+# passthrough backend), checks them through ordinary system calls, and writes `PASS name` /
+# `FAIL name: why` lines and `@@` markers for the host to the second serial port.
+/bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+exec >/dev/ttyS1 2>&1
+echo "@@ BEGIN $(uname -r)"
+
+check() { # NAME COMMAND...: PASS or FAIL with the command's output
+    name=$1
+    shift
+    if out=$("$@" 2>&1); then echo "PASS $name"; else echo "FAIL $name: $out"; fi
+}
+same() { # NAME GOT WANT
+    if [ "$2" = "$3" ]; then echo "PASS $1"; else echo "FAIL $1: got '$2', want '$3'"; fi
+}
+# Waits (up to 60 s of guest time) for PATH to exist: the host's answer to a marker.
+await() {
+    i=0
+    while [ ! -e "$1" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -e "$1" ]
+}
+
+check mount-mem mount -t virtiofs mem /mem
+check mount-share mount -t virtiofs share /share
+
+for d in /mem /share; do
+    t=$(basename $d)
+    echo hello >$d/a
+    same "$t-write-read" "$(cat $d/a)" hello
+    check "$t-mkdir" mkdir -p $d/dir/sub
+    echo x >$d/dir/f
+    check "$t-rename" mv $d/dir/f $d/dir/g
+    same "$t-rename-result" "$(ls $d/dir | tr '\n' ' ')" "g sub "
+    check "$t-symlink" ln -s g $d/dir/link
+    same "$t-readlink" "$(readlink $d/dir/link)" g
+    check "$t-hardlink" ln $d/dir/g $d/dir/h
+    same "$t-nlink" "$(stat -c %h $d/dir/g)" 2
+    check "$t-chmod" chmod 640 $d/dir/g
+    same "$t-mode" "$(stat -c %a $d/dir/h)" 640
+    dd if=/dev/urandom of=/tmp/rand bs=64k count=64 2>/dev/null
+    cp /tmp/rand $d/big
+    same "$t-4MiB-copy" "$(md5sum <$d/big)" "$(md5sum </tmp/rand)"
+    check "$t-truncate" truncate -s 1000 $d/big
+    same "$t-truncated-size" "$(stat -c %s $d/big)" 1000
+    same "$t-missing" "$([ -e $d/missing ] && echo there || echo missing)" missing
+    check "$t-unlink" rm -rf $d/dir $d/big $d/a
+    same "$t-empty-again" "$(ls -A $d | wc -l)" 0
+done
+
+# The seed's loop on the mem device: 10 000 lookups of a missing name. The host counts the
+# LOOKUP requests that reached the server (memofs stats on the device's socket) before the
+# loop, then tells the guest to go on (a file on the shared device), and counts again after.
+echo "@@ LOOK"
+await /share/go-look || echo "FAIL go-look: no word from the host within 60 s"
+i=0
+while [ $i -lt 10000 ]; do [ -e /mem/missing ]; i=$((i + 1)); done
+echo "@@ LOOKED 10000"
+
+# Coherence with the host, through the shared directory: the host creates a file and
+# deletes another once it has read the marker; the guest sees both once its timeouts (cache=
+# auto: 1 s) have run out.
+echo old >/share/to-delete
+[ -e /share/host-made ] # a miss the guest now caches
+echo "@@ SHARE READY"
+if await /share/host-done; then
+    echo "PASS host-answered"
+    sleep 2 # past the 1 s timeouts
+    same host-create-seen "$(cat /share/host-made 2>&1)" "made on the host"
+    same host-delete-seen "$([ -e /share/to-delete ] && echo there || echo gone)" gone
+else
+    echo "FAIL host-answered: no host-done within 60 s"
+fi
+
+# Data the guest synced is on the host, even if the guest dies now: the host kills the
+# VM after this marker and reads the file.
+dd if=/dev/zero of=/share/synced bs=1M count=4 conv=fsync 2>/dev/null
+echo "@@ SYNCED 4194304"
+while true; do dd if=/dev/zero of=/share/unsynced bs=1M count=4 2>/dev/null; done

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
+# (TCG) with two vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend)
+# and `share` (a host directory, the passthrough backend), guest memory shared through
+# memory-backend-memfd. The guest (scripts/vm/virtiofs-guest.sh) checks both through
+# ordinary system calls; the host counts the requests of the seed's loop (`memofs stats` on
+# the device's socket), changes the shared directory under the guest, kills the VM in the
+# middle of writes and checks that the servers end cleanly and that what the guest synced
+# is on the host. Prints PASS/FAIL/SKIP lines and `vm-virtiofs-ID: N passed, N failed, N
+# skipped`; exit 0 when nothing failed. A guest that cannot run here is skipped, or a
+# failure with MEMOFS_VM_REQUIRED=1. Environment as scripts/vm/run.sh (MEMOFS_VM_CACHE,
+# MEMOFS_VM_TIMEOUT, CARGO).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+label=vm-virtiofs
+# shellcheck source=scripts/vm/common.sh
+. "$here/common.sh"
+[ $# -gt 0 ] || { echo "usage: scripts/vm/virtiofs.sh KERNEL-ID..." >&2; exit 1; }
+memofs=$top/target/debug/memofs
+
+# Waits up to $2 seconds for the file $1 to contain the line $3 (the serial port ends lines
+# with CR LF).
+wait_for() {
+    local file=$1 secs=$2 line=$3 i=0
+    while ! tr -d '\r' <"$file" 2>/dev/null | grep -qx -- "$line"; do
+        [ $i -lt $((secs * 10)) ] || return 1
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+
+# Waits up to 10 s for a socket file.
+wait_socket() {
+    local i=0
+    while [ ! -S "$1" ]; do
+        [ $i -lt 100 ] || return 1
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+
+run_one() {
+    local id=$1 out
+    find_kernel "$id" || return $(($? == 2 ? 0 : 1))
+    out=$top/target/vm/virtiofs-$id
+    rm -rf "$out"
+    mkdir -p "$out/root"/{bin,dev,proc,sys,tmp} "$out/share"
+    cp "$(command -v busybox)" "$out/root/bin/busybox"
+    cp "$here/virtiofs-guest.sh" "$out/root/init"
+    chmod 755 "$out/root/init"
+    (cd "$out/root" && find . | cpio -o -H newc --quiet) >"$out/initrd.cpio"
+    : >"$out/output.log"
+
+    "$memofs" virtiofsd --socket-path "$out/mem.sock" >"$out/mem.log" 2>&1 &
+    local mem_pid=$!
+    "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share" >"$out/share.log" 2>&1 &
+    local share_pid=$!
+    wait_socket "$out/mem.sock" && wait_socket "$out/share.sock" || {
+        echo "FAIL vm-virtiofs $id: the servers did not listen"
+        kill $mem_pid $share_pid 2>/dev/null
+        echo "vm-virtiofs-$id: 0 passed, 1 failed, 0 skipped"
+        return 1
+    }
+    echo "vm-virtiofs $id: booting $(basename "$kernel") (QEMU TCG; log in $out)" >&2
+    timeout -k 10 "$limit" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1G \
+        -nodefaults -no-reboot -display none -nic none \
+        -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
+        -chardev socket,id=c0,path="$out/mem.sock" \
+        -device vhost-user-fs-pci,queue-size=1024,chardev=c0,tag=mem \
+        -chardev socket,id=c1,path="$out/share.sock" \
+        -device vhost-user-fs-pci,queue-size=1024,chardev=c1,tag=share \
+        -kernel "$kernel" -initrd "$out/initrd.cpio" \
+        -append "console=ttyS0 panic=-1 loglevel=4" \
+        -serial "file:$out/console.log" -serial "file:$out/output.log" \
+        >"$out/qemu.log" 2>&1 </dev/null &
+    local qemu=$!
+    # Kills the guest: QEMU itself, not only the `timeout` watching it.
+    kill_guest() { pkill -KILL -P "$qemu" 2>/dev/null || true; kill -KILL "$qemu" 2>/dev/null || true; }
+    local host=$out/host.log
+    : >"$host"
+    # The seed's loop: the guest answers repeated misses itself. LOOKUPs the mem device's
+    # server counted before the loop and after it.
+    lookups() {
+        "$memofs" stats --json "$out/mem.sock" |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("LOOKUP",{}).get("count",0))'
+    }
+    local before after
+    if wait_for "$out/output.log" "$limit" "@@ LOOK"; then
+        before=$(lookups)
+        touch "$out/share/go-look"
+        if wait_for "$out/output.log" 300 "@@ LOOKED 10000"; then
+            after=$(lookups)
+            if [ $((after - before)) -le 2 ]; then
+                echo "PASS seed-loop-lookups ($((after - before)) LOOKUPs for 10000 lookups of a missing name)" >>"$host"
+            else
+                echo "FAIL seed-loop-lookups: $((after - before)) LOOKUPs reached the server" >>"$host"
+            fi
+        else
+            echo "FAIL seed-loop: the guest never finished it" >>"$host"
+        fi
+    else
+        echo "FAIL seed-loop: the guest never got to it" >>"$host"
+    fi
+    # Host-side changes under the guest.
+    if wait_for "$out/output.log" 120 "@@ SHARE READY"; then
+        echo "made on the host" >"$out/share/host-made"
+        rm -f "$out/share/to-delete"
+        touch "$out/share/host-done"
+    fi
+    # The guest dies in the middle of writes.
+    if wait_for "$out/output.log" 120 "@@ SYNCED 4194304"; then
+        sleep 1
+        kill_guest
+        local size
+        size=$(stat -c %s "$out/share/synced")
+        if [ "$size" = 4194304 ]; then
+            echo "PASS synced-data-on-host" >>"$host"
+        else
+            echo "FAIL synced-data-on-host: $size bytes" >>"$host"
+        fi
+    else
+        echo "FAIL synced: the guest never synced" >>"$host"
+        kill_guest
+    fi
+    wait $qemu 2>/dev/null || true
+    local status pid name
+    for name in mem share; do
+        pid=$([ $name = mem ] && echo $mem_pid || echo $share_pid)
+        status=0
+        timeout 30 tail --pid="$pid" -f /dev/null || { kill -KILL "$pid" 2>/dev/null; status=timeout; }
+        [ "$status" = timeout ] || { wait "$pid"; status=$?; } || true
+        if [ "$status" = 0 ]; then
+            echo "PASS server-$name-ends-cleanly" >>"$host"
+        else
+            echo "FAIL server-$name-ends-cleanly: status $status; log: $(tail -n 3 "$out/$name.log")" >>"$host"
+        fi
+    done
+    tr -d '\r' <"$out/output.log" >"$out/guest.log"
+    cat "$out/guest.log" "$host" | grep -E '^(PASS|FAIL)' | sed "s/^\(PASS\|FAIL\) /\1 virtiofs-$id /"
+    local npass nfail
+    npass=$(cat "$out/guest.log" "$host" | grep -c '^PASS' || true)
+    nfail=$(cat "$out/guest.log" "$host" | grep -c '^FAIL' || true)
+    if ! grep -q '^@@ BEGIN' "$out/output.log"; then
+        echo "FAIL virtiofs-$id guest-booted: no output (see $out/console.log)"
+        nfail=$((nfail + 1))
+    fi
+    echo "vm-virtiofs-$id: $npass passed, $nfail failed, 0 skipped"
+    [ "$nfail" = 0 ]
+}
+
+echo "vm-virtiofs: building memofs" >&2
+"$CARGO" build -q -p memofs >&2
+failed=0
+for id in "$@"; do
+    run_one "$id" || failed=1
+done
+exit $failed
