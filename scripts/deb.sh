@@ -39,7 +39,9 @@ Description: fast userspace filesystem server mounted through FUSE
  memofs serves an in-memory, tmpfs-like filesystem or exports a host directory,
  mounted through FUSE: mount -t memofs none /mnt -o size=1g, or an /etc/fstab
  line. It caches negative lookups coherently, applies atime rules in the
- server and keeps file data in kernel pages with FUSE passthrough.
+ server and keeps file data in kernel pages with FUSE passthrough. As
+ memofs-virtiofsd (a vhost-user-fs backend taking virtiofsd's command line) it
+ serves the same to virtual machines over virtio-fs.
 CONTROL
 out=target/deb/memofs_${version}_${arch}.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$out" >/dev/null

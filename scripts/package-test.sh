@@ -2,7 +2,8 @@
 # Installs the Debian package (scripts/deb.sh) on this machine and uses memofs as a user of
 # the package would: `mount -t memofs`, `mount -t fuse.memofs` for both backends, an fstab
 # line (`mount -T FSTAB`, with the noauto/nofail/x-systemd options fstab and systemd pass),
-# `memofs stats`, umount(8); then purges the package and checks that every file it
+# `memofs stats`, umount(8), the virtio-fs backend's description for QEMU and libvirt; then
+# purges the package and checks that every file it
 # installed is gone. Needs root and /dev/fuse; refuses to touch a memofs package that was
 # installed before it ran.
 set -euo pipefail
@@ -30,6 +31,13 @@ t() { timeout 60 "$@"; }
 
 t dpkg -i "$deb" >/dev/null || fail "dpkg -i $deb"
 dpkg -L memofs >"$work/files"
+# The vhost-user description QEMU and libvirt read names a binary that answers as an fs
+# backend.
+json=/usr/share/qemu/vhost-user/50-memofs.json
+binary=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["type"] == "fs"; print(d["binary"])' "$json") ||
+    fail "$json is missing or not an fs backend's description"
+"$binary" --print-capabilities | python3 -c 'import json,sys; assert json.load(sys.stdin)["type"] == "fs"' ||
+    fail "$binary --print-capabilities"
 for f in /usr/bin/memofs /usr/sbin/mount.memofs /usr/sbin/mount.fuse.memofs \
     /usr/share/man/man1/memofs.1.gz /usr/share/man/man1/memofs-mount.1.gz \
     /usr/share/bash-completion/completions/memofs; do

@@ -40,3 +40,13 @@ find_kernel() {
     [ -n "$kernel" ] ||
         { cannot "$id" "no vmlinuz in the package unpacked at $kdir" && return 2 || return 1; }
 }
+
+# Copies `bin` into the initramfs tree `root` as `dest`, stripped, with the libraries ldd lists.
+install_binary() {
+    local root=$1 bin=$2 dest=$3
+    mkdir -p "$root/$(dirname "$dest")"
+    strip --strip-debug -o "$root/$dest" "$bin"
+    ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
+        [ -e "$root$lib" ] || cp -L --parents "$lib" "$root"
+    done
+}

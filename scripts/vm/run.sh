@@ -44,16 +44,6 @@ for line in sys.stdin:
 '
 }
 
-# Copies `bin` into the initramfs tree `root` as `dest`, stripped, with the libraries ldd lists.
-install_binary() {
-    local root=$1 bin=$2 dest=$3
-    mkdir -p "$root/$(dirname "$dest")"
-    strip --strip-debug -o "$root/$dest" "$bin"
-    ldd "$bin" 2>/dev/null | grep -o '/[^ ]*' | while read -r lib; do
-        [ -e "$root$lib" ] || cp -L --parents "$lib" "$root"
-    done
-}
-
 # Builds the initramfs for kernel directory `kdir` in `out`; prints its path.
 initramfs() {
     local kdir=$1 out=$2 root=$2/root

@@ -54,6 +54,36 @@ for d in /mem /share; do
     same "$t-empty-again" "$(ls -A $d | wc -l)" 0
 done
 
+# A guest that unmounts and mounts again (a new INIT) finds the mem backend's files.
+echo kept >/mem/kept
+check umount-mem umount /mem
+check mount-mem-again mount -t virtiofs mem /mem
+same mem-kept-across-mounts "$(cat /mem/kept 2>&1)" kept
+rm -f /mem/kept
+
+# The POSIX conformance suite (pjdfstest, where the host put it in), on the guest's own
+# tmpfs first: every case that passes there must pass on both devices.
+if [ -x /bin/pjdfstest ]; then
+    mkdir -p /sec
+    mount -t tmpfs tmpfs /sec
+    for t in tmp mem share; do
+        mkdir -p /$t/pjd /sec/$t
+        timeout 600 pjdfstest -c /etc/pjdfstest.toml -p /$t/pjd -s /sec/$t >/tmp/pjd-$t.out 2>&1
+        awk '$NF == "ok" { print $1 }' /tmp/pjd-$t.out | sort >/tmp/pjd-$t.ok
+    done
+    for t in mem share; do
+        lost=$(awk 'NR == FNR { ok[$1] = 1; next } !($1 in ok)' /tmp/pjd-$t.ok /tmp/pjd-tmp.ok)
+        if [ -z "$lost" ]; then
+            echo "PASS pjdfstest-$t ($(wc -l </tmp/pjd-$t.ok) cases; every one tmpfs passes)"
+        else
+            echo "FAIL pjdfstest-$t: fails where tmpfs passes: $(echo $lost)"
+        fi
+        rm -rf /$t/pjd
+    done
+else
+    echo "SKIP pjdfstest: not installed on the host (scripts/setup.sh installs it)"
+fi
+
 # The seed's loop on the mem device: 10 000 lookups of a missing name. The host counts the
 # LOOKUP requests that reached the server (memofs stats on the device's socket) before the
 # loop, then tells the guest to go on (a file on the shared device), and counts again after.
