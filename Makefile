@@ -6,6 +6,7 @@
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make vm-steps                                          requests per step of a small workload, per kernel
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
+#   make bench-virtiofs                                    seed 001 in a virtio-fs guest, memofs against virtiofsd
 #   make bench-reports                                     every family of bench/reports, replaced
 #   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
 #   make uninstall                                         ... removed again
@@ -27,7 +28,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -175,6 +176,10 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench run stat-missing loopdd lat-mmap --targets '$(URING_UNCACHED)' $(URING_PARAMS) --out $(REPORTS)/uring-uncached
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
+
+# Seed 001 in a virtio-fs guest, memofs against virtiofsd (bench/virtiofs-seed.sh).
+bench-virtiofs: build
+	bash bench/virtiofs-seed.sh
 
 clean:
 	$(CARGO) clean
