@@ -76,7 +76,7 @@ run_one() {
         -nodefaults -no-reboot -display none -nic none \
         -object memory-backend-memfd,id=mem,size=1G,share=on -numa node,memdev=mem \
         -chardev socket,id=c0,path="$out/mem.sock" \
-        -device vhost-user-fs-pci,queue-size=1024,chardev=c0,tag=mem \
+        -device vhost-user-fs-pci,queue-size=1024,num-request-queues=2,chardev=c0,tag=mem \
         -chardev socket,id=c1,path="$out/share.sock" \
         -device vhost-user-fs-pci,queue-size=1024,chardev=c1,tag=share \
         -kernel "$kernel" -initrd "$out/initrd.cpio" \

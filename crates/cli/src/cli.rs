@@ -100,6 +100,14 @@ pub struct VirtiofsdArgs {
     /// Not supported (refused with an error): mount read-only in the guest instead
     #[arg(long = "readonly")]
     pub readonly: bool,
+    /// How much to log to standard error: off, error, warn, info, debug or trace (as
+    /// virtiofsd; MEMOFS_LOG and -o debug also set it)
+    #[arg(long = "log-level", value_name = "LEVEL", value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
+    pub log_level: Option<String>,
+    /// Accepted for virtiofsd's callers: messages go to standard error, which a service
+    /// manager keeps
+    #[arg(long = "syslog")]
+    pub syslog: bool,
     /// Print the vhost-user backend capabilities QEMU and libvirt ask for, and exit
     #[arg(long = "print-capabilities")]
     pub print_capabilities: bool,

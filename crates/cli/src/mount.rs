@@ -63,7 +63,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
     if ready_fd.is_some() {
         daemon::detach_session();
     }
-    init_logging(&opts);
+    init_logging(log_level(&opts));
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let kind = match source {
@@ -83,12 +83,21 @@ pub fn main(args: &MountArgs) -> ExitCode {
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
-pub(crate) fn init_logging(opts: &MountOptions) {
-    let level = if opts.debug { "debug" } else { "warn" };
+/// Logs to standard error at `level`, unless MEMOFS_LOG says otherwise.
+pub(crate) fn init_logging(level: &str) {
     let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
     let _ = env_logger::Builder::from_env(env)
         .format_timestamp_micros()
         .try_init();
+}
+
+/// The level `-o debug` asks for.
+pub(crate) fn log_level(opts: &MountOptions) -> &'static str {
+    if opts.debug {
+        "debug"
+    } else {
+        "warn"
+    }
 }
 
 /// Host kernel features a backend uses, for `memofs stats`.

@@ -130,7 +130,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         Ok(l) => l,
         Err((code, msg)) => return fail(code, msg),
     };
-    mount::init_logging(&opts);
+    mount::init_logging(args.log_level.as_deref().unwrap_or(mount::log_level(&opts)));
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let kind = match source {

@@ -48,9 +48,10 @@ pub use vhost::vhost_user::Listener;
 
 /// Descriptors per queue the device accepts (QEMU asks for 1024 with `queue-size=1024`).
 pub const QUEUE_SIZE: usize = 1024;
-/// Request queues besides the high-priority one (QEMU's `vhost-user-fs-pci` has one
-/// unless told `num-request-queues=`).
-pub const REQUEST_QUEUES: usize = 1;
+/// Request queues the device offers besides the high-priority one: QEMU's
+/// `vhost-user-fs-pci` uses one unless told `num-request-queues=` (up to this many here);
+/// each queue the VMM enables has a thread of its own.
+pub const REQUEST_QUEUES: usize = 4;
 
 /// The vhost-user-fs device: the queues' side of a [`Session`].
 pub struct VirtioFs<B: Backend> {
