@@ -23,7 +23,8 @@ DESTDIR ?=
 # mount(8) looks for mount.TYPE helpers in /sbin only (on Debian, /sbin is /usr/sbin).
 SBINDIR ?= /sbin
 BINDIR := $(PREFIX)/bin
-# Where QEMU and libvirt look for vhost-user backends' descriptions.
+# Where QEMU and libvirt look for vhost-user backends' descriptions (they take the first of a
+# type in name order: 60- leaves virtiofsd's 50- first where both are installed).
 VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
@@ -51,7 +52,7 @@ install: build
 	ln -sf $(BINDIR)/memofs $(DESTDIR)$(SBINDIR)/mount.fuse.memofs
 	ln -sf memofs $(DESTDIR)$(BINDIR)/memofs-virtiofsd
 	install -d $(DESTDIR)$(VHOSTUSERDIR)
-	printf '{\n  "description": "memofs: an in-memory filesystem or an exported host directory for virtio-fs guests",\n  "type": "fs",\n  "binary": "%s"\n}\n' $(BINDIR)/memofs-virtiofsd >$(DESTDIR)$(VHOSTUSERDIR)/50-memofs.json
+	printf '{\n  "description": "memofs: an in-memory filesystem or an exported host directory for virtio-fs guests",\n  "type": "fs",\n  "binary": "%s"\n}\n' $(BINDIR)/memofs-virtiofsd >$(DESTDIR)$(VHOSTUSERDIR)/60-memofs.json
 	install -D -m 644 -t $(DESTDIR)$(MAN1DIR) $(GEN)/man/man1/*.1
 	install -D -m 644 $(GEN)/completions/bash/memofs.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/memofs
 	install -D -m 644 $(GEN)/completions/zsh/_memofs $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_memofs
@@ -59,7 +60,7 @@ install: build
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/memofs $(DESTDIR)$(SBINDIR)/mount.memofs $(DESTDIR)$(SBINDIR)/mount.fuse.memofs
-	rm -f $(DESTDIR)$(BINDIR)/memofs-virtiofsd $(DESTDIR)$(VHOSTUSERDIR)/50-memofs.json
+	rm -f $(DESTDIR)$(BINDIR)/memofs-virtiofsd $(DESTDIR)$(VHOSTUSERDIR)/60-memofs.json
 	rm -f $(DESTDIR)$(MAN1DIR)/memofs.1 $(DESTDIR)$(MAN1DIR)/memofs-*.1
 	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/memofs $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions/_memofs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/memofs.fish
 

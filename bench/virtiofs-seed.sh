@@ -35,7 +35,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 exec >/dev/ttyS1 2>&1
 up() { cut -d' ' -f1 /proc/uptime; }
-mount -t virtiofs fs /mnt || echo "@@ MOUNT FAILED"
+mount -t virtiofs fs /mnt || { echo "@@ MOUNT FAILED"; poweroff -f; }
 sync
 echo 3 >/proc/sys/vm/drop_caches
 t0=$(up)
@@ -85,7 +85,13 @@ one() {
         sleep 0.2
     done
     wait $qemu || true
-    wait $server || true
+    # The server ends with the VMM; one QEMU never reached stays in accept.
+    timeout 30 tail --pid="$server" -f /dev/null || kill -KILL "$server" 2>/dev/null || true
+    if ! tr -d '\r' <"$work/output.log" | grep -q '^@@ RESULT'; then
+        echo "virtiofs-seed: $name: no result ($(tr -d '\r' <"$work/output.log" | head -n3 | tr '\n' ' ')); see $work" >&2
+        echo "$name" >>"$work/failed"
+        return
+    fi
     tr -d '\r' <"$work/output.log" | awk -v n="$name" -v l="$lookups" \
         '$1 == "@@" && $2 == "RESULT" { printf "%s %.2f %.2f %s\n", n, $4 - $3, $5 - $4, l }'
 }
@@ -93,6 +99,7 @@ one() {
 servers="memofs memofs-pt"
 [ -x "$virtiofsd" ] && servers="$servers virtiofsd" || echo "virtiofs-seed: no virtiofsd: memofs only" >&2
 : >"$work/results"
+: >"$work/failed"
 for r in $(seq "$rounds"); do
     for s in $servers; do
         echo "virtiofs-seed: round $r, $s" >&2
@@ -130,3 +137,7 @@ done
     done
 } >"$out/report.md"
 echo "virtiofs-seed: $out/report.md" >&2
+if [ -s "$work/failed" ]; then
+    echo "virtiofs-seed: FAILED: no result from $(sort "$work/failed" | uniq -c | tr -s ' \n' ' ')" >&2
+    exit 1
+fi

@@ -33,7 +33,7 @@ t dpkg -i "$deb" >/dev/null || fail "dpkg -i $deb"
 dpkg -L memofs >"$work/files"
 # The vhost-user description QEMU and libvirt read names a binary that answers as an fs
 # backend.
-json=/usr/share/qemu/vhost-user/50-memofs.json
+json=/usr/share/qemu/vhost-user/60-memofs.json
 binary=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["type"] == "fs"; print(d["binary"])' "$json") ||
     fail "$json is missing or not an fs backend's description"
 "$binary" --print-capabilities | python3 -c 'import json,sys; assert json.load(sys.stdin)["type"] == "fs"' ||

@@ -61,6 +61,35 @@ check mount-mem-again mount -t virtiofs mem /mem
 same mem-kept-across-mounts "$(cat /mem/kept 2>&1)" kept
 rm -f /mem/kept
 
+# The guest resets the mem device in the middle of writes (its PCI function removed and
+# found again): the server takes the reset, and the device mounts again with what was
+# written before it.
+pci_of() { # the PCI function of the virtio-fs device tagged $1 (/sys/fs/virtiofs: 6.9+)
+    for d in /sys/fs/virtiofs/*; do
+        [ "$(cat $d/tag 2>/dev/null)" = "$1" ] && { readlink -f $d/device/..; return; }
+    done
+}
+echo before-reset >/mem/kept
+sync
+dev=$(pci_of mem)
+if [ ! -d /sys/fs/virtiofs ]; then
+    echo "SKIP reset-mem: this kernel does not show virtio-fs devices in /sys/fs/virtiofs (6.9+)"
+elif [ -n "$dev" ] && [ -e "$dev/remove" ]; then
+    (while true; do dd if=/dev/zero of=/mem/busy bs=64k count=16 2>/dev/null; done) &
+    writer=$!
+    sleep 1
+    echo 1 >"$dev/remove"
+    kill $writer 2>/dev/null
+    wait $writer 2>/dev/null
+    umount -l /mem 2>/dev/null
+    echo 1 >/sys/bus/pci/rescan
+    check mount-mem-after-reset mount -t virtiofs mem /mem
+    same mem-kept-across-reset "$(cat /mem/kept 2>&1)" before-reset
+    rm -f /mem/kept /mem/busy
+else
+    echo "FAIL reset-mem: no PCI function found for the mem device"
+fi
+
 # The POSIX conformance suite (pjdfstest, where the host put it in), on the guest's own
 # tmpfs first: every case that passes there must pass on both devices.
 if [ -x /bin/pjdfstest ]; then
@@ -109,7 +138,8 @@ else
 fi
 
 # Data the guest synced is on the host, even if the guest dies now: the host kills the
-# VM after this marker and reads the file.
-dd if=/dev/zero of=/share/synced bs=1M count=4 conv=fsync 2>/dev/null
-echo "@@ SYNCED 4194304"
+# VM after this marker and compares the file.
+dd if=/dev/urandom of=/tmp/synced bs=1M count=4 2>/dev/null
+dd if=/tmp/synced of=/share/synced bs=1M conv=fsync 2>/dev/null
+echo "@@ SYNCED $(md5sum </tmp/synced | cut -d' ' -f1)"
 while true; do dd if=/dev/zero of=/share/unsynced bs=1M count=4 2>/dev/null; done

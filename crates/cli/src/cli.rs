@@ -108,6 +108,9 @@ pub struct VirtiofsdArgs {
     /// manager keeps
     #[arg(long = "syslog")]
     pub syslog: bool,
+    /// Debug messages (virtiofsd's -d; as --log-level debug)
+    #[arg(short = 'd')]
+    pub debug: bool,
     /// Print the vhost-user backend capabilities QEMU and libvirt ask for, and exit
     #[arg(long = "print-capabilities")]
     pub print_capabilities: bool,

@@ -229,7 +229,11 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         }
         out.push('\n');
     };
-    let _ = writeln!(out, "memofs mount at {}\n", target.display());
+    let what = match std::fs::metadata(target).is_ok_and(|m| m.file_type().is_socket()) {
+        true => "memofs virtio-fs device at",
+        false => "memofs mount at",
+    };
+    let _ = writeln!(out, "{what} {}\n", target.display());
     let u = &doc.usage;
     let c = &doc.cache;
     section(

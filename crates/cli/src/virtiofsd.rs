@@ -17,7 +17,7 @@ use memofs_virtiofs::Listener;
 use memofs_virtiofs::{Session, VirtioFs};
 
 use crate::cli::VirtiofsdArgs;
-use crate::{backends, fail, mount, EXIT_FAILURE, EXIT_USAGE};
+use crate::{backends, daemon, fail, mount, EXIT_FAILURE, EXIT_USAGE};
 
 /// What `--print-capabilities` prints: the vhost-user backend description QEMU and libvirt
 /// read (docs/interop/vhost-user.json): a device of type `fs`, no optional features.
@@ -30,43 +30,67 @@ struct Legacy {
     cache: Option<String>,
 }
 
-/// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`,
-/// `cache=`, and flags memofs has no use for: `xattr`, `no_xattr`, `posix_lock`,
-/// `no_posix_lock`, `flock`, `no_flock`).
+/// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`, where
+/// `,,` stands for a comma as libvirt writes it; `cache=`; and what memofs has no use for:
+/// `sandbox=`, `xattr`, `no_xattr`, `posix_lock`, `no_posix_lock`, `flock`, `no_flock`).
 fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
     let mut legacy = Legacy::default();
     let mut ours = Vec::new();
-    for o in lists
-        .iter()
-        .flat_map(|l| l.split(','))
-        .filter(|o| !o.is_empty())
-    {
+    for o in lists.iter().flat_map(|l| split_escaped(l)) {
         match o.split_once('=') {
             Some(("source", dir)) => legacy.source = Some(dir.into()),
             Some(("cache", mode)) => legacy.cache = Some(mode.into()),
+            Some(("sandbox", _)) => {}
             None if matches!(
-                o,
+                o.as_str(),
                 "xattr" | "no_xattr" | "posix_lock" | "no_posix_lock" | "flock" | "no_flock"
             ) => {}
-            _ => ours.push(o.to_string()),
+            _ => ours.push(o),
         }
     }
     (ours, legacy)
+}
+
+/// `list` split at single commas; `,,` is a comma inside an item.
+fn split_escaped(list: &str) -> Vec<String> {
+    let mut items = vec![String::new()];
+    let mut chars = list.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            ',' if chars.peek() == Some(&',') => {
+                chars.next();
+                items.last_mut().expect("never empty").push(',');
+            }
+            ',' => items.push(String::new()),
+            c => items.last_mut().expect("never empty").push(c),
+        }
+    }
+    items.retain(|i| !i.is_empty());
+    items
 }
 
 /// The listening socket: a path (a stale socket file there is replaced), or a descriptor
 /// the caller passed.
 fn listener(args: &VirtiofsdArgs) -> Result<Listener, (u8, String)> {
     match (&args.socket_path, args.fd) {
-        (Some(path), None) => Listener::new(path, true).map_err(|e| {
-            (
-                EXIT_FAILURE,
-                format!("cannot listen on {}: {e}", path.display()),
-            )
-        }),
+        (Some(path), None) => {
+            // A socket a live server listens on stays; a stale one is replaced.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err((
+                    EXIT_FAILURE,
+                    format!("{} is in use: another server listens on it", path.display()),
+                ));
+            }
+            Listener::new(path, true).map_err(|e| {
+                (
+                    EXIT_FAILURE,
+                    format!("cannot listen on {}: {e}", path.display()),
+                )
+            })
+        }
         (None, Some(fd)) => {
-            if !is_socket(fd) {
-                return Err((EXIT_USAGE, format!("--fd {fd} is not an open socket")));
+            if fd <= 2 || !is_socket(fd) {
+                return Err((EXIT_USAGE, format!("--fd {fd} is not an inherited socket")));
             }
             // SAFETY: `fd` is an open socket the caller handed to this process for the
             // listener to own; nothing else in the process uses it.
@@ -89,6 +113,7 @@ fn is_socket(fd: RawFd) -> bool {
 }
 
 pub fn main(args: &VirtiofsdArgs) -> ExitCode {
+    daemon::block_stop_signals();
     if args.print_capabilities {
         println!("{CAPABILITIES}");
         return ExitCode::SUCCESS;
@@ -123,14 +148,19 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         },
         None => None,
     };
-    if let Some(mode) = &args.sandbox {
-        log::info!("--sandbox={mode}: every host access is confined to the shared directory");
-    }
     let listener = match listener(args) {
         Ok(l) => l,
         Err((code, msg)) => return fail(code, msg),
     };
-    mount::init_logging(args.log_level.as_deref().unwrap_or(mount::log_level(&opts)));
+    let debug = args.debug.then_some("debug");
+    mount::init_logging(
+        debug
+            .or(args.log_level.as_deref())
+            .unwrap_or(mount::log_level(&opts)),
+    );
+    if let Some(mode) = &args.sandbox {
+        log::info!("--sandbox={mode}: every host access is confined to the shared directory");
+    }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let kind = match source {
@@ -179,12 +209,23 @@ fn serve<B: Backend + 'static>(
             None
         }
     });
+    // A stop signal (a service manager's) ends the server with its sockets removed.
+    let control = Arc::new(std::sync::Mutex::new(control));
+    let on_stop = control.clone();
+    let vhost_socket = socket.map(Path::to_path_buf);
+    daemon::on_stop_signal(move |_| {
+        drop(on_stop.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(path) = vhost_socket {
+            let _ = std::fs::remove_file(path);
+        }
+        std::process::exit(0);
+    });
     let device = match VirtioFs::new(session) {
         Ok(d) => Arc::new(d),
         Err(e) => return fail(EXIT_FAILURE, format!("cannot set up the device: {e}")),
     };
     let served = memofs_virtiofs::serve(device, listener);
-    drop(control);
+    drop(control.lock().unwrap_or_else(|e| e.into_inner()).take());
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, e),
@@ -202,7 +243,7 @@ mod tests {
     #[test]
     fn virtiofsds_older_options_are_taken_apart_from_memofs_options() {
         let lists = vec![
-            "source=/srv/share,cache=always,xattr".to_string(),
+            "source=/srv/a,,b,cache=always,xattr,sandbox=chroot".to_string(),
             "negative_timeout=30,no_posix_lock".to_string(),
         ];
         let (ours, legacy) = split_options(&lists);
@@ -210,7 +251,7 @@ mod tests {
         assert_eq!(
             legacy,
             Legacy {
-                source: Some("/srv/share".into()),
+                source: Some("/srv/a,b".into()),
                 cache: Some("always".into()),
             }
         );

@@ -574,7 +574,7 @@ fn answer_on(listener: UnixListener, source: StatsSource) -> io::Result<()> {
 
 /// The identity `(st_dev, st_ino)` of a virtio-fs device's vhost-user socket file.
 fn device_identity(vhost_socket: &Path) -> io::Result<(u64, u64)> {
-    let meta = std::fs::symlink_metadata(vhost_socket)?;
+    let meta = std::fs::metadata(vhost_socket)?;
     if !meta.file_type().is_socket() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -600,7 +600,7 @@ pub fn serve_device(vhost_socket: &Path, source: StatsSource) -> io::Result<Cont
 /// answer; only a server run by root, the socket file's owner or the caller is believed.
 pub fn request_device(vhost_socket: &Path, command: &str) -> io::Result<String> {
     let id = device_identity(vhost_socket)?;
-    let owner = std::fs::symlink_metadata(vhost_socket)?.uid();
+    let owner = std::fs::metadata(vhost_socket)?.uid();
     let conn = connect_file(owner, |uid| device_socket_path(uid, id))?;
     exchange(conn, command)
 }

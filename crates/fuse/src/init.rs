@@ -157,7 +157,8 @@ fn offered(i: &abi::fuse_init_in) -> u64 {
     }
 }
 
-/// `plan` as INIT left it: what the kernel did not grant is off.
+/// The plan as INIT left it: what it asked for and the kernel did not grant is off (the plan
+/// is what `memofs stats` shows as the mount's settings).
 pub fn in_effect(mut plan: MountPlan, granted: Granted) -> MountPlan {
     plan.posix_acl &= granted.posix_acl;
     plan

@@ -276,8 +276,6 @@ fn start<B: Backend>(
     })
 }
 
-/// The plan as INIT left it: what it asked for and the kernel did not grant is off (the plan
-/// is what `memofs stats` shows as the mount's settings).
 /// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
 fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), SetupError> {
     let without = |why: String| {

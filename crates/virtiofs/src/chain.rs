@@ -3,9 +3,11 @@
 //! A guest controls every byte here: the descriptors (addresses, lengths, flags, where the
 //! chain goes next) and the request in them. `virtio-queue`'s `Reader` and `Writer` check
 //! every descriptor against the memory the VMM shared before a byte moves (a chain reaching
-//! outside it, or looping, is refused whole); this module bounds what a request may make the
-//! server allocate ([`MAX_REQUEST`]), answers a malformed request with an error when its
-//! header could be read, and never writes more than the chain's writable part holds.
+//! outside it is refused whole; one longer than the queue, or looping, ends where the queue's
+//! bound cuts it); this module bounds what a request may make the server read
+//! ([`MAX_REQUEST`]) and what it may ask to be given back (the session refuses sizes past the
+//! largest READ), answers a malformed request with an error when its header could be read,
+//! and never writes more than the chain's writable part holds.
 
 use std::io::{Read, Write};
 

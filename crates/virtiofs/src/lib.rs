@@ -58,7 +58,7 @@ pub struct VirtioFs<B: Backend> {
     session: Session<B>,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
     event_idx: AtomicBool,
-    /// Each queue's buffers (a queue is served by one thread at a time).
+    /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
     buffers: Vec<Mutex<Buffers>>,
     /// What stops each queue's thread when the VMM has gone.
     exits: Vec<(EventConsumer, EventNotifier)>,
@@ -93,15 +93,17 @@ impl<B: Backend> VirtioFs<B> {
         &self.session
     }
 
-    /// Serves every chain the guest made available on `vring`; tells the guest if it asked.
-    fn process(&self, queue: usize, vring: &VringRwLock) -> io::Result<()> {
+    /// Serves every chain the guest made available on `vring`, with thread `thread`'s
+    /// buffers; tells the guest if it asked.
+    fn process(&self, thread: usize, vring: &VringRwLock) -> io::Result<()> {
         let Some(atomic) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
             return Err(io::Error::other("a queue event before the guest's memory"));
         };
         let mem = atomic.memory();
-        let mut bufs = self.buffers[queue]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let Some(bufs) = self.buffers.get(thread) else {
+            return Err(io::Error::other(format!("no queue thread {thread}")));
+        };
+        let mut bufs = bufs.lock().unwrap_or_else(|e| e.into_inner());
         let mut used = false;
         loop {
             let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(&*mem);
@@ -172,19 +174,21 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         device_event: u16,
         evset: EventSet,
         vrings: &[VringRwLock],
-        _thread_id: usize,
+        thread_id: usize,
     ) -> io::Result<()> {
         if evset != EventSet::IN {
             return Err(io::Error::other(format!(
                 "unexpected queue event {evset:?}"
             )));
         }
-        let queue = device_event as usize;
-        let Some(vring) = vrings.get(queue) else {
+        // Each thread serves one queue (`queues_per_thread`): `vrings` holds it alone, and
+        // `device_event` is its place there; the thread number is the queue's.
+        let queue = thread_id;
+        let Some(vring) = vrings.get(device_event as usize) else {
             return Err(io::Error::other(format!("no queue {queue}")));
         };
         if !self.event_idx.load(Ordering::Relaxed) {
-            return self.process(queue, vring);
+            return self.process(thread_id, vring);
         }
         // With EVENT_IDX the guest is not told to kick again until the queue is seen empty
         // with notifications on: look once more after turning them on.
@@ -192,7 +196,7 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
             vring
                 .disable_notification()
                 .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
-            self.process(queue, vring)?;
+            self.process(thread_id, vring)?;
             let more = vring
                 .enable_notification()
                 .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;

@@ -12,7 +12,7 @@ use memofs_core::{Backend, Errno, Ino};
 use memofs_fuse::abi;
 use memofs_fuse::decode::{decode, Args, Proto};
 use memofs_fuse::encode::{Encoder, ReplySink};
-use memofs_fuse::init;
+use memofs_fuse::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -148,6 +148,20 @@ impl<B: Backend> Session<B> {
                 return;
             }
         };
+        // The kernel never asks for more than a request's worth (INIT's max_pages); a guest
+        // may, and would make the server allocate it.
+        let asked = match req.op {
+            Op::Read { size, .. }
+            | Op::Readdir { size, .. }
+            | Op::Getxattr { size, .. }
+            | Op::Listxattr { size } => size,
+            _ => 0,
+        };
+        if asked > MAX_WRITE {
+            log::warn!("request for {asked} bytes (opcode {}) refused", h.opcode);
+            Encoder::new(h.unique, scratch, out).error(Errno::EINVAL);
+            return;
+        }
         let mut enc = Encoder::new(req.unique, scratch, out);
         if let Op::Readdir { size, plus, .. } = req.op {
             enc = enc.for_readdir(size, plus);

@@ -153,6 +153,12 @@ fn hostile_chains_get_an_error_or_nothing() {
     assert_eq!(serve(&s, &mem, &lookup, &plain(&lookup, 8)).0, 0);
     // No room at all (a FORGET-like chain for a request that wants a reply).
     assert_eq!(serve(&s, &mem, &lookup, &plain(&lookup, 0)[..1]).0, 0);
+    // A READ for more than the largest request: refused before anything is allocated.
+    let mut read = abi::fuse_read_in::new_zeroed();
+    read.size = u32::MAX;
+    let huge = request(abi::opcode::READ, read.as_bytes());
+    let (_, reply) = serve(&s, &mem, &huge, &plain(&huge, 4096));
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
     // An unknown opcode: ENOSYS.
     let odd = request(4242, b"");
     let (_, reply) = serve(&s, &mem, &odd, &plain(&odd, 4096));
