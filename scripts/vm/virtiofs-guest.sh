@@ -11,6 +11,9 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 exec >/dev/ttyS1 2>&1
 echo "@@ BEGIN $(uname -r)"
+for m in /lib/modules/*.ko; do
+    [ -e "$m" ] && insmod "$m"
+done
 
 check() { # NAME COMMAND...: PASS or FAIL with the command's output
     name=$1

@@ -56,6 +56,20 @@ run_one() {
         install_binary "$out/root" "$pjd" bin/pjdfstest
         cp tests/e2e/pjdfstest.toml "$out/root/etc/pjdfstest.toml"
     fi
+    # The modules virtio-fs needs, where this kernel has them as modules (6.1), numbered in
+    # the order they load.
+    local n=0 m ko
+    mkdir -p "$out/root/lib/modules"
+    for m in fuse virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtiofs; do
+        n=$((n + 1))
+        ko=$(find "$kdir" -name "$m.ko*" | head -n1)
+        case "$ko" in
+            "") ;;
+            *.xz) xz -dc "$ko" >"$out/root/lib/modules/$n-$m.ko" ;;
+            *.zst) zstd -qdc "$ko" >"$out/root/lib/modules/$n-$m.ko" ;;
+            *) cp "$ko" "$out/root/lib/modules/$n-$m.ko" ;;
+        esac
+    done
     printf 'root:x:0:0:root:/:/bin/sh\ndaemon:x:1:1::/:/bin/false\nnobody:x:65534:65534::/:/bin/false\n' >"$out/root/etc/passwd"
     printf 'root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n' >"$out/root/etc/group"
     (cd "$out/root" && find . | cpio -o -H newc --quiet) >"$out/initrd.cpio"

@@ -24,6 +24,10 @@ pub trait Backend: Send + Sync + 'static {
     fn lookup(&self, caller: &Caller, parent: Ino, name: &OsStr) -> Result<Attr>;
     /// The kernel dropped `nlookup` references to `ino`.
     fn forget(&self, ino: Ino, nlookup: u64);
+    /// The kernel dropped every reference it held, with no FORGET for them: a virtio-fs
+    /// guest that unmounted (its connection ends before its inodes are evicted) or rebooted.
+    /// The root stays.
+    fn forget_all(&self);
     /// Attributes of `ino`.
     fn getattr(&self, ino: Ino) -> Result<Attr>;
     /// Changes attributes (chmod, chown, truncate, utimens).

@@ -410,6 +410,19 @@ impl InodeTable {
         matches!(dropped, Ok(prev) if u64::from(prev) <= n)
     }
 
+    /// Drops every kernel reference, a pinned count's too.
+    pub fn forget_every(&self, inode: &Inode) {
+        inode.lookups.store(0, Ordering::SeqCst);
+    }
+
+    /// Every inode (a snapshot).
+    pub fn all(&self) -> Vec<Arc<Inode>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.read().iter().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
     /// Drops one open reference.
     pub fn close(&self, inode: &Inode) {
         let _ = inode

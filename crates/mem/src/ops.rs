@@ -148,6 +148,13 @@ impl Backend for MemFs {
         }
     }
 
+    fn forget_all(&self) {
+        for inode in self.table.all() {
+            self.table.forget_every(&inode);
+            self.evict_if_dead(&inode);
+        }
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         Ok(self.table.get(ino)?.attr())
     }

@@ -687,3 +687,37 @@ fn kernel_backed_unlinked_files_keep_their_atime() {
     assert_eq!(fs.getattr(f.ino).unwrap().atime, t);
     fs.release(f.ino, o.fh).unwrap();
 }
+
+#[test]
+fn forgetting_everything_frees_what_only_the_kernel_held() {
+    let fs = fs();
+    let base = fs.usage();
+    let (attr, o) = fs
+        .create(&C, ROOT_INO, n("f"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.write(attr.ino, o.fh, 0, b"data").unwrap();
+    fs.release(attr.ino, o.fh).unwrap();
+    let kept = fs
+        .create(&C, ROOT_INO, n("kept"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(kept.0.ino, kept.1.fh).unwrap();
+    fs.unlink(&C, ROOT_INO, n("f")).unwrap();
+    assert!(
+        fs.getattr(attr.ino).is_ok(),
+        "the kernel's reference keeps it"
+    );
+    fs.forget_all();
+    assert_eq!(
+        fs.getattr(attr.ino),
+        Err(Errno::ESTALE),
+        "freed with its data"
+    );
+    assert_eq!(
+        fs.getattr(kept.0.ino).unwrap().nlink,
+        1,
+        "a named file stays"
+    );
+    assert!(fs.getattr(ROOT_INO).is_ok());
+    fs.unlink(&C, ROOT_INO, n("kept")).unwrap();
+    assert_eq!(fs.usage(), base);
+}

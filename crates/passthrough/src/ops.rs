@@ -22,6 +22,12 @@ impl Backend for PassthroughFs {
         self.table.forget(ino, nlookup);
     }
 
+    fn forget_all(&self) {
+        for inode in self.table.all() {
+            self.table.forget(inode.ino, u64::MAX);
+        }
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.attr(&*self.table.get(ino)?)
     }

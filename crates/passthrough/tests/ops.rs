@@ -332,6 +332,20 @@ fn a_host_inode_number_reused_while_its_descriptor_was_closed_is_a_new_inode() {
 }
 
 #[test]
+fn forgetting_everything_empties_the_table_but_the_root() {
+    let (_t, export, fs) = setup("forget-all");
+    std::fs::write(export.join("f"), b"x").unwrap();
+    let f = fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap();
+    assert_eq!(fs.lookups(f.ino), 2);
+    fs.forget_all();
+    assert_eq!(fs.lookups(f.ino), 0);
+    assert_eq!(fs.getattr(f.ino), Err(Errno::ESTALE));
+    assert!(fs.getattr(ROOT_INO).is_ok(), "the root stays");
+    assert_eq!(fs.lookup(&ROOT, ROOT_INO, n("f")).unwrap().size, 1);
+}
+
+#[test]
 fn hard_links_share_one_inode() {
     let (_t, export, fs) = setup("hardlink");
     std::fs::write(export.join("a"), b"x").unwrap();

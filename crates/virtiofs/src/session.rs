@@ -171,6 +171,11 @@ impl<B: Backend> Session<B> {
             let error = job().err().map_or(0, |e: Errno| -e.0);
             out.send(h.unique, error, &[]);
         }
+        if h.opcode == abi::opcode::DESTROY {
+            // The guest unmounts: its kernel ends the connection before it evicts its
+            // inodes, so their FORGETs never come.
+            self.backend.forget_all();
+        }
     }
 
     /// INIT: negotiates from the plan and starts a request layer for this guest mount (a
@@ -204,7 +209,16 @@ impl<B: Backend> Session<B> {
             server,
             proto: negotiated.proto,
         };
-        *self.mounted.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(mounted));
+        let earlier = self
+            .mounted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(Arc::new(mounted));
+        if earlier.is_some() {
+            // A guest that rebooted without unmounting holds none of the earlier mount's
+            // inodes any more.
+            self.backend.forget_all();
+        }
         out.send(h.unique, 0, &[&negotiated.reply]);
     }
 }

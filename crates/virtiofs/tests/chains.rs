@@ -106,6 +106,41 @@ fn init_then_a_lookup_miss_gets_a_negative_entry() {
 }
 
 #[test]
+fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
+    use memofs_core::{Backend, Caller, Errno, ROOT_INO};
+    let (s, mem) = (session(), memory());
+    init(&s, &mem);
+    // A file the guest looked up, then deleted while its kernel still held it.
+    let c = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    let fs = s.backend();
+    let (attr, o) = fs
+        .create(&c, ROOT_INO, "gone".as_ref(), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(attr.ino, o.fh).unwrap();
+    fs.unlink(&c, ROOT_INO, "gone".as_ref()).unwrap();
+    assert!(fs.getattr(attr.ino).is_ok());
+    init(&s, &mem);
+    assert_eq!(
+        fs.getattr(attr.ino),
+        Err(Errno::ESTALE),
+        "freed at the new INIT"
+    );
+    // DESTROY (an unmount) does the same.
+    let (attr, o) = fs
+        .create(&c, ROOT_INO, "gone2".as_ref(), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(attr.ino, o.fh).unwrap();
+    fs.unlink(&c, ROOT_INO, "gone2".as_ref()).unwrap();
+    let destroy = request(abi::opcode::DESTROY, b"");
+    serve(&s, &mem, &destroy, &plain(&destroy, 4096));
+    assert_eq!(fs.getattr(attr.ino), Err(Errno::ESTALE), "freed at DESTROY");
+}
+
+#[test]
 fn a_request_split_over_many_descriptors_is_read_whole() {
     let (s, mem) = (session(), memory());
     init(&s, &mem);

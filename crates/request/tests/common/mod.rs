@@ -123,6 +123,9 @@ impl Backend for Fake {
     fn forget(&self, ino: Ino, n: u64) {
         self.note(format!("forget {ino} {n}"));
     }
+    fn forget_all(&self) {
+        self.note("forget all".to_string());
+    }
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.attr_of(ino)
     }
