@@ -82,7 +82,7 @@ run_one() {
     # Nothing outlives the run, however it ends.
     # (Expanded now: these are this run's.)
     # shellcheck disable=SC2064
-    trap "kill -KILL $mem_pid $share_pid 2>/dev/null; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null" EXIT
+    trap "kill -KILL $mem_pid $share_pid 2>/dev/null || true; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null || true" EXIT
     wait_socket "$out/mem.sock" && wait_socket "$out/share.sock" || {
         echo "FAIL vm-virtiofs $id: the servers did not listen"
         kill $mem_pid $share_pid 2>/dev/null
