@@ -30,8 +30,9 @@ pub fn foreign_option(lists: &[String], has_source: bool) -> Option<String> {
         .map(|o| format!("invalid mount option '{o}': {msg}"))
 }
 
-/// Checks a passthrough SOURCE before anything is mounted; returns it canonical.
-pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String> {
+/// Checks a passthrough SOURCE before anything is mounted (and, given the mount point, that
+/// it is not the mount point itself); returns it canonical.
+pub fn check_source(source: &Path, mountpoint: Option<&Path>) -> Result<PathBuf, String> {
     let meta =
         std::fs::metadata(source).map_err(|e| format!("source {}: {e}", source.display()))?;
     if !meta.is_dir() {
@@ -40,7 +41,7 @@ pub fn check_source(source: &Path, mountpoint: &Path) -> Result<PathBuf, String>
     let src = source
         .canonicalize()
         .map_err(|e| format!("source {}: {e}", source.display()))?;
-    if mountpoint.canonicalize().is_ok_and(|m| m == src) {
+    if mountpoint.is_some_and(|m| m.canonicalize().is_ok_and(|m| m == src)) {
         return Err(format!(
             "source {} is the mount point itself; export it at another directory",
             src.display()

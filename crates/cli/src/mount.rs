@@ -36,7 +36,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
         return fail(EXIT_USAGE, msg);
     }
     if let Some(src) = source {
-        if let Err(e) = backends::check_source(src, mountpoint) {
+        if let Err(e) = backends::check_source(src, Some(mountpoint)) {
             return fail(EXIT_FAILURE, e);
         }
     }

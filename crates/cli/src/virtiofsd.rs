@@ -141,8 +141,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         return fail(EXIT_USAGE, msg);
     }
     let source = match source {
-        // No mount point on this host to compare the source with.
-        Some(dir) => match backends::check_source(&dir, std::path::Path::new("")) {
+        Some(dir) => match backends::check_source(&dir, None) {
             Ok(s) => Some(s),
             Err(e) => return fail(EXIT_FAILURE, e),
         },

@@ -225,9 +225,7 @@ impl InodeTable {
                 drop(counted);
                 return Ok(known);
             }
-            if maps.by_host.get(&host) == Some(&known.ino) {
-                maps.by_host.remove(&host);
-            }
+            Self::detach_locked(&mut maps, &known);
         }
         let ino = self.allocate_locked(&mut maps, host);
         let closable = PinnedFd::closable(host, pins);
@@ -256,7 +254,11 @@ impl InodeTable {
     /// `inode` had was deleted while its descriptor was closed). The entry stays until the
     /// kernel forgets it; its descriptor cannot be opened again.
     fn detach(&self, inode: &Inode) {
-        let mut maps = self.maps.write();
+        Self::detach_locked(&mut self.maps.write(), inode);
+    }
+
+    /// Removes `inode` from its host identity if the identity still names it.
+    fn detach_locked(maps: &mut Maps, inode: &Inode) {
         if maps.by_host.get(&inode.host) == Some(&inode.ino) {
             maps.by_host.remove(&inode.host);
         }
@@ -303,9 +305,7 @@ impl InodeTable {
             return;
         }
         let inode = maps.by_ino.remove(&ino).expect("present");
-        if maps.by_host.get(&inode.host) == Some(&ino) {
-            maps.by_host.remove(&inode.host);
-        }
+        Self::detach_locked(&mut maps, &inode);
         if let Some(hook) = &maps.hook {
             hook.removed(&inode);
         }

@@ -255,10 +255,7 @@ impl PinnedFd {
     /// Closes the descriptor if nothing uses it, it was not used since the clock last
     /// passed, and its handle can be taken.
     fn try_close(&self) -> Closing {
-        if !self.closable {
-            return Closing::Never;
-        }
-        if self.watched.load(Ordering::Acquire) {
+        if !self.closable || self.watched.load(Ordering::Acquire) {
             return Closing::Never;
         }
         if self.used.swap(false, Ordering::Relaxed) || self.opens.load(Ordering::Acquire) > 0 {
@@ -292,12 +289,7 @@ impl Inode {
         if let Some(fd) = self.fd.held() {
             return Ok(fd);
         }
-        let handle = match self.fd.handle.get() {
-            Some(Some(handle)) => handle,
-            _ => return Err(Errno::ESTALE),
-        };
-        let fd = self.pins.reopen(handle, self.host)?;
-        let counted = self.pins.budget.keep(fd)?;
+        let counted = self.pins.budget.keep(self.reopen()?)?;
         Ok(self.install(counted).unwrap_or_else(|held| held))
     }
 
@@ -329,11 +321,17 @@ impl Inode {
     /// (within the descriptors kept out of the budget), which happens only when a watcher
     /// starts and is told of inodes already known.
     pub(crate) fn fd_for_hook(&self) -> Result<HookFd> {
-        if let Some(fd) = self.fd.held() {
-            return Ok(HookFd::Held(fd));
+        match self.fd.held() {
+            Some(fd) => Ok(HookFd::Held(fd)),
+            None => Ok(HookFd::Once(self.reopen()?)),
         }
+    }
+
+    /// A new descriptor of the inode from the handle taken before its own was closed;
+    /// `ESTALE` if there is none, or the host inode is gone.
+    fn reopen(&self) -> Result<OwnedFd> {
         match self.fd.handle.get() {
-            Some(Some(handle)) => Ok(HookFd::Once(self.pins.reopen(handle, self.host)?)),
+            Some(Some(handle)) => self.pins.reopen(handle, self.host),
             _ => Err(Errno::ESTALE),
         }
     }
