@@ -167,6 +167,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         None => BackendKind::Mem,
     };
     let mut plan = MountPlan::new(&opts, kind, root);
+    plan.without_notifications();
     let served = match &source {
         Some(src) => backends::passthrough(src, &mut plan)
             .map(|(b, s)| serve(b, s, plan, listener, args.socket_path.as_deref())),

@@ -63,6 +63,8 @@ pub struct MountPlan {
     pub passthrough: Passthrough,
     /// Ask for the kernel's writeback cache (never together with passthrough).
     pub writeback: bool,
+    /// What `writeback=` asked, until [`MountPlan::adopt`] decides `writeback`.
+    writeback_wanted: Want,
     /// Requests through FUSE-over-io_uring ring entries.
     pub io_uring: Want,
     /// A CPU latency request while requests stream.
@@ -96,7 +98,7 @@ impl MountPlan {
                 Want::On => true,
                 Want::Off => false,
                 // The server's own data path is what direct_io and writeback=on ask for.
-                Want::Auto => privileged && !opts.direct_io && !opts.writeback,
+                Want::Auto => privileged && !opts.direct_io && opts.writeback != Want::On,
             };
         MountPlan {
             backend,
@@ -110,7 +112,8 @@ impl MountPlan {
                 Want::Auto => Passthrough::IfGranted,
                 Want::On => Passthrough::Required,
             },
-            writeback: opts.writeback,
+            writeback: opts.writeback == Want::On,
+            writeback_wanted: opts.writeback,
             io_uring: opts.io_uring,
             cpu_latency: opts.cpu_latency,
             direct_io: opts.direct_io,
@@ -129,17 +132,42 @@ impl MountPlan {
         if !caps.backing_fds {
             self.passthrough = Passthrough::Off;
         }
-        if self.passthrough != Passthrough::Off {
-            self.writeback = false;
-        }
         self.posix_acl = caps.posix_acl;
         self.sole_writer = caps.sole_writer;
+        self.decide_writeback();
+    }
+
+    /// `writeback=auto` is on where the server holds the file data itself and nothing
+    /// changes it behind the kernel's back (the kernel trusts its own sizes and times under
+    /// the writeback cache): the mem backend's page store without `direct_io`. Passthrough
+    /// always wins over the writeback cache (the kernel refuses the two together).
+    fn decide_writeback(&mut self) {
+        self.writeback = match self.writeback_wanted {
+            Want::On => true,
+            Want::Off => false,
+            Want::Auto => {
+                self.backend == BackendKind::Mem
+                    && self.sole_writer
+                    && !self.kernel_data
+                    && !self.direct_io
+            }
+        } && self.passthrough == Passthrough::Off;
     }
 
     /// The mem backend fell back to the server's page store (the private tmpfs could not be
     /// mounted): no file descriptors to pass through.
     pub fn without_kernel_data(&mut self) {
         self.kernel_data = false;
+        self.decide_writeback();
+    }
+
+    /// The transport cannot notify the kernel (virtio-fs): `writeback=auto` stays off, since
+    /// pages whose writeback failed could not be dropped from the guest's cache.
+    pub fn without_notifications(&mut self) {
+        if self.writeback_wanted == Want::Auto {
+            self.writeback_wanted = Want::Off;
+        }
+        self.decide_writeback();
     }
 
     /// The choices worth showing in `memofs stats`, as (name, value).
@@ -241,6 +269,52 @@ mod tests {
         };
         let p = plan(&["writeback=on"], BackendKind::Mem, true, pages);
         assert_eq!(p.passthrough, Passthrough::Off);
+        assert!(p.writeback);
+    }
+
+    #[test]
+    fn writeback_auto_is_on_for_the_page_store_only() {
+        let pages = Capabilities {
+            backing_fds: false,
+            ..KERNEL
+        };
+        // Root: kernel-backed data with passthrough, no writeback cache.
+        assert!(!plan(&[], BackendKind::Mem, true, KERNEL).writeback);
+        // Not root, or passthrough=off: the page store, with the writeback cache.
+        assert!(plan(&[], BackendKind::Mem, false, pages).writeback);
+        assert!(plan(&["passthrough=off"], BackendKind::Mem, true, pages).writeback);
+        assert!(
+            !plan(
+                &["passthrough=off", "writeback=off"],
+                BackendKind::Mem,
+                true,
+                pages
+            )
+            .writeback
+        );
+        assert!(!plan(&["direct_io"], BackendKind::Mem, false, pages).writeback);
+        // A host export has other writers: only when asked.
+        let host = Capabilities {
+            sole_writer: false,
+            ..pages
+        };
+        assert!(!plan(&[], BackendKind::Passthrough, false, host).writeback);
+        assert!(plan(&["writeback"], BackendKind::Passthrough, false, host).writeback);
+        // The private tmpfs failed: the page store, and the writeback cache with it.
+        let o = parse_options(&[""; 0], 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Mem, true);
+        p.without_kernel_data();
+        p.adopt(pages);
+        assert!(p.writeback);
+        // No notifications (virtio-fs): auto stays off, an explicit on holds.
+        let mut p = MountPlan::new(&o, BackendKind::Mem, false);
+        p.without_notifications();
+        p.adopt(pages);
+        assert!(!p.writeback);
+        let o = parse_options(&["writeback=on"], 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Mem, false);
+        p.without_notifications();
+        p.adopt(pages);
         assert!(p.writeback);
     }
 

@@ -115,6 +115,8 @@ pub mod fopen {
 
 /// `fuse_getattr_in.getattr_flags`: `fh` is valid.
 pub const GETATTR_FH: u32 = 1 << 0;
+/// `fuse_write_in.write_flags`: the kernel's writeback of cached pages.
+pub const WRITE_CACHE: u32 = 1 << 0;
 /// `fuse_write_in.write_flags`: clear setuid/setgid.
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `fuse_open_in.open_flags`: clear setuid/setgid (an `O_TRUNC` open).

@@ -252,6 +252,7 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 offset: w.offset,
                 data: rest.get(..w.size as usize).ok_or(Errno::EINVAL)?,
                 kill_suidgid: w.write_flags & abi::WRITE_KILL_SUIDGID != 0,
+                cached: w.write_flags & abi::WRITE_CACHE != 0,
             }
         }
         opcode::FLUSH => Op::Flush {
@@ -434,7 +435,7 @@ mod tests {
         ));
         let mut w = abi::fuse_write_in::new_zeroed();
         w.size = 3;
-        w.write_flags = abi::WRITE_KILL_SUIDGID;
+        w.write_flags = abi::WRITE_KILL_SUIDGID | abi::WRITE_CACHE;
         let wire = body(&[w.as_bytes(), b"xyz"]);
         assert!(matches!(
             decode(
@@ -447,6 +448,7 @@ mod tests {
             Op::Write {
                 data: b"xyz",
                 kill_suidgid: true,
+                cached: true,
                 ..
             }
         ));

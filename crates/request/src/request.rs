@@ -82,12 +82,14 @@ pub enum Op<'a> {
     Tmpfile { mode: u32, umask: u32, flags: i32 },
     /// Read up to `size` bytes at `offset`.
     Read { fh: u64, offset: u64, size: u32 },
-    /// Write `data` at `offset`. `kill_suidgid`: the writer is unprivileged.
+    /// Write `data` at `offset`. `kill_suidgid`: the writer is unprivileged. `cached`: the
+    /// kernel writes back pages of its writeback cache (no caller waits on this write).
     Write {
         fh: u64,
         offset: u64,
         data: &'a [u8],
         kill_suidgid: bool,
+        cached: bool,
     },
     /// `close(2)` of one descriptor.
     Flush { fh: u64 },

@@ -327,6 +327,19 @@ impl<B: Backend> Server<B> {
         }
     }
 
+    /// The kernel's writeback of cached pages of `ino` failed (a full mount's `ENOSPC`):
+    /// the kernel reports the error at the writer's next `fsync` or `close`, but would go
+    /// on serving the pages it could not store as if they were the file's. They are dropped
+    /// (dirty pages of later writes are written back first), so that what a reader sees is
+    /// what the backend holds. Queued, not sent: the kernel waits for this WRITE's answer
+    /// before it can drop those pages.
+    fn writeback_failed(&self, ino: Ino) {
+        self.stats.event(Event::WritebackFailed);
+        if let Some(inv) = &self.invalidator {
+            inv.inode(ino);
+        }
+    }
+
     /// If `due`, clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if
     /// anything changed, tells the kernel to drop the attributes it cached. An error fails
     /// the request that asked for it, as the kernel fails a write whose privileges it cannot
@@ -646,10 +659,14 @@ impl<B: Backend> Server<B> {
                 offset,
                 data,
                 kill_suidgid,
+                cached,
             } => {
                 let r = self
                     .kill_privs(kill_suidgid, caller, ino)
                     .and_then(|()| b.write(ino, fh, offset, data));
+                if cached && r.is_err() {
+                    self.writeback_failed(ino);
+                }
                 answer(out, r, |out, n| out.written(n));
             }
             Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),

@@ -49,9 +49,11 @@ pub enum Event {
     BackingKept,
     /// The kernel refused a backend's file as a backing file (see [`crate::backing`]).
     BackingRefused,
+    /// The kernel's writeback of cached pages failed (their pages were dropped).
+    WritebackFailed,
 }
 
-const N_EVENTS: usize = Event::BackingRefused as usize + 1;
+const N_EVENTS: usize = Event::WritebackFailed as usize + 1;
 
 /// Event names, in `Event` order.
 pub const EVENT_NAMES: [&str; N_EVENTS] = [
@@ -70,6 +72,7 @@ pub const EVENT_NAMES: [&str; N_EVENTS] = [
     "backings_registered",
     "backings_kept",
     "backings_refused",
+    "writebacks_failed",
 ];
 
 #[repr(align(128))]

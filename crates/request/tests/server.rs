@@ -87,6 +87,7 @@ fn flagged_write() -> Op<'static> {
         offset: 0,
         data: b"abc",
         kill_suidgid: true,
+        cached: false,
     }
 }
 
@@ -128,6 +129,7 @@ fn a_flagged_write_clears_setuid_and_tells_the_kernel() {
         offset: 0,
         data: b"abc",
         kill_suidgid: false,
+        cached: false,
     };
     s.ask(2, Caller::ROOT, op);
     assert_eq!(s.fake.calls().len(), 2);

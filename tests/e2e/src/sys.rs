@@ -656,3 +656,25 @@ pub fn acl_xattr(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     }
     v
 }
+
+/// `close(2)` of `f`, with its result (dropping a `File` ignores it; under a writeback
+/// cache it is where a failed writeback is reported).
+pub fn close(f: File) -> io::Result<()> {
+    use std::os::unix::io::IntoRawFd;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was just taken out of a `File`, so it is open and owned here; it is
+    // closed exactly once.
+    check(unsafe { libc::close(fd) }).map(drop)
+}
+
+/// `posix_fadvise(POSIX_FADV_DONTNEED)` of the whole file: the kernel drops its clean cached
+/// pages, so the next read asks the filesystem.
+pub fn drop_cached_pages(f: &File) -> io::Result<()> {
+    // SAFETY: plain syscall on an open descriptor; no memory is passed.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}

@@ -120,7 +120,9 @@ fn fill_file(m: &Mount, name: &str, chunk: usize, seed: u64) -> (Vec<u8>, std::i
 #[test]
 fn enospc_when_size_is_reached_keeps_earlier_data() {
     require_mount!();
-    let m = Mount::mem(&["size=1m"]);
+    // Write-time ENOSPC, as on tmpfs: the writeback cache defers it to fsync and close
+    // (`enospc_under_the_writeback_cache_reaches_every_writer`).
+    let m = Mount::mem(&["size=1m", "writeback=off"]);
     let (acked, err) = fill_file(&m, "fill", 64 * 1024 + 17, 100);
     assert_eq!(
         err.raw_os_error(),
@@ -249,7 +251,7 @@ fn accepted_before_enospc(m: &Mount) -> (usize, usize, usize) {
 fn enospc_comes_at_the_data_a_tmpfs_of_the_same_settings_holds() {
     require_mount!();
     for huge in ["huge=never", "huge=within_size"] {
-        let m = Mount::mem(&["size=8m", huge]);
+        let m = Mount::mem(&["size=8m", huge, "writeback=off"]);
         if huge != "huge=never" {
             if let Some(need) = memofs_e2e::checks::not_kernel_backed(&m) {
                 memofs_e2e::skip!(need, "huge= applies to kernel-backed data only");
@@ -278,7 +280,7 @@ fn enospc_comes_at_the_data_a_tmpfs_of_the_same_settings_holds() {
 #[test]
 fn enospc_across_many_files() {
     require_mount!();
-    let m = Mount::mem(&["size=2m"]);
+    let m = Mount::mem(&["size=2m", "writeback=off"]);
     let mut written = Vec::new();
     let mut failed = None;
     for i in 0..1000u64 {
@@ -319,6 +321,151 @@ fn enospc_across_many_files() {
             (s.f_bfree, s.f_blocks),
         )
     });
+}
+
+/// Under the writeback cache (the page store's default) `write(2)` only fills the kernel's
+/// cache; a full mount's `ENOSPC` comes when the kernel writes back, and reaches the writer
+/// at its `fsync` or `close`. Eight writers of 3 MiB each fill a 12 MiB mount: some must
+/// fail, every one that saw no error must find all its data stored, and no reader ever sees
+/// bytes the server did not store (the pages that failed are dropped from the kernel's
+/// cache, so a read served by the cache and one served by the server agree).
+#[test]
+fn enospc_under_the_writeback_cache_reaches_every_writer() {
+    require_mount!();
+    // noatime: the kernel keeps a file's pages across opens, so only the server's dropping
+    // them makes the failed pages go.
+    let m = Mount::memofs(&["size=12m", "passthrough=off", "noatime"]);
+    let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    if !doc.contains(r#""writeback":"true""#) {
+        memofs_e2e::skip!(
+            memofs_e2e::skip::Need::Config("writeback_cache"),
+            "the kernel did not grant the writeback cache"
+        );
+    }
+    const LEN: usize = 3 << 20;
+    let results: Vec<(usize, Result<(), String>)> = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..8)
+            .map(|w| {
+                let p = m.join(format!("w{w}"));
+                s.spawn(move || {
+                    let data = pattern(1000 + w as u64, LEN);
+                    let f = OpenOptions::new()
+                        .create(true)
+                        .truncate(true)
+                        .write(true)
+                        .open(&p);
+                    let f = f.map_err(|e| format!("open: {e}"))?;
+                    for (i, page) in data.chunks(4096).enumerate() {
+                        f.write_at(page, (i * 4096) as u64)
+                            .map_err(|e| format!("write at {}: {e}", i * 4096))?;
+                    }
+                    f.sync_all().map_err(|e| format!("fsync: {e}"))?;
+                    sys::close(f).map_err(|e| format!("close: {e}"))
+                })
+            })
+            .collect();
+        writers
+            .into_iter()
+            .enumerate()
+            .map(|(w, h)| (w, h.join().expect("writer thread")))
+            .collect()
+    });
+    let failed: Vec<_> = results.iter().filter(|(_, r)| r.is_err()).collect();
+    eprintln!("writers: {results:?}");
+    assert!(
+        !failed.is_empty(),
+        "24 MiB written into size=12m and every fsync and close succeeded"
+    );
+    for (_, r) in &failed {
+        let e = r.as_ref().unwrap_err();
+        assert!(
+            e.contains("No space left on device") && !e.starts_with("write"),
+            "a writer failed otherwise than with ENOSPC at fsync or close: {e}"
+        );
+    }
+    for (w, r) in &results {
+        let p = m.join(format!("w{w}"));
+        let want = pattern(1000 + *w as u64, LEN);
+        let f = ok!(fs::File::open(&p));
+        // What the kernel's cache serves, and what the server holds (O_DIRECT reads bypass
+        // the cache): they agree once the failed pages are dropped (queued after the
+        // failed WRITE is answered).
+        let direct = ok!(sys::open(&p, libc::O_RDONLY | libc::O_DIRECT, 0));
+        eventually(
+            &format!("w{w}: cached and stored data agree"),
+            Duration::from_secs(10),
+            || {
+                let cached = ok!(sys::pread_full(&f, 0, LEN));
+                let stored = ok!(sys::pread_full(&direct, 0, LEN));
+                (cached == stored, (cached.len(), stored.len()))
+            },
+        );
+        let stored = ok!(sys::pread_full(&direct, 0, LEN));
+        if r.is_ok() {
+            assert_bytes_eq(&stored, &want, &format!("w{w}, which saw no error"));
+        }
+        // Each page holds what its writer wrote there, or zeros where nothing was stored.
+        for (i, (got, put)) in stored.chunks(4096).zip(want.chunks(4096)).enumerate() {
+            assert!(
+                got == put || got.iter().all(|&b| b == 0),
+                "w{w}: page {i} holds bytes nobody wrote there"
+            );
+        }
+    }
+    assert!(
+        memofs_e2e::checks::counter(&m, "writebacks_failed") > 0,
+        "no failed writeback was counted"
+    );
+    // The space comes back: after deleting everything, 10 MiB fit and are stored.
+    for w in 0..8 {
+        ok!(fs::remove_file(m.join(format!("w{w}"))));
+    }
+    eventually("the space back", Duration::from_secs(5), || {
+        let s = ok!(sys::statfs(m.path()));
+        (s.f_bfree * 10 >= s.f_blocks * 9, (s.f_bfree, s.f_blocks))
+    });
+    let again = pattern(5, 10 << 20);
+    let f = ok!(fs::File::create(m.join("again")));
+    ok!(f.write_all_at(&again, 0));
+    ok!(f.sync_all(), "fsync of 10 MiB after freeing the space");
+    ok!(sys::close(f), "close of 10 MiB after freeing the space");
+    assert_bytes_eq(&ok!(fs::read(m.join("again"))), &again, "rewritten data");
+}
+
+/// A file that outgrows the space under the writeback cache: `fsync` reports `ENOSPC`, and
+/// the pages the server could not store leave the kernel's cache, so a read through the
+/// cache returns what a read that bypasses it (`O_DIRECT`) returns: the stored first part,
+/// zeros after it. (noatime: the kernel would keep the pages across opens.)
+#[test]
+fn failed_writeback_leaves_no_unstored_bytes_in_the_cache() {
+    require_mount!();
+    let m = Mount::memofs(&["size=1m", "passthrough=off", "noatime", "writeback=on"]);
+    let p = m.join("f");
+    let f = ok!(OpenOptions::new().create(true).write(true).open(&p));
+    ok!(f.write_all_at(&[7u8; 2 << 20], 0));
+    assert_errno!(
+        f.sync_all(),
+        libc::ENOSPC,
+        "fsync of 2 MiB written into size=1m"
+    );
+    drop(f);
+    let f = ok!(fs::File::open(&p));
+    let direct = ok!(sys::open(&p, libc::O_RDONLY | libc::O_DIRECT, 0));
+    eventually(
+        "the cache serves what the server stored",
+        Duration::from_secs(10),
+        || {
+            let cached = ok!(sys::pread_full(&f, 0, 2 << 20));
+            let stored = ok!(sys::pread_full(&direct, 0, 2 << 20));
+            let sevens = |d: &[u8]| d.iter().filter(|&&b| b == 7).count();
+            (cached == stored, (sevens(&cached), sevens(&stored)))
+        },
+    );
+    let stored = ok!(sys::pread_full(&direct, 0, 2 << 20));
+    assert!(
+        stored.iter().all(|&b| b == 0 || b == 7) && stored.contains(&7),
+        "the stored part is the data written, the rest zeros"
+    );
 }
 
 #[test]

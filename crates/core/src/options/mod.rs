@@ -125,7 +125,7 @@ pub struct MountOptions {
     /// atime rule.
     pub atime: AtimePolicy,
     /// Kernel writeback cache for regular files.
-    pub writeback: bool,
+    pub writeback: Want,
     /// Bypass the page cache for every open (every read and write reaches the server).
     pub direct_io: bool,
     /// Request threads, each on its own cloned `/dev/fuse` queue.
@@ -171,8 +171,6 @@ pub const DEFAULT_SIZE_PERCENT: u64 = 50;
 pub const DEFAULT_ROOT_MODE: u32 = 0o1777;
 /// Default atime rule.
 pub const DEFAULT_ATIME: AtimeMode = AtimeMode::Relatime;
-/// Default for `writeback=`.
-pub const DEFAULT_WRITEBACK: bool = false;
 /// Default for `huge=`: tmpfs's own, so the same files take the memory they take on a
 /// default tmpfs (large folios make sparse and scattered writes take up to 512 times the
 /// pages written; docs/performance.md has the measurements).

@@ -5,8 +5,7 @@ use std::time::Duration;
 use super::{
     err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, HugeMode, KernelFlag,
     MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US, DEFAULT_HUGE,
-    DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, DEFAULT_WRITEBACK,
-    MAX_BUSY_POLL_US, MAX_THREADS,
+    DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, MAX_BUSY_POLL_US, MAX_THREADS,
 };
 use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::{CacheMode, CachePolicy, DEFAULT_CACHE_MODE};
@@ -91,7 +90,7 @@ impl Parsing {
                     mode: super::DEFAULT_ATIME,
                     nodiratime: false,
                 },
-                writeback: DEFAULT_WRITEBACK,
+                writeback: Want::Auto,
                 direct_io: false,
                 threads: super::default_threads(),
                 busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
@@ -148,10 +147,6 @@ fn secs(d: Duration) -> String {
     } else {
         format!("{s}")
     }
-}
-
-fn on_off(b: bool) -> String {
-    if b { "on" } else { "off" }.into()
 }
 
 const AUTO_ON_OFF: [(&str, Want); 3] = [("auto", Want::Auto), ("on", Want::On), ("off", Want::Off)];
@@ -369,16 +364,18 @@ pub(super) static OPTIONS: &[Spec] = &[
         },
     },
     Spec {
-        syntax: "writeback=on|off",
+        syntax: "writeback=auto|on|off",
         names: &["writeback", "writeback_cache"],
         prefixes: &[],
         scope: Scope::Any,
-        default: || on_off(DEFAULT_WRITEBACK),
-        help: "kernel writeback cache (merges small writes)",
+        default: || "auto".into(),
+        help: "kernel writeback cache: writes go to the kernel's page cache and reach the server merged, up to 1 MiB at a time, at writeback, fsync or close (where a full mount's ENOSPC then surfaces); auto: on where the server keeps the file data itself and is its only writer (the mem backend's page store), off with FUSE passthrough and for host exports",
         apply: |p, g| {
             p.o.writeback = match g.value {
-                None => true,
-                Some(v) => parse_switch(g.text, v)?,
+                None => Want::On,
+                Some("auto") => Want::Auto,
+                Some(v) if parse_switch(g.text, v)? => Want::On,
+                Some(_) => Want::Off,
             };
             Ok(())
         },
