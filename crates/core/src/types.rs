@@ -146,7 +146,8 @@ impl Caller {
 /// A time to set with `utimensat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeSet {
-    /// `UTIME_NOW`: the server's current time.
+    /// `UTIME_NOW`: the time of the change (the `ctime` the kernel sent with it, else the
+    /// server's clock).
     Now,
     /// An explicit time.
     At(Timestamp),

@@ -87,10 +87,16 @@ fn time(sec: u64, nsec: u32) -> Timestamp {
     Timestamp::from_timespec(sec as i64, nsec)
 }
 
+/// A SETATTR's fields. Under the writeback cache the kernel stamps times itself and sends
+/// the ctime it took (`FATTR_CTIME`); a `utimensat(UTIME_NOW)` then comes as that same time,
+/// not as `FATTR_*_NOW`, so a time equal to the ctime sent is decoded as "now" (which the
+/// backend takes to be that ctime): touching stays a touch (allowed to any writer, and on
+/// append-only files), not an explicit time.
 fn setattr(a: &abi::fuse_setattr_in) -> SetAttr {
     let has = |bit| a.valid & bit != 0;
+    let stamped_now = |sec, nsec| has(fattr::CTIME) && (sec, nsec) == (a.ctime, a.ctimensec);
     let when = |now, set, sec, nsec| {
-        if has(now) {
+        if has(now) || (has(set) && stamped_now(sec, nsec)) {
             Some(TimeSet::Now)
         } else if has(set) {
             Some(TimeSet::At(time(sec, nsec)))
@@ -532,6 +538,36 @@ mod tests {
             }
             op => panic!("{op:?}"),
         }
+    }
+
+    #[test]
+    fn times_stamped_with_the_ctime_sent_are_now() {
+        let mut s = abi::fuse_setattr_in::new_zeroed();
+        s.valid = fattr::MTIME | fattr::ATIME | fattr::CTIME;
+        (s.ctime, s.ctimensec) = (1_700_000_000, 7);
+        (s.atime, s.atimensec) = (1_700_000_000, 7);
+        (s.mtime, s.mtimensec) = (1_700_000_000, 8);
+        let set = |s: &abi::fuse_setattr_in| match decode(
+            &header(opcode::SETATTR),
+            Args::contiguous(s.as_bytes()),
+            Proto::default(),
+        )
+        .unwrap()
+        .op
+        {
+            Op::Setattr { set, .. } => set,
+            op => panic!("{op:?}"),
+        };
+        let got = set(&s);
+        assert_eq!(got.atime, Some(TimeSet::Now));
+        assert_eq!(
+            got.mtime,
+            Some(TimeSet::At(Timestamp::from_timespec(1_700_000_000, 8)))
+        );
+        assert_eq!(got.ctime, Some(Timestamp::from_timespec(1_700_000_000, 7)));
+        // Without a ctime sent, an explicit time is explicit whatever its value.
+        s.valid = fattr::ATIME;
+        assert!(matches!(set(&s).atime, Some(TimeSet::At(_))));
     }
 
     #[test]

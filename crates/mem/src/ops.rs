@@ -162,7 +162,7 @@ impl Backend for MemFs {
     fn setattr(&self, _caller: &Caller, ino: Ino, set: &SetAttr) -> Result<Attr> {
         let inode = self.table.get(ino)?;
         inode.check_setattr(set)?;
-        let now = Timestamp::now();
+        let now = set.ctime.unwrap_or_else(Timestamp::now);
         if let Some(size) = set.size {
             // As tmpfs: a truncate updates mtime and ctime even when the size stays.
             inode.file()?.truncate(&self.limits, size)?;
@@ -197,7 +197,7 @@ impl Backend for MemFs {
         {
             k.set_times(atime, mtime)?;
         }
-        inode.set_ctime(set.ctime.unwrap_or(now));
+        inode.set_ctime(now);
         Ok(inode.attr())
     }
 

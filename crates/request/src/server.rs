@@ -711,6 +711,13 @@ impl<B: Backend> Server<B> {
                     .and_then(|()| b.fallocate(ino, fh, offset, length, mode));
                 answer(out, r, |out, ()| out.empty());
             }
+            // Under the writeback cache the kernel asks without writing its dirty pages back
+            // first, so where the data and holes are is known to the kernel, not here:
+            // ENOSYS makes it answer from its own size from then on (the whole file data,
+            // as `lseek(2)` allows).
+            Op::Lseek { .. } if self.granted.writeback => {
+                answer(out, Err(Errno::ENOSYS), |_, ()| {})
+            }
             Op::Lseek { fh, offset, whence } => {
                 let r = u64::try_from(offset)
                     .map_err(|_| Errno::ENXIO)

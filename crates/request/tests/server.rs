@@ -674,3 +674,42 @@ fn privileges_are_cleared_without_touching_absent_capabilities() {
     assert_eq!(s.ask(2, USER, flagged_write()), Reply::Written(3));
     assert_eq!(s.fake.calls(), ["chmod 2 755"], "no removexattr of nothing");
 }
+
+/// Under the writeback cache: a failed writeback drops the inode's cached pages (queued, after
+/// the answer), a failed write a caller waits on does not need to; and LSEEK is left to the
+/// kernel, which knows where its dirty pages are.
+#[test]
+fn writeback_cache_failures_and_lseek() {
+    let granted = Granted {
+        writeback: true,
+        ..Granted::default()
+    };
+    let s = setup(&[], false, granted);
+    let write = |cached| Op::Write {
+        fh: 42,
+        offset: 0,
+        data: b"abc",
+        kill_suidgid: false,
+        cached,
+    };
+    *s.fake.refuse_write.lock().unwrap() = Some(Errno::ENOSPC);
+    assert_eq!(s.ask(2, USER, write(false)), Reply::Error(Errno::ENOSPC));
+    *s.fake.refuse_write.lock().unwrap() = Some(Errno::ENOSPC);
+    assert_eq!(s.ask(3, USER, write(true)), Reply::Error(Errno::ENOSPC));
+    assert_eq!(s.ask(4, USER, write(true)), Reply::Written(3));
+    assert!(s.kernel_log_eventually("inval_inode 3"));
+    let log = s.kernel.lock().unwrap().clone();
+    assert!(
+        !log.iter()
+            .any(|l| l == "inval_inode 2" || l == "inval_inode 4"),
+        "{log:?}"
+    );
+    let calls = s.fake.calls().len();
+    let op = Op::Lseek {
+        fh: 42,
+        offset: 0,
+        whence: libc::SEEK_DATA,
+    };
+    assert_eq!(s.ask(2, USER, op), Reply::Error(Errno::ENOSYS));
+    assert_eq!(s.fake.calls().len(), calls, "LSEEK reached the backend");
+}

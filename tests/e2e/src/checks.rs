@@ -104,6 +104,14 @@ pub fn not_kernel_backed(m: &Mount) -> Option<crate::skip::Need> {
     }
 }
 
+/// Whether `m` is memofs with the kernel's writeback cache granted.
+pub fn writeback(m: &Mount) -> bool {
+    m.is_memofs()
+        && stats_json(m.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .contains(r#""writeback":"true""#)
+}
+
 /// `counter` once it stops moving: the server counts a request just after replying to it,
 /// so the count of the last request may land a moment after the syscall returned.
 pub fn settled(m: &Mount, name: &str) -> u64 {

@@ -280,12 +280,20 @@ fn operations_update_mtime_and_ctime() {
         |m| ok!(sys::truncate(m.join("t"), 2)),
         &[("t", M_C)],
     );
+    // As tmpfs: a truncate moves mtime and ctime even when the size stays. Under the
+    // writeback cache the kernel keeps a file's times itself and moves them only when the
+    // size changes, as ext4 and XFS do (POSIX asks for it only then).
+    let same_size = if memofs_e2e::checks::writeback(&m) {
+        NONE
+    } else {
+        M_C
+    };
     check_times(
         &m,
         "truncate to same size",
         file("t2"),
         |m| ok!(sys::truncate(m.join("t2"), 10)),
-        &[("t2", M_C)],
+        &[("t2", same_size)],
     );
     check_times(
         &m,

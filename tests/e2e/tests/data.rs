@@ -309,7 +309,10 @@ fn fallocate_modes() {
 
 #[test]
 fn seek_data_and_seek_hole() {
-    let m = need_mount!();
+    // Holes as the server keeps them (`seek_under_the_writeback_cache_sees_unwritten_data`
+    // has the writeback cache's answers).
+    require_mount!();
+    let m = Mount::mem(&["size=64m", "writeback=off"]);
     let f = rw(&m, "sparse");
     const K64: i64 = 64 * 1024;
     const M1: i64 = 1 << 20;
@@ -369,6 +372,25 @@ fn seek_data_and_seek_hole() {
     ok!(g.write_all_at(&vec![3u8; 100_000], 0));
     assert_eq!(ok!(sys::lseek(&g, 0, libc::SEEK_HOLE)), 100_000);
     assert_eq!(ok!(sys::lseek(&g, 99_999, libc::SEEK_DATA)), 99_999);
+}
+
+/// Under the writeback cache, data may still be in the kernel's dirty pages, which the kernel
+/// does not write back before asking the server where data is; so it answers itself, from
+/// its own size: the whole file is data, the only hole is at the end.
+#[test]
+fn seek_under_the_writeback_cache_sees_unwritten_data() {
+    require_mount!();
+    let m = Mount::memofs(&["size=64m", "passthrough=off", "writeback=on"]);
+    let f = rw(&m, "f");
+    const M1: i64 = 1 << 20;
+    ok!(f.write_all_at(&[5u8; 4096], M1 as u64));
+    assert_eq!(ok!(sys::lseek(&f, 0, libc::SEEK_HOLE)), M1 + 4096);
+    assert_eq!(ok!(sys::lseek(&f, 4096, libc::SEEK_DATA)), 4096);
+    assert_errno!(sys::lseek(&f, M1 + 4096, libc::SEEK_DATA), libc::ENXIO);
+    assert_eq!(
+        sys::pread_full(&f, M1 as u64, 4096).ok(),
+        Some(vec![5u8; 4096])
+    );
 }
 
 #[test]

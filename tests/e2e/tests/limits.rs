@@ -335,8 +335,7 @@ fn enospc_under_the_writeback_cache_reaches_every_writer() {
     // noatime: the kernel keeps a file's pages across opens, so only the server's dropping
     // them makes the failed pages go.
     let m = Mount::memofs(&["size=12m", "passthrough=off", "noatime"]);
-    let doc = memofs_e2e::checks::stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
-    if !doc.contains(r#""writeback":"true""#) {
+    if !memofs_e2e::checks::writeback(&m) {
         memofs_e2e::skip!(
             memofs_e2e::skip::Need::Config("writeback_cache"),
             "the kernel did not grant the writeback cache"

@@ -58,6 +58,8 @@ pub struct Fake {
     pub names_reported: bool,
     /// What the next change of a mode fails with, if anything.
     pub refuse_chmod: Mutex<Option<Errno>>,
+    /// What the next WRITE fails with.
+    pub refuse_write: Mutex<Option<Errno>>,
     /// What `keeps_backing` answers.
     pub keeps_backing: AtomicBool,
     /// Opens ask for FLUSH at close, which fails with this if set.
@@ -81,6 +83,7 @@ impl Fake {
             sole_writer: true,
             names_reported: false,
             refuse_chmod: Mutex::new(None),
+            refuse_write: Mutex::new(None),
             keeps_backing: AtomicBool::new(false),
             flushes: Mutex::new(None),
             fsync_takes: Mutex::new(Duration::ZERO),
@@ -215,6 +218,9 @@ impl Backend for Fake {
         Ok(())
     }
     fn write(&self, _ino: Ino, _fh: u64, _o: u64, data: &[u8]) -> Result<u32> {
+        if let Some(e) = self.refuse_write.lock().unwrap().take() {
+            return Err(e);
+        }
         Ok(data.len() as u32)
     }
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {
