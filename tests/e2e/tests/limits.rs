@@ -440,7 +440,11 @@ fn failed_writeback_leaves_no_unstored_bytes_in_the_cache() {
     require_mount!();
     let m = Mount::memofs(&["size=1m", "passthrough=off", "noatime", "writeback=on"]);
     let p = m.join("f");
-    let f = ok!(OpenOptions::new().create(true).write(true).open(&p));
+    let f = ok!(OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&p));
     ok!(f.write_all_at(&[7u8; 2 << 20], 0));
     assert_errno!(
         f.sync_all(),
