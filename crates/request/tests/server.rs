@@ -712,4 +712,10 @@ fn writeback_cache_failures_and_lseek() {
     };
     assert_eq!(s.ask(2, USER, op), Reply::Error(Errno::ENOSYS));
     assert_eq!(s.fake.calls().len(), calls, "LSEEK reached the backend");
+    // FLUSH: ENOSYS for a backend that is its files' only writer (the kernel has written
+    // back and checked for errors already); another's FLUSH reaches it.
+    let flush = Op::Flush { fh: 42 };
+    assert_eq!(s.ask(2, USER, flush), Reply::Error(Errno::ENOSYS));
+    let host = setup_with(&[], Fake::shared(true), granted);
+    assert_eq!(host.ask(2, USER, Op::Flush { fh: 42 }), Reply::Empty);
 }
