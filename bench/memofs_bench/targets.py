@@ -344,6 +344,93 @@ class MemofsPassthrough(Memofs):
                          str(mnt)])
 
 
+FUSE_CONF = Path("/etc/fuse.conf")
+DEV_FUSE = Path("/dev/fuse")
+
+
+class MemofsUser(Memofs):
+    kind = "memofs-user"
+    summary = ("memofs served by an unprivileged user ($MEMOFS_BENCH_USER, default nobody), "
+               "mounted through fusermount3 as that user would (`memofs mount -o allow_other "
+               "[ARGS] MNT`); for the run, /dev/fuse is made usable by that user and "
+               "/etc/fuse.conf gets user_allow_other (so the benchmark, as root, can use the "
+               "mount), both restored at unmount")
+
+    def __init__(self, spec: str, args: list[str], workdir: Path):
+        super().__init__(spec, args, workdir)
+        self.user = os.environ.get("MEMOFS_BENCH_USER", "nobody")
+        self._restore: list[tuple[str, object]] = []
+
+    def _ids(self) -> tuple[int, int]:
+        import pwd
+        try:
+            pw = pwd.getpwnam(self.user)
+        except KeyError as e:
+            raise TargetError(f"no user {self.user!r} (MEMOFS_BENCH_USER)") from e
+        return pw.pw_uid, pw.pw_gid
+
+    def _as_user(self, cmd: list[str]) -> list[str]:
+        uid, gid = self._ids()
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *cmd]
+
+    def check(self) -> None:
+        super().check()
+        self._ids()
+        require("setpriv")
+        require("fusermount3")
+
+    def _prepare_host(self) -> None:
+        """What a desktop Debian has and a server may lack: /dev/fuse open to users, and
+        user_allow_other. Set for the run, remembered for unmount."""
+        mode = DEV_FUSE.stat().st_mode & 0o777
+        if mode & 0o006 != 0o006:
+            self._restore.append(("chmod", mode))
+            os.chmod(DEV_FUSE, mode | 0o666)
+        conf = FUSE_CONF.read_text() if FUSE_CONF.exists() else None
+        lines = [ln.split("#", 1)[0].strip() for ln in (conf or "").splitlines()]
+        if "user_allow_other" not in lines:
+            self._restore.append(("conf", conf))
+            FUSE_CONF.write_text((conf or "") + ("" if not conf or conf.endswith("\n")
+                                                 else "\n") + "user_allow_other\n")
+
+    def _restore_host(self) -> None:
+        for what, old in reversed(self._restore):
+            if what == "chmod":
+                os.chmod(DEV_FUSE, old)
+            elif old is None:
+                FUSE_CONF.unlink(missing_ok=True)
+            else:
+                FUSE_CONF.write_text(old)
+        self._restore = []
+
+    def _mount(self, mnt: Path) -> None:
+        uid, gid = self._ids()
+        self._prepare_host()
+        os.chmod(self.workdir, 0o711)
+        os.chown(mnt, uid, gid)
+        self._run_mount(self._as_user([self.binary(), "mount", "-o", "allow_other",
+                                       *self.args, str(mnt)]))
+
+    def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
+        return [self._as_user([self.binary(), "umount", str(mnt)]), ["umount", str(mnt)]]
+
+    def server_stats(self) -> dict | None:
+        if self.mnt is None:
+            return None
+        try:
+            r = subprocess.run(self._as_user([self.binary(), "stats", "--json", str(self.mnt)]),
+                               capture_output=True, text=True, timeout=10)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        except (OSError, ValueError, BenchError, subprocess.SubprocessError):
+            return None
+
+    def unmount(self) -> None:
+        try:
+            super().unmount()
+        finally:
+            self._restore_host()
+
+
 def _argv0(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
@@ -359,8 +446,9 @@ def _alive(pid: int) -> bool:
     return st.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough, Tmpfs,
-                                                       PassthroughLL, PassthroughHP, Bindfs)}
+KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough, MemofsUser,
+                                                       Tmpfs, PassthroughLL, PassthroughHP,
+                                                       Bindfs)}
 
 
 class UnknownTarget(ValueError):

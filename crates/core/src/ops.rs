@@ -104,6 +104,22 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Reads up to `size` bytes at `offset` into `buf` (cleared first); short at end of file.
     fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()>;
+    /// READ answered without a copy where the backend can: up to `size` bytes at `offset`,
+    /// handed to `send` as consecutive slices, which may point into the backend's own memory
+    /// (held unchanged for the call). The default reads into `buf` and sends that.
+    fn read_with(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        buf: &mut Vec<u8>,
+        send: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<()> {
+        self.read(ino, fh, offset, size, buf)?;
+        send(&[buf]);
+        Ok(())
+    }
     /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
     /// A `close(2)` of a descriptor of an open whose [`crate::Opened::flush`] was set: what

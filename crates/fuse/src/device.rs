@@ -38,30 +38,42 @@ pub fn clone_queue(session: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Writes one message (a `fuse_out_header` and `parts`) to `fd` with `writev`.
+/// Most parts one reply is written with (a READ of a 1 MiB request from page-sized pieces
+/// has 256, and `writev` takes up to `IOV_MAX`, 1024); a reply in more is copied together.
+const MAX_PARTS: usize = 512;
+
+/// Writes one message (a `fuse_out_header` and `parts`) to `fd` with `writev`: the kernel
+/// takes a message whole from one write.
 fn write_message(fd: RawFd, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
+    if parts.len() > MAX_PARTS {
+        return write_message(fd, unique, error, &[&parts.concat()]);
+    }
     let len = 16 + parts.iter().map(|p| p.len()).sum::<usize>();
     let header = abi::fuse_out_header {
         len: len as u32,
         error,
         unique,
     };
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; 4];
     let all = std::iter::once(header.as_bytes()).chain(parts.iter().copied());
-    let mut n = 0;
-    for (slot, part) in iov.iter_mut().zip(all.filter(|p| !p.is_empty())) {
-        *slot = libc::iovec {
-            iov_base: part.as_ptr() as *mut libc::c_void,
-            iov_len: part.len(),
-        };
-        n += 1;
-    }
-    debug_assert!(parts.len() < iov.len());
-    // SAFETY: the first `n` iovecs point into live slices borrowed for this call.
-    let written = unsafe { libc::writev(fd, iov.as_ptr(), n) };
+    let iovec = |part: &[u8]| libc::iovec {
+        iov_base: part.as_ptr() as *mut libc::c_void,
+        iov_len: part.len(),
+    };
+    let mut small = [iovec(&[]); 4];
+    let mut large = Vec::new();
+    let iov: &[libc::iovec] = if parts.len() < small.len() {
+        let mut n = 0;
+        for (slot, part) in small.iter_mut().zip(all.filter(|p| !p.is_empty())) {
+            *slot = iovec(part);
+            n += 1;
+        }
+        &small[..n]
+    } else {
+        large.extend(all.filter(|p| !p.is_empty()).map(iovec));
+        &large
+    };
+    // SAFETY: every iovec points into a live slice borrowed for this call.
+    let written = unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as libc::c_int) };
     if written < 0 {
         return Err(io::Error::last_os_error());
     }

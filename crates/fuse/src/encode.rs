@@ -202,6 +202,10 @@ impl ReplyOut for Encoder<'_> {
         self.send(&[data]);
     }
 
+    fn data_parts(&mut self, parts: &[&[u8]]) {
+        self.send(parts);
+    }
+
     fn written(&mut self, n: u32) {
         let out = abi::fuse_write_out {
             size: n,

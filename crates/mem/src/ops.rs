@@ -349,6 +349,21 @@ impl Backend for MemFs {
         Ok(())
     }
 
+    fn read_with(
+        &self,
+        ino: Ino,
+        _fh: u64,
+        offset: u64,
+        size: u32,
+        buf: &mut Vec<u8>,
+        send: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<()> {
+        let inode = self.table.get(ino)?;
+        inode.file()?.read_with(offset, size, buf, send)?;
+        inode.touch_atime(&self.atime);
+        Ok(())
+    }
+
     /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared
     /// with `fcntl` makes the kernel send other offsets, which tmpfs would have refused at
     /// the `fcntl`).

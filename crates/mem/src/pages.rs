@@ -13,6 +13,9 @@ pub const PAGE_SIZE: u64 = 4096;
 /// Pages per chunk.
 pub const CHUNK_PAGES: u64 = 64;
 
+/// What a hole reads as.
+static ZEROS: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+
 /// One page of data.
 pub type Page = Box<[u8; PAGE_SIZE as usize]>;
 
@@ -180,6 +183,18 @@ impl Pages {
     /// Appends bytes `[start, end)` to `buf`, zeros for holes.
     pub fn read(&self, start: u64, end: u64, buf: &mut Vec<u8>) {
         self.chunks().read(start, end, buf)
+    }
+
+    /// Appends slices covering bytes `[start, end)` to `parts`: of the pages where they
+    /// are allocated, of a page of zeros in holes.
+    pub fn slices<'a>(&'a self, start: u64, end: u64, parts: &mut Vec<&'a [u8]>) {
+        let chunks = self.chunks();
+        for (idx, off, n) in segments(start, end) {
+            parts.push(match chunks.get(idx) {
+                Some(p) => &p[off..off + n],
+                None => &ZEROS[off..off + n],
+            });
+        }
     }
 
     /// Drops every page; returns how many there were.
@@ -403,6 +418,29 @@ mod tests {
             );
         }
         p
+    }
+
+    #[test]
+    fn slices_read_what_read_copies() {
+        let p = with(&[0, 1, 3, CHUNK - 1, CHUNK, 2 * CHUNK + 5]);
+        let end = (2 * CHUNK + 7) * PAGE_SIZE;
+        for (start, stop) in [
+            (0, end),
+            (100, 5 * PAGE_SIZE + 3),
+            (2 * PAGE_SIZE + 7, 2 * PAGE_SIZE + 9),
+            ((CHUNK - 1) * PAGE_SIZE - 1, (CHUNK + 1) * PAGE_SIZE + 1),
+            (end - 1, end),
+        ] {
+            let mut copied = Vec::new();
+            p.read(start, stop, &mut copied);
+            let mut parts = Vec::new();
+            p.slices(start, stop, &mut parts);
+            assert_eq!(parts.concat(), copied, "[{start}, {stop})");
+            assert!(parts.iter().all(|s| s.len() <= PAGE_SIZE as usize));
+        }
+        let (none, mut parts) = (Pages::default(), Vec::new());
+        none.slices(0, 3 * PAGE_SIZE, &mut parts);
+        assert_eq!(parts.concat(), vec![0; 3 * PAGE_SIZE as usize]);
     }
 
     #[test]

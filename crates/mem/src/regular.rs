@@ -75,6 +75,28 @@ impl RegularFile {
         }
     }
 
+    /// Reads up to `len` bytes at `offset` and hands them to `send`: the page store's own
+    /// pages, held for the call; kernel-backed data through `buf`.
+    pub fn read_with(
+        &self,
+        offset: u64,
+        len: u32,
+        buf: &mut Vec<u8>,
+        send: &mut dyn FnMut(&[&[u8]]),
+    ) -> Result<()> {
+        match self {
+            RegularFile::Pages(p) => {
+                p.read_with(offset, len, send);
+                Ok(())
+            }
+            RegularFile::Kernel(k) => {
+                k.read(offset, len, buf)?;
+                send(&[buf]);
+                Ok(())
+            }
+        }
+    }
+
     /// Writes `data` at `offset`.
     pub fn write(&self, limits: &Limits, offset: u64, data: &[u8]) -> Result<u32> {
         match self {
@@ -175,6 +197,18 @@ impl PageFile {
         let end = d.size.min(offset.saturating_add(len as u64));
         buf.reserve((end - offset) as usize);
         d.pages.read(offset, end, buf);
+    }
+
+    /// Hands up to `len` bytes at `offset` to `send` as slices of the pages themselves (a
+    /// shared zero page for holes), under the file's read lock: no copy.
+    pub fn read_with(&self, offset: u64, len: u32, send: &mut dyn FnMut(&[&[u8]])) {
+        let d = self.data.read();
+        let end = d.size.min(offset.saturating_add(len as u64));
+        let mut parts = Vec::new();
+        if offset < end {
+            d.pages.slices(offset, end, &mut parts);
+        }
+        send(&parts);
     }
 
     /// Writes `data` at `offset`. All or nothing: `ENOSPC` or `EFBIG` leave the file

@@ -44,6 +44,11 @@ pub trait ReplyOut {
     fn created(&mut self, e: &Entry, o: &OpenOut);
     /// Bytes: READ, READLINK, GETXATTR, LISTXATTR.
     fn data(&mut self, data: &[u8]);
+    /// Bytes in consecutive parts (READ): a transport that can write them out as they are
+    /// overrides this, which copies them together.
+    fn data_parts(&mut self, parts: &[&[u8]]) {
+        self.data(&parts.concat())
+    }
     /// Bytes written (WRITE, COPY_FILE_RANGE).
     fn written(&mut self, n: u32);
     /// The size an xattr value or list would need (asked with size 0).

@@ -116,6 +116,10 @@ impl ReplyOut for Counted<'_> {
         self.count();
         self.out.data(data)
     }
+    fn data_parts(&mut self, parts: &[&[u8]]) {
+        self.count();
+        self.out.data_parts(parts)
+    }
     fn written(&mut self, n: u32) {
         self.count();
         self.out.written(n)
@@ -650,9 +654,15 @@ impl<B: Backend> Server<B> {
             }
             Op::Read { fh, offset, size } => READ_BUF.with(|buf| {
                 let mut buf = buf.borrow_mut();
-                answer(out, b.read(ino, fh, offset, size, &mut buf), |out, ()| {
-                    out.data(&buf)
+                let mut out = Some(out);
+                let r = b.read_with(ino, fh, offset, size, &mut buf, &mut |parts| {
+                    if let Some(out) = out.take() {
+                        out.data_parts(parts);
+                    }
                 });
+                if let (Err(e), Some(out)) = (r, out) {
+                    out.error(e);
+                }
             }),
             Op::Write {
                 fh,
