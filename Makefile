@@ -159,7 +159,8 @@ bench-real: setup build
 # idle cores): the seed experiments, real work, real work through FUSE-over-io_uring against
 # /dev/fuse and libfuse's passthrough_hp, the uncached request path the same way (both with
 # fuse.enable_uring set for that run only), the passthrough backend against libfuse's
-# passthrough_ll and bindfs, and memory per GiB and per file.
+# passthrough_ll and bindfs, memory per GiB and per file, and memofs without root (data path,
+# creates, real work).
 REPORTS := bench/reports
 PT_TARGETS := memofs-pt,passthrough_ll,bindfs
 MEM_TARGETS := tmpfs,tmpfs:-o huge=within_size,memofs,memofs:-o huge=within_size,memofs:-o passthrough=off
@@ -167,16 +168,22 @@ URING_TARGETS := tmpfs,memofs:-o io_uring=off,memofs:-o io_uring=on,passthrough_
 # every request reaching the server: no negative entries, memofs's page store, and
 # passthrough_hp without its caches or FUSE passthrough
 URING_UNCACHED := memofs:-o io_uring=off,negative_timeout=0,passthrough=off,memofs:-o io_uring=on,negative_timeout=0,passthrough=off,passthrough_hp:--nocache --nopassthrough,passthrough_hp:--nocache --nopassthrough -o io_uring
+# without root: memofs served by an unprivileged user (memofs-user) against tmpfs and memofs
+# as root, and the page store with and without the writeback cache
+ROOTLESS_TARGETS := tmpfs,memofs,memofs-user,memofs-user:-o writeback=off
+ROOTLESS_REAL := tmpfs,memofs,memofs:-o passthrough=off,memofs:-o passthrough=off,writeback=off,memofs-user
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench run stat-missing loopdd lat-mmap --targets '$(URING_UNCACHED)' $(URING_PARAMS) --out $(REPORTS)/uring-uncached
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run loopdd lat-mmap create --targets '$(ROOTLESS_TARGETS)' -p loopdd.size=512M -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3 --reps 3 --out $(REPORTS)/rootless
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --targets '$(ROOTLESS_REAL)' --out $(REPORTS)/rootless-real
 
 # Seed 001 in a virtio-fs guest, memofs against virtiofsd (bench/virtiofs-seed.sh).
 bench-virtiofs: build

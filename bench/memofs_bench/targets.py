@@ -351,8 +351,9 @@ DEV_FUSE = Path("/dev/fuse")
 class MemofsUser(Memofs):
     kind = "memofs-user"
     summary = ("memofs served by an unprivileged user ($MEMOFS_BENCH_USER, default nobody), "
-               "mounted through fusermount3 as that user would (`memofs mount -o allow_other "
-               "[ARGS] MNT`); for the run, /dev/fuse is made usable by that user and "
+               "mounted through fusermount3 as that user would (`memofs mount -o allow_other,"
+               "uid=0,gid=0 [ARGS] MNT`: the benchmark, as root, owns the mount's root as a user "
+               "owns their mount); for the run, /dev/fuse is made usable by that user and "
                "/etc/fuse.conf gets user_allow_other (so the benchmark, as root, can use the "
                "mount), both restored at unmount")
 
@@ -378,6 +379,11 @@ class MemofsUser(Memofs):
         self._ids()
         require("setpriv")
         require("fusermount3")
+
+    def _mkdir(self, prefix: str) -> Path:
+        # The user must reach the mount point: in the system's temporary directory, not in
+        # the run's working directory (which other users may not traverse).
+        return Path(tempfile.mkdtemp(prefix=f"memofs-bench-{prefix}"))
 
     def _prepare_host(self) -> None:
         """What a desktop Debian has and a server may lack: /dev/fuse open to users, and
@@ -406,10 +412,13 @@ class MemofsUser(Memofs):
     def _mount(self, mnt: Path) -> None:
         uid, gid = self._ids()
         self._prepare_host()
-        os.chmod(self.workdir, 0o711)
         os.chown(mnt, uid, gid)
-        self._run_mount(self._as_user([self.binary(), "mount", "-o", "allow_other",
-                                       *self.args, str(mnt)]))
+        # The mount's root belongs to the benchmark's user (root), as a user's own mount
+        # belongs to them: a workload then works in directories it owns, as that user would,
+        # and the kernel checks no ACL of a directory owned by somebody else on every walk.
+        owner = f"allow_other,uid={os.geteuid()},gid={os.getegid()}"
+        self._run_mount(self._as_user([self.binary(), "mount", "-o", owner, *self.args,
+                                       str(mnt)]))
 
     def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
         return [self._as_user([self.binary(), "umount", str(mnt)]), ["umount", str(mnt)]]

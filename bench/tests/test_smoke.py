@@ -263,3 +263,31 @@ def test_failed_preparation_skips_the_workload(tmp_path):
     assert [e["message"] for e in doc["errors"]] == \
         ["preparation failed, skipped: download refused"]
     assert {s["metric"] for s in doc["samples"]} == {"plain/m"}
+
+
+def test_memofs_user_serves_as_the_user_and_puts_the_host_back(tmp_path):
+    import os
+    if os.geteuid() != 0 or not shutil.which("fusermount3") or not Path("/dev/fuse").exists():
+        pytest.skip("needs root, fusermount3 and /dev/fuse")
+    t = make_target("memofs-user", tmp_path)
+    try:
+        t.check()
+    except ToolMissing as e:
+        pytest.skip(str(e))
+    conf = Path("/etc/fuse.conf")
+    before = (Path("/dev/fuse").stat().st_mode, conf.read_bytes() if conf.exists() else None)
+    with t as mnt:
+        entry = mounts.mount_entry(mnt)
+        assert entry["fstype"].startswith("fuse")
+        assert "user_id=65534" in entry["super_options"], entry
+        (mnt / "hello").write_text("hi")
+        assert (mnt / "hello").read_text() == "hi"
+        assert (mnt / "hello").stat().st_uid == 0, "files belong to who made them"
+        server = t.server_pids()[0]
+        status = Path(f"/proc/{server}/status").read_text()
+        uids = next(ln for ln in status.splitlines() if ln.startswith("Uid:")).split()[1:]
+        assert set(uids) == {"65534"}, uids
+        stats = t.server_stats()
+        assert stats and stats["settings"]["file_data"] == "server pages", stats
+    after = (Path("/dev/fuse").stat().st_mode, conf.read_bytes() if conf.exists() else None)
+    assert after == before, "/dev/fuse's mode or /etc/fuse.conf was not put back"

@@ -237,7 +237,9 @@ fn fill_concurrently(dir: &Path, cycle: u64) -> Vec<(PathBuf, Vec<u8>)> {
 #[test]
 fn enospc_fill_and_free_cycles_at_size_keep_data_and_leak_nothing() {
     require_mount!();
-    let m = Mount::mem(&["size=4m"]);
+    // Write-time ENOSPC: under the writeback cache it comes at fsync or close
+    // (limits.rs, `enospc_under_the_writeback_cache_reaches_every_writer`).
+    let m = Mount::mem(&["size=4m", "writeback=off"]);
     let empty = ok!(sys::statfs(m.path()));
     let mut totals = Vec::new();
     for cycle in 0..3u64 {

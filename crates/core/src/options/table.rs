@@ -369,7 +369,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         default: || "auto".into(),
-        help: "kernel writeback cache: writes go to the kernel's page cache and reach the server merged, up to 1 MiB at a time, at writeback, fsync or close (where a full mount's ENOSPC then surfaces); auto: on where the server keeps the file data itself and is its only writer (the mem backend's page store), off with FUSE passthrough and for host exports",
+        help: "kernel writeback cache: writes gather in the kernel's page cache and reach the server up to 1 MiB at a time, a full mount's ENOSPC then at fsync or close; auto: on for the mem backend's page store, off with passthrough, for host exports and over virtio-fs",
         apply: |p, g| {
             p.o.writeback = match g.value {
                 None => Want::On,
