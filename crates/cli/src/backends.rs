@@ -9,6 +9,23 @@ use memofs_core::Backend;
 use memofs_mem::{MemConfig, MemFs};
 use memofs_passthrough::{PassthroughConfig, PassthroughFs, WatchMechanism};
 
+/// Whether the server may use what only the host's root may (FUSE passthrough, which the
+/// kernel allows to `CAP_SYS_ADMIN` in the initial user namespace): root, and not inside a
+/// user namespace (a rootless container's root), where the private tmpfs would mount but
+/// its files could not be passed through, and the page store with the writeback cache serves
+/// data better than the server copying through a kernel file.
+pub fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| whole_id_range(&m))
+}
+
+/// Whether a `uid_map` maps every id to itself, as the initial user namespace's does.
+fn whole_id_range(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields == ["0", "0", "4294967295"]
+}
+
 /// A backend ready to mount, with the settings `memofs stats` shows for it.
 pub type Built<B> = Result<(Arc<B>, Vec<(String, String)>), String>;
 
@@ -160,6 +177,14 @@ pub fn mem(opts: &MountOptions, plan: &mut MountPlan) -> Built<MemFs> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_initial_user_namespace_maps_every_id() {
+        assert!(whole_id_range("         0          0 4294967295\n"));
+        assert!(!whole_id_range("         0       1000          1\n"));
+        assert!(!whole_id_range("         0     100000      65536\n"));
+        assert!(!whole_id_range(""));
+    }
 
     #[test]
     fn the_watch_line_says_whether_it_was_asked_for_or_fallen_back_to() {

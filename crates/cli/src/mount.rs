@@ -64,8 +64,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
         daemon::detach_session();
     }
     init_logging(log_level(&opts));
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,

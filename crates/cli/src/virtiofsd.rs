@@ -160,8 +160,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     if let Some(mode) = &args.sandbox {
         log::info!("--sandbox={mode}: every host access is confined to the shared directory");
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,

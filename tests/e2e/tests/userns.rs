@@ -1,5 +1,7 @@
 //! memofs inside a user namespace (`unshare -Urm`, as a rootless container runs it): it
-//! mounts, serves with the namespace's ids, reports its stats and unmounts.
+//! mounts, serves with the namespace's ids, keeps file data in its page store behind the
+//! writeback cache (the namespace's root cannot use FUSE passthrough), reports its stats and
+//! unmounts.
 
 use std::time::Duration;
 
@@ -27,7 +29,10 @@ fn memofs_mounts_and_serves_inside_a_user_namespace() {
             test "$(cat "$1/f")" = data
             test "$(stat -c %u:%g "$1/f")" = 0:0
             test "$(stat -c %u:%g "$1/d")" = 0:0
-            "$0" stats --json "$1" | grep -q "\"requests\""
+            s=$("$0" stats --json "$1")
+            echo "$s" | grep -q "\"requests\""
+            echo "$s" | grep -q "\"file_data\":\"server pages\""
+            echo "$s" | grep -q "\"writeback\":\"true\""
             "$0" umount "$1"
             ! grep -q " $1 " /proc/self/mountinfo
             echo done
