@@ -16,9 +16,11 @@ need_apt=()
 pkgs=(fuse3 gcc make)
 # qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
 # libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
-# meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring.
+# meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring;
+# podman, runc, uidmap: the rootless-container test (with the user made below).
 [ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
-    qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev)
+    qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
+    podman runc uidmap)
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -39,6 +41,14 @@ if [ "$what" = mount ]; then
     echo "setup: ok (what mounting needs)"
     exit 0
 fi
+
+# The rootless-container test (tests/e2e/tests/userns.rs) runs podman as this user, with
+# subordinate ids of its own.
+PODMAN_USER=memofs-podman
+id -u "$PODMAN_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$PODMAN_USER"
+for f in /etc/subuid /etc/subgid; do
+    grep -q "^$PODMAN_USER:" "$f" 2>/dev/null || echo "$PODMAN_USER:300000:65536" >>"$f"
+done
 
 # The POSIX conformance suite (`make conformance`): the Rust port of pjdfstest, built from its
 # source on crates.io (it links libacl, hence libacl1-dev above) into cargo's bin directory.
