@@ -182,6 +182,27 @@ fn handshake(fd: &OwnedFd, plan: &MountPlan) -> Result<init::Negotiated, SetupEr
     let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
     i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
     let mut sink = FdSink(fd.as_fd());
+    let refused = (plan.io_uring != Want::Off)
+        .then(uring::rings_refused)
+        .flatten();
+    let mut without_uring;
+    let plan = match refused {
+        Some(e) if plan.io_uring == Want::On => {
+            sink.send(h.unique, -libc::EPROTO, &[]);
+            return Err(SetupError::Init(format!(
+                "io_uring=on, but this process may not create io_uring instances ({e}; a \
+                 container's seccomp profile commonly refuses them): mount with io_uring=auto \
+                 or off"
+            )));
+        }
+        Some(e) => {
+            log::info!("requests through /dev/fuse: io_uring instances are refused here ({e})");
+            without_uring = plan.clone();
+            without_uring.io_uring = Want::Off;
+            &without_uring
+        }
+        None => plan,
+    };
     match init::negotiate(&i, plan) {
         Ok(n) => {
             sink.send(h.unique, 0, &[&n.reply]);
@@ -209,7 +230,10 @@ fn features(n: &init::Negotiated) -> Vec<(String, String)> {
             uring::possible_cpus().map_or(0, |c| c.len()),
             uring::DEPTH
         ),
-        (false, true) => "/dev/fuse (the kernel offers io_uring; io_uring=off)".into(),
+        (false, true) => {
+            "/dev/fuse (the kernel offers io_uring; io_uring=off, or io_uring instances refused here)"
+                .into()
+        }
         (false, false) => {
             "/dev/fuse (no FUSE-over-io_uring: Linux 6.14+ with fuse.enable_uring=Y)".into()
         }

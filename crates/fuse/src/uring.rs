@@ -73,6 +73,16 @@ const PAYLOAD: usize = MAX_WRITE as usize;
 /// The `user_data` of the eventfd poll that brings answers from other threads.
 const WAKE: u64 = u64::MAX;
 
+/// Why this process cannot create the rings FUSE-over-io_uring needs, if it cannot: a
+/// container's seccomp profile commonly refuses `io_uring_setup`. Asked before INIT asks the
+/// kernel for io_uring, since once INIT grants it the kernel holds every request until the
+/// rings are registered, and a server that cannot make them would hang its mount.
+pub fn rings_refused() -> Option<io::Error> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(2)
+        .err()
+}
+
 /// The CPUs the kernel may route requests from (`/sys/devices/system/cpu/possible`): a
 /// queue is needed for each, or the mount hangs.
 pub fn possible_cpus() -> io::Result<Vec<usize>> {
