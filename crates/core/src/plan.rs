@@ -61,10 +61,8 @@ pub struct MountPlan {
     pub watch: WatchMode,
     /// FUSE passthrough for regular files.
     pub passthrough: Passthrough,
-    /// Ask for the kernel's writeback cache (never together with passthrough).
-    pub writeback: bool,
-    /// What `writeback=` asked, until [`MountPlan::adopt`] decides `writeback`.
-    writeback_wanted: Want,
+    /// What `writeback=` asked ([`MountPlan::writeback`] decides).
+    writeback: Want,
     /// Requests through FUSE-over-io_uring ring entries.
     pub io_uring: Want,
     /// A CPU latency request while requests stream.
@@ -112,8 +110,7 @@ impl MountPlan {
                 Want::Auto => Passthrough::IfGranted,
                 Want::On => Passthrough::Required,
             },
-            writeback: opts.writeback == Want::On,
-            writeback_wanted: opts.writeback,
+            writeback: opts.writeback,
             io_uring: opts.io_uring,
             cpu_latency: opts.cpu_latency,
             direct_io: opts.direct_io,
@@ -134,15 +131,15 @@ impl MountPlan {
         }
         self.posix_acl = caps.posix_acl;
         self.sole_writer = caps.sole_writer;
-        self.decide_writeback();
     }
 
+    /// Whether to ask for the kernel's writeback cache (once [`MountPlan::adopt`] has run).
     /// `writeback=auto` is on where the server holds the file data itself and nothing
     /// changes it behind the kernel's back (the kernel trusts its own sizes and times under
     /// the writeback cache): the mem backend's page store without `direct_io`. Passthrough
     /// always wins over the writeback cache (the kernel refuses the two together).
-    fn decide_writeback(&mut self) {
-        self.writeback = match self.writeback_wanted {
+    pub fn writeback(&self) -> bool {
+        (match self.writeback {
             Want::On => true,
             Want::Off => false,
             Want::Auto => {
@@ -151,23 +148,21 @@ impl MountPlan {
                     && !self.kernel_data
                     && !self.direct_io
             }
-        } && self.passthrough == Passthrough::Off;
+        }) && self.passthrough == Passthrough::Off
     }
 
     /// The mem backend fell back to the server's page store (the private tmpfs could not be
     /// mounted): no file descriptors to pass through.
     pub fn without_kernel_data(&mut self) {
         self.kernel_data = false;
-        self.decide_writeback();
     }
 
     /// The transport cannot notify the kernel (virtio-fs): `writeback=auto` stays off, since
     /// pages whose writeback failed could not be dropped from the guest's cache.
     pub fn without_notifications(&mut self) {
-        if self.writeback_wanted == Want::Auto {
-            self.writeback_wanted = Want::Off;
+        if self.writeback == Want::Auto {
+            self.writeback = Want::Off;
         }
-        self.decide_writeback();
     }
 
     /// The choices worth showing in `memofs stats`, as (name, value).
@@ -191,7 +186,7 @@ impl MountPlan {
                 }
                 .to_string(),
             ),
-            ("writeback", self.writeback.to_string()),
+            ("writeback", self.writeback().to_string()),
             ("direct_io", self.direct_io.to_string()),
             ("posix_acl", self.posix_acl.to_string()),
             ("threads", self.threads.to_string()),
@@ -253,7 +248,7 @@ mod tests {
     fn passthrough_and_writeback_exclude_each_other() {
         let p = plan(&["writeback=on"], BackendKind::Passthrough, true, KERNEL);
         assert_eq!(p.passthrough, Passthrough::IfGranted);
-        assert!(!p.writeback);
+        assert!(!p.writeback());
         let p = plan(
             &["writeback=on", "passthrough=off"],
             BackendKind::Passthrough,
@@ -261,7 +256,7 @@ mod tests {
             KERNEL,
         );
         assert_eq!(p.passthrough, Passthrough::Off);
-        assert!(p.writeback);
+        assert!(p.writeback());
         // A backend without descriptors never passes through; writeback stays as asked.
         let pages = Capabilities {
             backing_fds: false,
@@ -269,7 +264,7 @@ mod tests {
         };
         let p = plan(&["writeback=on"], BackendKind::Mem, true, pages);
         assert_eq!(p.passthrough, Passthrough::Off);
-        assert!(p.writeback);
+        assert!(p.writeback());
     }
 
     #[test]
@@ -279,43 +274,41 @@ mod tests {
             ..KERNEL
         };
         // Root: kernel-backed data with passthrough, no writeback cache.
-        assert!(!plan(&[], BackendKind::Mem, true, KERNEL).writeback);
+        assert!(!plan(&[], BackendKind::Mem, true, KERNEL).writeback());
         // Not root, or passthrough=off: the page store, with the writeback cache.
-        assert!(plan(&[], BackendKind::Mem, false, pages).writeback);
-        assert!(plan(&["passthrough=off"], BackendKind::Mem, true, pages).writeback);
-        assert!(
-            !plan(
-                &["passthrough=off", "writeback=off"],
-                BackendKind::Mem,
-                true,
-                pages
-            )
-            .writeback
-        );
-        assert!(!plan(&["direct_io"], BackendKind::Mem, false, pages).writeback);
+        assert!(plan(&[], BackendKind::Mem, false, pages).writeback());
+        assert!(plan(&["passthrough=off"], BackendKind::Mem, true, pages).writeback());
+        assert!(!plan(
+            &["passthrough=off", "writeback=off"],
+            BackendKind::Mem,
+            true,
+            pages
+        )
+        .writeback());
+        assert!(!plan(&["direct_io"], BackendKind::Mem, false, pages).writeback());
         // A host export has other writers: only when asked.
         let host = Capabilities {
             sole_writer: false,
             ..pages
         };
-        assert!(!plan(&[], BackendKind::Passthrough, false, host).writeback);
-        assert!(plan(&["writeback"], BackendKind::Passthrough, false, host).writeback);
+        assert!(!plan(&[], BackendKind::Passthrough, false, host).writeback());
+        assert!(plan(&["writeback"], BackendKind::Passthrough, false, host).writeback());
         // The private tmpfs failed: the page store, and the writeback cache with it.
         let o = parse_options(&[""; 0], 8 << 30).unwrap();
         let mut p = MountPlan::new(&o, BackendKind::Mem, true);
         p.without_kernel_data();
         p.adopt(pages);
-        assert!(p.writeback);
+        assert!(p.writeback());
         // No notifications (virtio-fs): auto stays off, an explicit on holds.
         let mut p = MountPlan::new(&o, BackendKind::Mem, false);
         p.without_notifications();
         p.adopt(pages);
-        assert!(!p.writeback);
+        assert!(!p.writeback());
         let o = parse_options(&["writeback=on"], 8 << 30).unwrap();
         let mut p = MountPlan::new(&o, BackendKind::Mem, false);
         p.without_notifications();
         p.adopt(pages);
-        assert!(p.writeback);
+        assert!(p.writeback());
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.passthrough != Passthrough::Off {
         wanted |= init::PASSTHROUGH;
     }
-    if plan.writeback {
+    if plan.writeback() {
         wanted |= init::WRITEBACK_CACHE;
     }
     if plan.posix_acl {
