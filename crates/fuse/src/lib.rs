@@ -153,8 +153,9 @@ pub struct Session<B: Backend> {
     mountpoint: PathBuf,
 }
 
-/// Reads the kernel's INIT from `fd` and answers it as `plan` says.
-fn handshake(fd: &OwnedFd, plan: &MountPlan) -> Result<init::Negotiated, SetupError> {
+/// Reads the kernel's INIT from `fd` and answers it as `plan` says (with `io_uring=auto`
+/// turned off where this process may not create io_uring instances).
+fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, SetupError> {
     let mut buf = vec![0u64; 64 * 1024];
     let init_err = |e: io::Error| SetupError::Init(e.to_string());
     // SAFETY: reads into a live buffer of the stated length.
@@ -182,27 +183,20 @@ fn handshake(fd: &OwnedFd, plan: &MountPlan) -> Result<init::Negotiated, SetupEr
     let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
     i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
     let mut sink = FdSink(fd.as_fd());
-    let refused = (plan.io_uring != Want::Off)
-        .then(uring::rings_refused)
-        .flatten();
-    let mut without_uring;
-    let plan = match refused {
-        Some(e) if plan.io_uring == Want::On => {
-            sink.send(h.unique, -libc::EPROTO, &[]);
-            return Err(SetupError::Init(format!(
-                "io_uring=on, but this process may not create io_uring instances ({e}; a \
-                 container's seccomp profile commonly refuses them): mount with io_uring=auto \
-                 or off"
-            )));
-        }
-        Some(e) => {
+    if plan.io_uring != Want::Off {
+        if let Some(e) = uring::rings_refused() {
+            if plan.io_uring == Want::On {
+                sink.send(h.unique, -libc::EPROTO, &[]);
+                return Err(SetupError::Init(format!(
+                    "io_uring=on, but this process may not create io_uring instances ({e}; a \
+                     container's seccomp profile commonly refuses them): mount with \
+                     io_uring=auto or off"
+                )));
+            }
             log::info!("requests through /dev/fuse: io_uring instances are refused here ({e})");
-            without_uring = plan.clone();
-            without_uring.io_uring = Want::Off;
-            &without_uring
+            plan.io_uring = Want::Off;
         }
-        None => plan,
-    };
+    }
     match init::negotiate(&i, plan) {
         Ok(n) => {
             sink.send(h.unique, 0, &[&n.reply]);
@@ -273,10 +267,10 @@ pub fn mount<B: Backend>(
 fn start<B: Backend>(
     backend: Arc<B>,
     mountpoint: &Path,
-    plan: MountPlan,
+    mut plan: MountPlan,
     fd: OwnedFd,
 ) -> Result<Session<B>, SetupError> {
-    let negotiated = handshake(&fd, &plan)?;
+    let negotiated = handshake(&fd, &mut plan)?;
     let setup = SetupError::Mount;
     let kernel = Arc::new(Connection::new(fd.as_fd()).map_err(setup)?);
     let stats = Arc::new(Stats::new());
