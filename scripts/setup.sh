@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh [mount|all]: installs what memofs needs on a Debian machine (run as root).
-#   mount  what building, installing and mounting memofs need: a C linker and make for
-#          cargo, and fuse3 (fusermount3, for users who are not root)
+#   mount  what building, installing and mounting memofs need: a C linker and the C library
+#          to link against (gcc only recommends libc6-dev) and make for cargo, and fuse3
+#          (fusermount3, for users who are not root)
 #   all    that, and what the tests and benchmarks need (the default; make test, make bench)
 # Idempotent: skips what is already there.
 set -euo pipefail
@@ -13,7 +14,7 @@ case "$what" in
 esac
 
 need_apt=()
-pkgs=(fuse3 gcc make)
+pkgs=(fuse3 gcc libc6-dev make)
 # qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
 # libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
 # meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring;

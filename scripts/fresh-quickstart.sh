@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# fresh-quickstart.sh [DIR]: times the README's quick start on a fresh Debian 12.
+#
+# Builds a minimal Debian 12 (debootstrap --variant=minbase: no make, no C compiler, no
+# fuse3) in DIR (default /tmp/memofs-fresh), gives it this host's Rust toolchain (the README
+# assumes Rust from rustup), its CA certificates and apt settings (proxies, mirrors), and a
+# clone of this checkout's HEAD; then runs scripts/quickstart.sh in it with chroot and times it
+# from start to a live mount at /tmp/memofs, writes and reads a file there, and unmounts.
+# Needs root, debootstrap (installed if missing), /dev/fuse and the network (apt, crates.io).
+# MIRROR= picks the Debian mirror. The chroot shares this host's kernel and CPUs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+F=${1:-/tmp/memofs-fresh}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+[ "$(id -u)" = 0 ] || { echo "fresh-quickstart: run as root (debootstrap, chroot)" >&2; exit 2; }
+[ -e /dev/fuse ] || { echo "fresh-quickstart: /dev/fuse is missing (modprobe fuse)" >&2; exit 2; }
+toolchain=$(rustc --print sysroot)
+
+unmount_all() {
+    grep -q " $F/tmp/memofs " /proc/mounts && umount -l "$F/tmp/memofs"
+    for d in dev/pts dev sys proc; do
+        ! mountpoint -q "$F/$d" || umount -l "$F/$d"
+    done
+}
+trap unmount_all EXIT
+unmount_all
+rm -rf "$F"
+
+command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
+echo "fresh-quickstart: debootstrap minbase bookworm into $F"
+debootstrap --variant=minbase bookworm "$F" "$MIRROR" >"$F.debootstrap.log" 2>&1 ||
+    { tail -5 "$F.debootstrap.log" >&2; exit 1; }
+
+mkdir -p "$F/root/.cargo/bin" "$F/root/.rustup/toolchains" "$F/etc/ssl/certs"
+cp -a "$toolchain" "$F/root/.rustup/toolchains/"
+printf 'version = "12"\ndefault_toolchain = "%s"\n' "$(basename "$toolchain")" >"$F/root/.rustup/settings.toml"
+cp -a "$(command -v rustup)" "$F/root/.cargo/bin/"
+for tool in cargo rustc; do ln -sf rustup "$F/root/.cargo/bin/$tool"; done
+cp /etc/ssl/certs/ca-certificates.crt "$F/etc/ssl/certs/"
+cp /etc/apt/apt.conf.d/* "$F/etc/apt/apt.conf.d/" 2>/dev/null || true
+cp /etc/resolv.conf "$F/etc/"
+git clone -q "$repo" "$F/root/memofs"
+for d in proc sys dev dev/pts; do mount --bind "/$d" "$F/$d"; done
+
+echo "fresh-quickstart: scripts/quickstart.sh (log: $F.quickstart.log)"
+start=$(date +%s%N)
+chroot "$F" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c 'cd /root/memofs && scripts/quickstart.sh' >"$F.quickstart.log" 2>&1 ||
+    { tail -20 "$F.quickstart.log" >&2; echo "fresh-quickstart: the quick start failed" >&2; exit 1; }
+end=$(date +%s%N)
+grep -q " $F/tmp/memofs fuse.memofs " /proc/mounts || { echo "fresh-quickstart: nothing is mounted" >&2; exit 1; }
+echo memofs >"$F/tmp/memofs/probe"
+[ "$(cat "$F/tmp/memofs/probe")" = memofs ] || { echo "fresh-quickstart: the mount does not read back" >&2; exit 1; }
+chroot "$F" /usr/local/bin/memofs umount /tmp/memofs
+build=$(sed -n 's/.*Finished `release` profile.* in \(.*\)$/\1/p' "$F.quickstart.log")
+echo "fresh-quickstart: mounted and checked in $(((end - start) / 1000000)) ms (cargo build: $build)"
