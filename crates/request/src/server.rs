@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use memofs_core::plan::MountPlan;
 use memofs_core::{
-    Attr, Backend, Caller, DirEntry, Entry, Errno, FileKind, Ino, Invalidator, Result, SetAttr,
-    StatFs,
+    Attr, Backend, Caller, Entry, Errno, FileKind, Ino, Invalidator, Result, SetAttr,
 };
 
 use crate::backing::Backings;
@@ -18,8 +17,8 @@ use crate::keep::Keeper;
 use crate::kernel::{BackingWrites, Kernel};
 use crate::privs::{kill_privs, kill_suidgid, privileged};
 use crate::reply::{OpenOut, ReplyOut};
-use crate::request::{Kind, Op, Request};
-use crate::stats::{Event, Stats};
+use crate::request::{Op, Request};
+use crate::stats::{Counted, Event, Stats};
 
 /// What the kernel granted at INIT, as far as the meaning of requests depends on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,87 +65,6 @@ pub struct Server<B: Backend> {
     backings: Backings,
     /// The abstract socket name of the control socket, where it has no file of its own.
     control_address: std::sync::OnceLock<Vec<u8>>,
-}
-
-/// Counts a request under its kind, with its latency, just before its reply goes out (so a
-/// caller that saw the reply also sees it counted).
-struct Counted<'a> {
-    out: &'a mut dyn ReplyOut,
-    stats: &'a Stats,
-    kind: Kind,
-    start: Instant,
-}
-
-impl Counted<'_> {
-    fn count(&self) {
-        self.stats.record(self.kind, self.start);
-    }
-}
-
-impl ReplyOut for Counted<'_> {
-    fn error(&mut self, e: Errno) {
-        self.count();
-        self.out.error(e)
-    }
-    fn empty(&mut self) {
-        self.count();
-        self.out.empty()
-    }
-    fn entry(&mut self, e: &Entry) {
-        self.count();
-        self.out.entry(e)
-    }
-    fn attr(&mut self, attr: &Attr, ttl: Duration) {
-        self.count();
-        self.out.attr(attr, ttl)
-    }
-    fn statx(&mut self, attr: &Attr, ttl: Duration) {
-        self.count();
-        self.out.statx(attr, ttl)
-    }
-    fn opened(&mut self, o: &OpenOut) {
-        self.count();
-        self.out.opened(o)
-    }
-    fn created(&mut self, e: &Entry, o: &OpenOut) {
-        self.count();
-        self.out.created(e, o)
-    }
-    fn data(&mut self, data: &[u8]) {
-        self.count();
-        self.out.data(data)
-    }
-    fn data_parts(&mut self, parts: &[&[u8]]) {
-        self.count();
-        self.out.data_parts(parts)
-    }
-    fn written(&mut self, n: u32) {
-        self.count();
-        self.out.written(n)
-    }
-    fn xattr_size(&mut self, n: u32) {
-        self.count();
-        self.out.xattr_size(n)
-    }
-    fn statfs(&mut self, s: &StatFs) {
-        self.count();
-        self.out.statfs(s)
-    }
-    fn offset(&mut self, offset: u64) {
-        self.count();
-        self.out.offset(offset)
-    }
-    fn ioctl(&mut self, result: i32, out: &[u8]) {
-        self.count();
-        self.out.ioctl(result, out)
-    }
-    fn dirent(&mut self, e: &DirEntry, plus: Option<&Entry>) -> bool {
-        self.out.dirent(e, plus)
-    }
-    fn dir_done(&mut self) {
-        self.count();
-        self.out.dir_done()
-    }
 }
 
 /// Answers `out` with `r`'s error, or calls `ok` with its value.

@@ -5,11 +5,15 @@
 //! so counting never makes request threads share a lock or a cache line; readers sum the
 //! slots. Latencies go into log2 histograms (bucket `i` holds `[2^i, 2^(i+1))` ns), with
 //! their sum for an exact mean; percentiles are interpolated within their bucket.
+//! `Counted` wraps a request's [`ReplyOut`] and counts the request as its reply goes out.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use memofs_core::{Attr, DirEntry, Entry, Errno, StatFs};
+
+use crate::reply::{OpenOut, ReplyOut};
 use crate::request::Kind;
 
 const BUCKETS: usize = 40;
@@ -231,6 +235,87 @@ fn percentile(hist: &[u64], q: f64) -> u64 {
         seen += n;
     }
     0
+}
+
+/// Counts a request under its kind, with its latency, just before its reply goes out (so a
+/// caller that saw the reply also sees it counted).
+pub(crate) struct Counted<'a> {
+    pub(crate) out: &'a mut dyn ReplyOut,
+    pub(crate) stats: &'a Stats,
+    pub(crate) kind: Kind,
+    pub(crate) start: Instant,
+}
+
+impl Counted<'_> {
+    pub(crate) fn count(&self) {
+        self.stats.record(self.kind, self.start);
+    }
+}
+
+impl ReplyOut for Counted<'_> {
+    fn error(&mut self, e: Errno) {
+        self.count();
+        self.out.error(e)
+    }
+    fn empty(&mut self) {
+        self.count();
+        self.out.empty()
+    }
+    fn entry(&mut self, e: &Entry) {
+        self.count();
+        self.out.entry(e)
+    }
+    fn attr(&mut self, attr: &Attr, ttl: Duration) {
+        self.count();
+        self.out.attr(attr, ttl)
+    }
+    fn statx(&mut self, attr: &Attr, ttl: Duration) {
+        self.count();
+        self.out.statx(attr, ttl)
+    }
+    fn opened(&mut self, o: &OpenOut) {
+        self.count();
+        self.out.opened(o)
+    }
+    fn created(&mut self, e: &Entry, o: &OpenOut) {
+        self.count();
+        self.out.created(e, o)
+    }
+    fn data(&mut self, data: &[u8]) {
+        self.count();
+        self.out.data(data)
+    }
+    fn data_parts(&mut self, parts: &[&[u8]]) {
+        self.count();
+        self.out.data_parts(parts)
+    }
+    fn written(&mut self, n: u32) {
+        self.count();
+        self.out.written(n)
+    }
+    fn xattr_size(&mut self, n: u32) {
+        self.count();
+        self.out.xattr_size(n)
+    }
+    fn statfs(&mut self, s: &StatFs) {
+        self.count();
+        self.out.statfs(s)
+    }
+    fn offset(&mut self, offset: u64) {
+        self.count();
+        self.out.offset(offset)
+    }
+    fn ioctl(&mut self, result: i32, out: &[u8]) {
+        self.count();
+        self.out.ioctl(result, out)
+    }
+    fn dirent(&mut self, e: &DirEntry, plus: Option<&Entry>) -> bool {
+        self.out.dirent(e, plus)
+    }
+    fn dir_done(&mut self) {
+        self.count();
+        self.out.dir_done()
+    }
 }
 
 #[cfg(test)]
