@@ -15,6 +15,7 @@ F=${1:-/tmp/memofs-fresh}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 [ "$(id -u)" = 0 ] || { echo "fresh-quickstart: run as root (debootstrap, chroot)" >&2; exit 2; }
 [ -e /dev/fuse ] || { echo "fresh-quickstart: /dev/fuse is missing (modprobe fuse)" >&2; exit 2; }
+command -v rustup >/dev/null || { echo "fresh-quickstart: needs Rust from rustup (as the README assumes)" >&2; exit 2; }
 toolchain=$(rustc --print sysroot)
 
 unmount_all() {
