@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use memofs_core::plan::MountPlan;
 use memofs_core::{
-    Attr, Backend, Caller, Entry, Errno, FileKind, Ino, Invalidator, Result, SetAttr,
+    Attr, Backend, Caller, Entry, Errno, FileKind, Ino, Invalidator, Result, SetAttr, TimeSet,
 };
 
 use crate::backing::Backings;
@@ -413,6 +413,21 @@ impl<B: Backend> Server<B> {
             })
         {
             set.uid = Some(b.getattr(ino)?.uid);
+        }
+        if self.granted.writeback
+            && set.size.is_some()
+            && set.mtime.is_none()
+            && set.ctime.is_none()
+        {
+            // Under the writeback cache the kernel keeps a regular file's mtime and ctime and
+            // sends them whenever it moves them, as at a truncate that changes the size. A
+            // truncate(2) to the size the file has comes without them: the kernel keeps both,
+            // and so does the server, or they would jump once the kernel forgot the inode.
+            let now = b.getattr(ino)?;
+            if now.kind == FileKind::Regular && set.size == Some(now.size) {
+                set.mtime = Some(TimeSet::At(now.mtime));
+                set.ctime = Some(now.ctime);
+            }
         }
         let attr = b.setattr(caller, ino, &set)?;
         let chown = set.uid.is_some() || set.gid.is_some();

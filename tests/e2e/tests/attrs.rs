@@ -256,6 +256,32 @@ fn check_times(
     }
 }
 
+/// A truncate to the size a file has leaves the times the kernel shows (moved, or under the
+/// writeback cache kept) and the server's the same: they do not jump once the kernel has
+/// forgotten the file and asks the server again.
+#[test]
+fn a_same_size_truncate_leaves_kernel_and_server_the_same_times() {
+    let m = need_mount!();
+    let p = m.join("f");
+    ok!(fs::write(&p, b"0123456789"));
+    sys::wait_clock_past(sys::now());
+    ok!(sys::truncate(&p, 10));
+    let seen = times(&p);
+    let forgets = memofs_e2e::checks::settled(&m, "FORGET");
+    // Dentries and inodes nobody holds: the kernel forgets the file (a FORGET).
+    ok!(fs::write("/proc/sys/vm/drop_caches", "2"));
+    assert!(
+        memofs_e2e::checks::settled(&m, "FORGET") > forgets,
+        "the kernel kept the inode"
+    );
+    let (_, mtime, ctime) = times(&p);
+    assert_eq!(
+        (mtime, ctime),
+        (seen.1, seen.2),
+        "mtime and ctime, kernel's then server's"
+    );
+}
+
 #[test]
 fn operations_update_mtime_and_ctime() {
     let m = need_mount!();
