@@ -262,24 +262,33 @@ fn check_times(
 #[test]
 fn a_same_size_truncate_leaves_kernel_and_server_the_same_times() {
     let m = need_mount!();
-    let p = m.join("f");
-    ok!(fs::write(&p, b"0123456789"));
+    let (by_path, by_fd) = (m.join("path"), m.join("fd"));
+    for p in [&by_path, &by_fd] {
+        ok!(fs::write(p, b"0123456789"));
+    }
     sys::wait_clock_past(sys::now());
-    ok!(sys::truncate(&p, 10));
-    let seen = times(&p);
-    let forgets = memofs_e2e::checks::settled(&m, "FORGET");
-    // Dentries and inodes nobody holds: the kernel forgets the file (a FORGET).
+    ok!(sys::truncate(&by_path, 10));
+    ok!(OpenOptions::new()
+        .write(true)
+        .open(&by_fd)
+        .and_then(|f| f.set_len(10)));
+    let seen = [times(&by_path), times(&by_fd)];
+    let forgets = || {
+        use memofs_e2e::checks::settled;
+        settled(&m, "FORGET") + settled(&m, "BATCH_FORGET")
+    };
+    let before = forgets();
+    // Dentries and inodes nobody holds: the kernel forgets the files (FORGETs).
     ok!(fs::write("/proc/sys/vm/drop_caches", "2"));
-    assert!(
-        memofs_e2e::checks::settled(&m, "FORGET") > forgets,
-        "the kernel kept the inode"
-    );
-    let (_, mtime, ctime) = times(&p);
-    assert_eq!(
-        (mtime, ctime),
-        (seen.1, seen.2),
-        "mtime and ctime, kernel's then server's"
-    );
+    assert!(forgets() > before, "the kernel kept the inodes");
+    for (p, seen) in [&by_path, &by_fd].into_iter().zip(seen) {
+        let (_, mtime, ctime) = times(p);
+        assert_eq!(
+            (mtime, ctime),
+            (seen.1, seen.2),
+            "mtime and ctime of {p:?}, kernel's then server's"
+        );
+    }
 }
 
 #[test]
