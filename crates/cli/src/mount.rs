@@ -64,12 +64,12 @@ pub fn main(args: &MountArgs) -> ExitCode {
         daemon::detach_session();
     }
     init_logging(log_level(&opts));
-    let root = backends::privileged();
+    let privileged = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,
     };
-    let mut plan = MountPlan::new(&opts, kind, root);
+    let mut plan = MountPlan::new(&opts, kind, privileged);
     let built = match source {
         Some(src) => backends::passthrough(src, &mut plan).map(|(b, s)| {
             let fs = b.clone();

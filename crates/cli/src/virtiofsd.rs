@@ -160,12 +160,12 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     if let Some(mode) = &args.sandbox {
         log::info!("--sandbox={mode}: every host access is confined to the shared directory");
     }
-    let root = backends::privileged();
+    let privileged = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,
     };
-    let mut plan = MountPlan::new(&opts, kind, root);
+    let mut plan = MountPlan::new(&opts, kind, privileged);
     plan.without_notifications();
     let served = match &source {
         Some(src) => backends::passthrough(src, &mut plan)
