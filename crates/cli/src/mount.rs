@@ -111,23 +111,23 @@ fn serve<B: Backend>(
     ready_fd: Option<daemon::ReadyPipe>,
 ) -> ExitCode {
     let cache = plan.cache;
-    let session = match memofs_fuse::mount(backend.clone(), mountpoint, plan) {
+    let mounted = match memofs_fuse::mount(backend.clone(), mountpoint, plan) {
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
     // The control socket, removed when the server ends.
     let mut control = None;
     if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
-        let mut settings = backends::plan_settings(session.plan());
-        let granted = session.granted();
+        let mut settings = backends::plan_settings(mounted.plan());
+        let granted = mounted.granted();
         settings.push((
             "passthrough_granted".into(),
             granted.passthrough.to_string(),
         ));
         settings.extend(backend_settings);
-        let invalidator = session.invalidator();
+        let invalidator = mounted.invalidator();
         let notify = invalidator.clone();
-        let transport = session.features();
+        let transport = mounted.features();
         let source = StatsSource {
             invalidate: Box::new(move || invalidator.invalidate_all()),
             features: Box::new(move || {
@@ -136,7 +136,7 @@ fn serve<B: Backend>(
                 lines.extend(backend_features());
                 lines
             }),
-            stats: session.stats(),
+            stats: mounted.stats(),
             policy: cache,
             usage: Box::new(move || backend.usage()),
             settings,
@@ -144,16 +144,16 @@ fn serve<B: Backend>(
         match memofs_control::serve(dev, source) {
             Ok(c) => {
                 if let Some(name) = c.abstract_name() {
-                    session.set_control_address(name);
+                    mounted.set_control_address(name);
                 }
                 control = Some(c);
             }
             Err(e) => log::warn!("memofs stats will not work for this mount: {e}"),
         }
     }
-    let unmounter = session.unmounter();
+    let unmounter = mounted.unmounter();
     daemon::on_stop_signal(move |_sig| unmounter.unmount());
-    let serving = match session.serve() {
+    let serving = match mounted.serve() {
         Ok(s) => s,
         Err(e) => {
             let _ = memofs_fuse::mount::unmount(mountpoint, true);

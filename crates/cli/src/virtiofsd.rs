@@ -14,7 +14,7 @@ use memofs_core::Backend;
 use memofs_request::invalidate::Invalidated;
 use memofs_request::Stats;
 use memofs_virtiofs::Listener;
-use memofs_virtiofs::{Session, VirtioFs};
+use memofs_virtiofs::{GuestFs, VirtioFs};
 
 use crate::cli::VirtiofsdArgs;
 use crate::{backends, daemon, fail, mount, EXIT_FAILURE, EXIT_USAGE};
@@ -183,8 +183,8 @@ fn serve<B: Backend + 'static>(
     listener: Listener,
     socket: Option<&Path>,
 ) -> ExitCode {
-    let session = Session::new(backend.clone(), plan, Arc::new(Stats::default()));
-    let mut settings = backends::plan_settings(session.plan());
+    let guest_fs = GuestFs::new(backend.clone(), plan, Arc::new(Stats::default()));
+    let mut settings = backends::plan_settings(guest_fs.plan());
     settings.push(("transport".into(), "virtio-fs (vhost-user-fs)".into()));
     settings.extend(backend_settings);
     let source = StatsSource {
@@ -194,8 +194,8 @@ fn serve<B: Backend + 'static>(
             not_done: Some(NO_NOTIFICATIONS.into()),
         }),
         features: Box::new(|| vec![("notifications".into(), NO_NOTIFICATIONS.into())]),
-        stats: session.stats().clone(),
-        policy: session.plan().cache,
+        stats: guest_fs.stats().clone(),
+        policy: guest_fs.plan().cache,
         usage: Box::new(move || backend.usage()),
         settings,
     };
@@ -219,7 +219,7 @@ fn serve<B: Backend + 'static>(
         }
         std::process::exit(0);
     });
-    let device = match VirtioFs::new(session) {
+    let device = match VirtioFs::new(guest_fs) {
         Ok(d) => Arc::new(d),
         Err(e) => return fail(EXIT_FAILURE, format!("cannot set up the device: {e}")),
     };

@@ -18,11 +18,11 @@ use crate::abi;
 use crate::blocking::Blocking;
 use crate::busy_poll::BusyPoll;
 use crate::cpu_latency::CpuLatency;
-use crate::decode::{decode, Args, Proto};
 use crate::device::{clone_queue, FdSink};
-use crate::encode::Encoder;
 use crate::gate::Gate;
-use crate::init::MAX_WRITE;
+use memofs_proto::decode::{decode, Args, Proto};
+use memofs_proto::encode::Encoder;
+use memofs_proto::init::MAX_WRITE;
 
 /// The request threads of a started channel.
 pub struct Serving(pub(crate) Vec<std::thread::JoinHandle<io::Result<()>>>);
@@ -176,7 +176,7 @@ impl<B: Backend> DevChannel<B> {
             let (fd, unique) = (fd.clone(), req.unique);
             self.blocking.run(move || {
                 let error = job().err().map_or(0, |e: Errno| -e.0);
-                use crate::encode::ReplySink;
+                use memofs_proto::encode::ReplySink;
                 FdSink(fd.as_fd()).send(unique, error, &[]);
             });
         }

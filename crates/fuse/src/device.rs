@@ -11,8 +11,8 @@ use memofs_request::kernel::BackingWrites;
 use memofs_request::Kernel;
 use zerocopy::IntoBytes;
 
-use crate::abi::{self, dev_ioc, notify};
-use crate::encode::ReplySink;
+use memofs_proto::abi::{self, dev_ioc, notify};
+use memofs_proto::encode::ReplySink;
 
 /// Opens `/dev/fuse` (close-on-exec).
 pub fn open_dev_fuse() -> io::Result<OwnedFd> {

@@ -1,10 +1,8 @@
-//! memofs's FUSE transport: the kernel protocol and the channels that carry it.
+//! memofs's kernel transport: mounting, and the channels that carry the FUSE protocol
+//! (`memofs-proto`) between the kernel and the request layer.
 //!
-//! - [`abi`]: the kernel's structures, defined once; [`decode`] turns request bytes into
-//!   the request layer's [`memofs_request::Request`], [`encode`] its replies into bytes.
-//!   Both channels share them.
-//! - [`mount`]: mounting (`mount(2)` as root, `fusermount3` otherwise) and unmounting;
-//!   [`init`]: the INIT handshake, from the mount plan.
+//! - [`mount`]: mounting (`mount(2)` as root, `fusermount3` otherwise) and unmounting; the
+//!   INIT handshake on the new connection, answered as `memofs_proto::init` negotiates.
 //! - [`dev`]: the `/dev/fuse` channel (request threads on cloned queues, [`gate`] and
 //!   [`busy_poll`] deciding which thread reads and how it waits; [`blocking`] for requests
 //!   that may wait for a disk); [`cpu_latency`] keeping idle CPUs awake while requests
@@ -13,19 +11,16 @@
 //! - [`uring`]: the io_uring channel (FUSE over io_uring, Linux 6.14+): one ring per CPU
 //!   queue, with `/dev/fuse` still read for FORGET and INTERRUPT.
 //!
-//! What a request means is not decided here but in `memofs-request`.
+//! What a request means is not decided here but in `memofs-request`; how it is laid out in
+//! bytes, in `memofs-proto`.
 #![deny(missing_docs)]
 
-pub mod abi;
 pub mod blocking;
 pub mod busy_poll;
 pub mod cpu_latency;
-pub mod decode;
 pub mod dev;
 pub mod device;
-pub mod encode;
 pub mod gate;
-pub mod init;
 pub mod mount;
 pub use memofs_core::mountinfo;
 pub mod uring;
@@ -41,14 +36,15 @@ use memofs_core::plan::MountPlan;
 use memofs_core::Backend;
 use memofs_request::invalidate::NotifyInvalidator;
 use memofs_request::{Granted, Server, Stats};
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::busy_poll::BusyPoll;
 use crate::cpu_latency::{CpuLatency, Timing};
-use crate::decode::Proto;
 use crate::dev::DevChannel;
 use crate::device::{Connection, FdSink};
-use crate::encode::ReplySink;
+use memofs_proto::decode::Proto;
+use memofs_proto::encode::ReplySink;
+use memofs_proto::{abi, init};
 
 /// Why a mount could not be set up, with what the user can do about it.
 #[derive(Debug)]
@@ -139,8 +135,8 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, SetupError> {
     Ok(canonical)
 }
 
-/// A live mount, ready to serve.
-pub struct Session<B: Backend> {
+/// A live `/dev/fuse` mount, its INIT answered, ready to serve.
+pub struct KernelMount<B: Backend> {
     server: Arc<Server<B>>,
     /// Requests come through io_uring ring entries.
     uring: bool,
@@ -179,9 +175,7 @@ fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, Set
             h.opcode
         )));
     }
-    let mut i = abi::fuse_init_in::new_zeroed();
-    let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
-    i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
+    let i = init::init_in(body);
     let mut sink = FdSink(fd.as_fd());
     if plan.io_uring != Want::Off {
         if let Some(e) = uring::rings_refused() {
@@ -255,7 +249,7 @@ pub fn mount<B: Backend>(
     backend: Arc<B>,
     mountpoint: &Path,
     plan: MountPlan,
-) -> Result<Session<B>, SetupError> {
+) -> Result<KernelMount<B>, SetupError> {
     let fd = mount::mount(mountpoint, &plan).map_err(SetupError::Mount)?;
     let session = start(backend, mountpoint, plan, fd);
     if session.is_err() {
@@ -269,7 +263,7 @@ fn start<B: Backend>(
     mountpoint: &Path,
     mut plan: MountPlan,
     fd: OwnedFd,
-) -> Result<Session<B>, SetupError> {
+) -> Result<KernelMount<B>, SetupError> {
     let negotiated = handshake(&fd, &mut plan)?;
     let setup = SetupError::Mount;
     let kernel = Arc::new(Connection::new(fd.as_fd()).map_err(setup)?);
@@ -282,7 +276,7 @@ fn start<B: Backend>(
     let plan = init::in_effect(plan, negotiated.granted);
     let mut server = Server::new(backend, plan, stats);
     server.start(negotiated.granted, kernel).map_err(setup)?;
-    Ok(Session {
+    Ok(KernelMount {
         uring: negotiated.uring,
         features,
         server: Arc::new(server),
@@ -342,7 +336,7 @@ impl Unmounter {
     }
 }
 
-impl<B: Backend> Session<B> {
+impl<B: Backend> KernelMount<B> {
     /// The mount's counters.
     pub fn stats(&self) -> Arc<Stats> {
         self.server.stats().clone()

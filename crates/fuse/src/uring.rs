@@ -12,7 +12,7 @@
 //! entry and commits it, which also asks for the next request on it
 //! (`FUSE_IO_URING_CMD_COMMIT_AND_FETCH`): one system call per request, no wakeup of another
 //! thread. FORGET, INTERRUPT and notifications still use `/dev/fuse`, so one `/dev/fuse`
-//! thread keeps reading (see [`crate::Session::serve`]).
+//! thread keeps reading (see [`crate::KernelMount::serve`]).
 //!
 //! A queue's thread is pinned to its CPU, and after committing answers it polls its
 //! completion queue for up to the `busy_poll=` window, yielding the CPU between looks, before
@@ -58,9 +58,9 @@ use crate::abi;
 use crate::blocking::Blocking;
 use crate::busy_poll::Payoff;
 use crate::cpu_latency::CpuLatency;
-use crate::decode::{decode, Args, Proto};
-use crate::encode::{Encoder, ReplySink};
-use crate::init::MAX_WRITE;
+use memofs_proto::decode::{decode, Args, Proto};
+use memofs_proto::encode::{Encoder, ReplySink};
+use memofs_proto::init::MAX_WRITE;
 
 /// Ring entries per queue: requests one CPU's callers can have at the server at once.
 pub const DEPTH: usize = 4;

@@ -5,21 +5,21 @@
 //! every descriptor against the memory the VMM shared before a byte moves (a chain reaching
 //! outside it is refused whole; one longer than the queue, or looping, ends where the queue's
 //! bound cuts it); this module bounds what a request may make the server read
-//! ([`MAX_REQUEST`]) and what it may ask to be given back (the session refuses sizes past the
+//! ([`MAX_REQUEST`]) and what it may ask to be given back (the guest_fs refuses sizes past the
 //! largest READ), answers a malformed request with an error when its header could be read,
 //! and never writes more than the chain's writable part holds.
 
 use std::io::{Read, Write};
 
 use memofs_core::{Backend, Errno};
-use memofs_fuse::abi;
-use memofs_fuse::encode::Encoder;
-use memofs_fuse::init::MAX_WRITE;
+use memofs_proto::abi;
+use memofs_proto::encode::Encoder;
+use memofs_proto::init::MAX_WRITE;
 use memofs_request::ReplyOut;
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
-use crate::session::{header, Collected, Session};
+use crate::guest::{header, Collected, GuestFs};
 
 /// The largest request read out of a chain: the largest WRITE the guest may send (INIT
 /// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
@@ -41,7 +41,7 @@ pub struct Buffers {
 /// its writable part, for the used ring (0 for a request that takes no reply, or a chain
 /// that could not be read).
 pub fn serve<B: Backend, M: GuestMemory>(
-    session: &Session<B>,
+    guest_fs: &GuestFs<B>,
     mem: &M,
     chain: DescriptorChain<&M>,
     bufs: &mut Buffers,
@@ -62,7 +62,7 @@ pub fn serve<B: Backend, M: GuestMemory>(
     match read_request(&mut reader, request) {
         Ok(()) => {
             let h = header(request).expect("read_request read a whole header");
-            session.answer(&h, &request[IN_HEADER..], scratch, reply);
+            guest_fs.answer(&h, &request[IN_HEADER..], scratch, reply);
         }
         Err(Some((unique, e))) => Encoder::new(unique, scratch, reply).error(e),
         Err(None) => return 0,

@@ -7,8 +7,8 @@
 //! request on a queue as one descriptor chain: the request in its readable descriptors,
 //! room for the reply in its writable ones. Queue 0 is the high-priority queue (FORGET,
 //! INTERRUPT); the others carry every other request. This crate only moves bytes: [`chain`]
-//! reads a request out of guest memory and writes the reply back; [`session`] decodes it
-//! with the same `memofs_fuse::decode` the `/dev/fuse` channel uses, hands it to the
+//! reads a request out of guest memory and writes the reply back; [`guest`] decodes it
+//! with the same `memofs_proto::decode` the `/dev/fuse` channel uses, hands it to the
 //! request layer (`memofs_request::Server`) and encodes the answer. The request layer learns
 //! nothing about virtqueues.
 //!
@@ -22,7 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod chain;
-pub mod session;
+pub mod guest;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +43,7 @@ use vmm_sys_util::event::{
 };
 
 pub use crate::chain::{Buffers, MAX_REQUEST};
-pub use crate::session::Session;
+pub use crate::guest::GuestFs;
 pub use vhost::vhost_user::Listener;
 
 /// Descriptors per queue the device accepts (QEMU asks for 1024 with `queue-size=1024`).
@@ -53,9 +53,9 @@ pub const QUEUE_SIZE: usize = 1024;
 /// each queue the VMM enables has a thread of its own.
 pub const REQUEST_QUEUES: usize = 4;
 
-/// The vhost-user-fs device: the queues' side of a [`Session`].
+/// The vhost-user-fs device: the queues' side of a [`GuestFs`].
 pub struct VirtioFs<B: Backend> {
-    session: Session<B>,
+    guest_fs: GuestFs<B>,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
     event_idx: AtomicBool,
     /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
@@ -65,11 +65,11 @@ pub struct VirtioFs<B: Backend> {
 }
 
 impl<B: Backend> VirtioFs<B> {
-    /// A device serving `session`.
-    pub fn new(session: Session<B>) -> io::Result<VirtioFs<B>> {
+    /// A device serving `guest_fs`.
+    pub fn new(guest_fs: GuestFs<B>) -> io::Result<VirtioFs<B>> {
         let queues = 1 + REQUEST_QUEUES;
         Ok(VirtioFs {
-            session,
+            guest_fs,
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),
             buffers: (0..queues)
@@ -88,9 +88,9 @@ impl<B: Backend> VirtioFs<B> {
         }
     }
 
-    /// The session.
-    pub fn session(&self) -> &Session<B> {
-        &self.session
+    /// The filesystem the guest mounts.
+    pub fn guest_fs(&self) -> &GuestFs<B> {
+        &self.guest_fs
     }
 
     /// Serves every chain the guest made available on `vring`, with thread `thread`'s
@@ -109,7 +109,7 @@ impl<B: Backend> VirtioFs<B> {
             let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(&*mem);
             let Some(chain) = chain else { break };
             let head = chain.head_index();
-            let written = chain::serve(&self.session, &*mem, chain, &mut bufs);
+            let written = chain::serve(&self.guest_fs, &*mem, chain, &mut bufs);
             vring
                 .add_used(head, written)
                 .map_err(|e| io::Error::other(format!("used ring: {e}")))?;

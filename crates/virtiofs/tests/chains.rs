@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use memofs_core::options::parse_options;
 use memofs_core::plan::{BackendKind, MountPlan};
-use memofs_fuse::abi;
 use memofs_mem::{MemConfig, MemFs};
+use memofs_proto::abi;
 use memofs_request::Stats;
-use memofs_virtiofs::{chain, Buffers, Session, MAX_REQUEST};
+use memofs_virtiofs::{chain, Buffers, GuestFs, MAX_REQUEST};
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
@@ -20,11 +20,11 @@ const MEM: usize = 8 << 20;
 const REQUEST_AT: u64 = 0x10_0000;
 const REPLY_AT: u64 = 0x40_0000;
 
-fn session() -> Session<MemFs> {
+fn session() -> GuestFs<MemFs> {
     let opts = parse_options::<String>(&[], 1 << 30).unwrap();
     let plan = MountPlan::new(&opts, BackendKind::Mem, false);
     let fs = MemFs::new(MemConfig::default()).unwrap();
-    Session::new(Arc::new(fs), plan, Arc::new(Stats::default()))
+    GuestFs::new(Arc::new(fs), plan, Arc::new(Stats::default()))
 }
 
 fn memory() -> GuestMemoryMmap {
@@ -50,7 +50,7 @@ fn request(opcode: u32, body: &[u8]) -> Vec<u8> {
 /// Serves one chain made of `descs` after writing `req` at [`REQUEST_AT`]; returns the
 /// bytes written and the reply read back from [`REPLY_AT`].
 fn serve(
-    s: &Session<MemFs>,
+    s: &GuestFs<MemFs>,
     mem: &GuestMemoryMmap,
     req: &[u8],
     descs: &[RawDescriptor],
@@ -77,7 +77,7 @@ fn out_header(reply: &[u8]) -> abi::fuse_out_header {
     abi::fuse_out_header::read_from_prefix(reply).unwrap().0
 }
 
-fn init(s: &Session<MemFs>, mem: &GuestMemoryMmap) {
+fn init(s: &GuestFs<MemFs>, mem: &GuestMemoryMmap) {
     let mut i = abi::fuse_init_in::new_zeroed();
     i.major = abi::KERNEL_VERSION;
     i.minor = abi::KERNEL_MINOR_VERSION;

@@ -116,11 +116,67 @@ fn setattr(a: &abi::fuse_setattr_in) -> SetAttr {
     }
 }
 
-/// Decodes one request (not INIT, which the session handles).
+/// Decodes one request (not INIT, which the transport answers before any other): the
+/// opcode picks its family, and the family decodes its arguments.
 pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Result<Request<'a>> {
     // Extensions (security contexts, supplementary groups) are not asked for; if the kernel
     // sends some anyway they sit at the end of the arguments, where no decoder looks.
     let op = match h.opcode {
+        opcode::LOOKUP
+        | opcode::FORGET
+        | opcode::BATCH_FORGET
+        | opcode::SYMLINK
+        | opcode::MKNOD
+        | opcode::MKDIR
+        | opcode::UNLINK
+        | opcode::RMDIR
+        | opcode::RENAME
+        | opcode::RENAME2
+        | opcode::LINK => namespace(h.opcode, args)?,
+        opcode::GETATTR
+        | opcode::STATX
+        | opcode::SETATTR
+        | opcode::READLINK
+        | opcode::STATFS
+        | opcode::ACCESS => attributes(h.opcode, args)?,
+        opcode::OPEN
+        | opcode::CREATE
+        | opcode::TMPFILE
+        | opcode::OPENDIR
+        | opcode::FLUSH
+        | opcode::RELEASE
+        | opcode::RELEASEDIR
+        | opcode::FSYNC
+        | opcode::FSYNCDIR => handles(h.opcode, args)?,
+        opcode::READ
+        | opcode::READDIR
+        | opcode::READDIRPLUS
+        | opcode::WRITE
+        | opcode::IOCTL
+        | opcode::FALLOCATE
+        | opcode::LSEEK
+        | opcode::COPY_FILE_RANGE => data(h.opcode, args)?,
+        opcode::SETXATTR | opcode::GETXATTR | opcode::LISTXATTR | opcode::REMOVEXATTR => {
+            xattrs(h.opcode, args, proto)?
+        }
+        opcode::SYNCFS | opcode::INTERRUPT | opcode::DESTROY => connection(h.opcode, args)?,
+        other => Op::Unsupported { opcode: other },
+    };
+    Ok(Request {
+        unique: h.unique,
+        nodeid: h.nodeid,
+        caller: Caller {
+            uid: h.uid,
+            gid: h.gid,
+            pid: h.pid,
+        },
+        op,
+    })
+}
+
+/// Names: looking up, forgetting, making, removing and renaming them.
+fn namespace<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
+    Ok(match op {
         opcode::LOOKUP => Op::Lookup {
             name: only_name(args.rest())?,
         },
@@ -137,27 +193,6 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 forgets: <[[u64; 2]]>::ref_from_bytes(&rest[..len]).map_err(|_| Errno::EINVAL)?,
             }
         }
-        opcode::GETATTR => {
-            let g = args.take::<abi::fuse_getattr_in>()?.0;
-            Op::Getattr {
-                fh: (g.getattr_flags & abi::GETATTR_FH != 0).then_some(g.fh),
-            }
-        }
-        opcode::STATX => {
-            let s = args.take::<abi::fuse_statx_in>()?.0;
-            Op::Statx {
-                fh: (s.getattr_flags & abi::GETATTR_FH != 0).then_some(s.fh),
-                mask: s.sx_mask,
-            }
-        }
-        opcode::SETATTR => {
-            let s = args.take::<abi::fuse_setattr_in>()?.0;
-            Op::Setattr {
-                set: setattr(&s),
-                kill_suidgid: s.valid & fattr::KILL_SUIDGID != 0,
-            }
-        }
-        opcode::READLINK => Op::Readlink,
         opcode::SYMLINK => {
             let (n, rest) = name(args.rest())?;
             Op::Symlink {
@@ -189,7 +224,7 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
             name: only_name(args.rest())?,
         },
         opcode::RENAME | opcode::RENAME2 => {
-            let (newdir, flags, rest) = if h.opcode == opcode::RENAME {
+            let (newdir, flags, rest) = if op == opcode::RENAME {
                 let (r, rest) = args.take::<abi::fuse_rename_in>()?;
                 (r.newdir, 0, rest)
             } else {
@@ -211,6 +246,43 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 new_name: only_name(rest)?,
             }
         }
+        other => Op::Unsupported { opcode: other },
+    })
+}
+
+/// Attributes of an inode, and of the filesystem.
+fn attributes<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
+    Ok(match op {
+        opcode::GETATTR => {
+            let g = args.take::<abi::fuse_getattr_in>()?.0;
+            Op::Getattr {
+                fh: (g.getattr_flags & abi::GETATTR_FH != 0).then_some(g.fh),
+            }
+        }
+        opcode::STATX => {
+            let s = args.take::<abi::fuse_statx_in>()?.0;
+            Op::Statx {
+                fh: (s.getattr_flags & abi::GETATTR_FH != 0).then_some(s.fh),
+                mask: s.sx_mask,
+            }
+        }
+        opcode::SETATTR => {
+            let s = args.take::<abi::fuse_setattr_in>()?.0;
+            Op::Setattr {
+                set: setattr(&s),
+                kill_suidgid: s.valid & fattr::KILL_SUIDGID != 0,
+            }
+        }
+        opcode::READLINK => Op::Readlink,
+        opcode::STATFS => Op::Statfs,
+        opcode::ACCESS => Op::Access,
+        other => Op::Unsupported { opcode: other },
+    })
+}
+
+/// Opening, creating, flushing, syncing and releasing handles.
+fn handles<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
+    Ok(match op {
         opcode::OPEN => {
             let o = args.take::<abi::fuse_open_in>()?.0;
             Op::Open {
@@ -235,9 +307,39 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 flags: c.flags as i32,
             }
         }
+        opcode::OPENDIR => Op::Opendir {
+            flags: args.take::<abi::fuse_open_in>()?.0.flags as i32,
+        },
+        opcode::FLUSH => Op::Flush {
+            fh: args.take::<abi::fuse_flush_in>()?.0.fh,
+        },
+        opcode::RELEASE | opcode::RELEASEDIR => {
+            let fh = args.take::<abi::fuse_release_in>()?.0.fh;
+            if op == opcode::RELEASE {
+                Op::Release { fh }
+            } else {
+                Op::Releasedir { fh }
+            }
+        }
+        opcode::FSYNC | opcode::FSYNCDIR => {
+            let f = args.take::<abi::fuse_fsync_in>()?.0;
+            let datasync = f.fsync_flags & abi::FSYNC_FDATASYNC != 0;
+            if op == opcode::FSYNC {
+                Op::Fsync { fh: f.fh, datasync }
+            } else {
+                Op::Fsyncdir { fh: f.fh, datasync }
+            }
+        }
+        other => Op::Unsupported { opcode: other },
+    })
+}
+
+/// What moves or changes file data through a handle.
+fn data<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
+    Ok(match op {
         opcode::READ | opcode::READDIR | opcode::READDIRPLUS => {
             let r = args.take::<abi::fuse_read_in>()?.0;
-            match h.opcode {
+            match op {
                 opcode::READ => Op::Read {
                     fh: r.fh,
                     offset: r.offset,
@@ -261,59 +363,6 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 cached: w.write_flags & abi::WRITE_CACHE != 0,
             }
         }
-        opcode::FLUSH => Op::Flush {
-            fh: args.take::<abi::fuse_flush_in>()?.0.fh,
-        },
-        opcode::RELEASE | opcode::RELEASEDIR => {
-            let fh = args.take::<abi::fuse_release_in>()?.0.fh;
-            if h.opcode == opcode::RELEASE {
-                Op::Release { fh }
-            } else {
-                Op::Releasedir { fh }
-            }
-        }
-        opcode::FSYNC | opcode::FSYNCDIR => {
-            let f = args.take::<abi::fuse_fsync_in>()?.0;
-            let datasync = f.fsync_flags & abi::FSYNC_FDATASYNC != 0;
-            if h.opcode == opcode::FSYNC {
-                Op::Fsync { fh: f.fh, datasync }
-            } else {
-                Op::Fsyncdir { fh: f.fh, datasync }
-            }
-        }
-        opcode::OPENDIR => Op::Opendir {
-            flags: args.take::<abi::fuse_open_in>()?.0.flags as i32,
-        },
-        opcode::STATFS => Op::Statfs,
-        opcode::SETXATTR => {
-            let wire = if proto.setxattr_ext {
-                size_of::<abi::fuse_setxattr_in>()
-            } else {
-                abi::COMPAT_SETXATTR_IN_SIZE
-            };
-            let (s, rest) = args.take_sized::<abi::fuse_setxattr_in>(wire)?;
-            let (n, rest) = name(rest)?;
-            Op::Setxattr {
-                name: n,
-                value: rest.get(..s.size as usize).ok_or(Errno::EINVAL)?,
-                flags: s.flags as i32,
-                acl_kill_sgid: s.setxattr_flags & abi::SETXATTR_ACL_KILL_SGID != 0,
-            }
-        }
-        opcode::GETXATTR => {
-            let (g, rest) = args.take::<abi::fuse_getxattr_in>()?;
-            Op::Getxattr {
-                name: only_name(rest)?,
-                size: g.size,
-            }
-        }
-        opcode::LISTXATTR => Op::Listxattr {
-            size: args.take::<abi::fuse_getxattr_in>()?.0.size,
-        },
-        opcode::REMOVEXATTR => Op::Removexattr {
-            name: only_name(args.rest())?,
-        },
-        opcode::ACCESS => Op::Access,
         opcode::IOCTL => {
             let (i, rest) = args.take::<abi::fuse_ioctl_in>()?;
             Op::Ioctl {
@@ -351,22 +400,54 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
                 len: c.len,
             }
         }
+        other => Op::Unsupported { opcode: other },
+    })
+}
+
+/// Extended attributes.
+fn xattrs<'a>(op: u32, args: Args<'a>, proto: Proto) -> Result<Op<'a>> {
+    Ok(match op {
+        opcode::SETXATTR => {
+            let wire = if proto.setxattr_ext {
+                size_of::<abi::fuse_setxattr_in>()
+            } else {
+                abi::COMPAT_SETXATTR_IN_SIZE
+            };
+            let (s, rest) = args.take_sized::<abi::fuse_setxattr_in>(wire)?;
+            let (n, rest) = name(rest)?;
+            Op::Setxattr {
+                name: n,
+                value: rest.get(..s.size as usize).ok_or(Errno::EINVAL)?,
+                flags: s.flags as i32,
+                acl_kill_sgid: s.setxattr_flags & abi::SETXATTR_ACL_KILL_SGID != 0,
+            }
+        }
+        opcode::GETXATTR => {
+            let (g, rest) = args.take::<abi::fuse_getxattr_in>()?;
+            Op::Getxattr {
+                name: only_name(rest)?,
+                size: g.size,
+            }
+        }
+        opcode::LISTXATTR => Op::Listxattr {
+            size: args.take::<abi::fuse_getxattr_in>()?.0.size,
+        },
+        opcode::REMOVEXATTR => Op::Removexattr {
+            name: only_name(args.rest())?,
+        },
+        other => Op::Unsupported { opcode: other },
+    })
+}
+
+/// The connection itself: syncing the filesystem, interrupts, the end.
+fn connection<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
+    Ok(match op {
         opcode::SYNCFS => Op::Syncfs,
         opcode::INTERRUPT => Op::Interrupt {
             unique: args.take::<abi::fuse_interrupt_in>()?.0.unique,
         },
         opcode::DESTROY => Op::Destroy,
         other => Op::Unsupported { opcode: other },
-    };
-    Ok(Request {
-        unique: h.unique,
-        nodeid: h.nodeid,
-        caller: Caller {
-            uid: h.uid,
-            gid: h.gid,
-            pid: h.pid,
-        },
-        op,
     })
 }
 

@@ -55,6 +55,15 @@ pub struct Negotiated {
     pub offered_unused: u64,
 }
 
+/// INIT's arguments from a request body: an older kernel sends a shorter `fuse_init_in`, and
+/// what it leaves out reads as zero.
+pub fn init_in(body: &[u8]) -> abi::fuse_init_in {
+    let mut i = abi::fuse_init_in::new_zeroed();
+    let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
+    i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
+    i
+}
+
 /// The kernel's INIT capability bits by name (`include/uapi/linux/fuse.h`), for
 /// [`offered_names`].
 const NAMES: [&str; 43] = [

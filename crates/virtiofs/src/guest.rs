@@ -9,10 +9,10 @@ use std::sync::{Arc, RwLock};
 use memofs_core::options::Want;
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::{Backend, Errno, Ino};
-use memofs_fuse::abi;
-use memofs_fuse::decode::{decode, Args, Proto};
-use memofs_fuse::encode::{Encoder, ReplySink};
-use memofs_fuse::init::{self, MAX_WRITE};
+use memofs_proto::abi;
+use memofs_proto::decode::{decode, Args, Proto};
+use memofs_proto::encode::{Encoder, ReplySink};
+use memofs_proto::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -76,22 +76,23 @@ impl ReplySink for Collected {
     }
 }
 
-/// The device's FUSE session: what the backend, the options and the guest's INIT make.
-pub struct Session<B: Backend> {
+/// The filesystem a guest mounts over the device: the backend, the options, and the request
+/// layer the guest's INIT starts.
+pub struct GuestFs<B: Backend> {
     backend: Arc<B>,
     plan: MountPlan,
     stats: Arc<Stats>,
     mounted: RwLock<Option<Arc<Mounted<B>>>>,
 }
 
-impl<B: Backend> Session<B> {
-    /// A session for `backend` under `plan` (which loses what virtio-fs cannot carry: FUSE
+impl<B: Backend> GuestFs<B> {
+    /// The filesystem of `backend` under `plan` (which loses what virtio-fs cannot carry: FUSE
     /// passthrough, io_uring, the CPU latency request), counting into `stats`.
-    pub fn new(backend: Arc<B>, mut plan: MountPlan, stats: Arc<Stats>) -> Session<B> {
+    pub fn new(backend: Arc<B>, mut plan: MountPlan, stats: Arc<Stats>) -> GuestFs<B> {
         plan.passthrough = Passthrough::Off;
         plan.io_uring = Want::Off;
         plan.cpu_latency = Want::Off;
-        Session {
+        GuestFs {
             backend,
             plan,
             stats,
@@ -187,9 +188,7 @@ impl<B: Backend> Session<B> {
         scratch: &mut Vec<u8>,
         out: &mut Collected,
     ) {
-        let mut i = abi::fuse_init_in::new_zeroed();
-        let len = body.len().min(std::mem::size_of::<abi::fuse_init_in>());
-        i.as_mut_bytes()[..len].copy_from_slice(&body[..len]);
+        let i = init::init_in(body);
         let negotiated = match init::negotiate(&i, &self.plan) {
             Ok(n) => n,
             Err(e) => {

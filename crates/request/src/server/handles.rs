@@ -1,0 +1,261 @@
+//! Handles: OPEN, CREATE, TMPFILE, OPENDIR and the listings read through them, FLUSH and
+//! the releases; which kernel caches an open may use, and its backing file.
+
+use std::sync::Arc;
+
+use memofs_core::{Attr, Backend, Caller, Errno, Ino, Invalidator, Result};
+
+use super::{answer, Server};
+use crate::kernel::BackingWrites;
+use crate::privs::privileged;
+use crate::reply::{OpenOut, ReplyOut};
+use crate::request::Op;
+
+impl<B: Backend> Server<B> {
+    /// OPEN, CREATE, TMPFILE, FLUSH, RELEASE, OPENDIR, READDIR(PLUS) and RELEASEDIR.
+    pub(super) fn handles(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        let b = &*self.backend;
+        match *op {
+            Op::Open {
+                flags,
+                kill_suidgid,
+            } => self.open(caller, ino, flags, kill_suidgid, out),
+            Op::Create {
+                name,
+                mode,
+                umask,
+                flags,
+            } => {
+                let (umask, flags) = (self.umask(umask), self.open_flags(flags));
+                self.created(caller, out, b.create(caller, ino, name, mode, umask, flags));
+            }
+            Op::Tmpfile { mode, umask, flags } => {
+                let (umask, flags) = (self.umask(umask), self.open_flags(flags));
+                self.created(caller, out, b.tmpfile(caller, ino, mode, umask, flags));
+            }
+            // Under the writeback cache the kernel sends FLUSH at every close, after writing
+            // back and checking for writeback errors itself; a backend that is its files' only
+            // writer has nothing to add, and ENOSYS stops the kernel sending it (a round trip
+            // per close of a file that was opened).
+            Op::Flush { .. } if self.granted.writeback && self.plan.sole_writer => {
+                answer(out, Err(Errno::ENOSYS), |_, ()| {})
+            }
+            Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),
+            Op::Release { fh } => answer(out, self.release(ino, fh), |out, ()| out.empty()),
+            Op::Opendir { flags } => self.opendir(caller, ino, flags, out),
+            Op::Readdir {
+                fh, offset, plus, ..
+            } => self.readdir(ino, fh, offset, plus, out),
+            Op::Releasedir { fh } => answer(out, b.releasedir(ino, fh), |out, ()| out.empty()),
+            // Not of this family (see `Server::dispatch`).
+            _ => out.error(Errno::ENOSYS),
+        }
+    }
+
+    /// OPEN. With passthrough the server never sees the writes, so an unprivileged open for
+    /// writing drops setuid and setgid now rather than at the first write.
+    fn open(&self, caller: &Caller, ino: Ino, flags: i32, kill: bool, out: &mut dyn ReplyOut) {
+        let r = self
+            .backend
+            .open(caller, ino, self.open_flags(flags))
+            .and_then(|o| {
+                let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                self.open_out(caller, ino, o, writing)
+            });
+        let o = match r {
+            Ok(o) => o,
+            Err(e) => return out.error(e),
+        };
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let due = kill || (writing && o.backing_id.is_some() && !privileged(caller));
+        match self.kill_privs(due, caller, ino) {
+            Ok(()) => out.opened(&o),
+            Err(e) => {
+                // The kernel never sees this open: nothing may stay open for it.
+                let _ = self.release(ino, o.fh);
+                out.error(e);
+            }
+        }
+    }
+
+    /// OPENDIR: declined where the kernel keeps every listing, else the backend's handle,
+    /// with the listing kept while no listing could move atime (see `may_keep_listings`).
+    fn opendir(&self, caller: &Caller, ino: Ino, flags: i32, out: &mut dyn ReplyOut) {
+        if self.declines_opendir() {
+            return out.error(Errno::ENOSYS);
+        }
+        answer(out, self.backend.opendir(caller, ino, flags), |out, o| {
+            let keep = self.may_keep_listings() && self.keep(ino);
+            out.opened(&OpenOut {
+                fh: o.fh,
+                keep_cache: keep,
+                cache_dir: keep,
+                ..OpenOut::default()
+            })
+        })
+    }
+
+    /// How an open file of `ino` is served: through a backing file if the backend lends
+    /// one and passthrough was granted, else through the server, keeping the pages the
+    /// kernel has from earlier opens when nothing but the mount changes the file and no
+    /// read could move atime now (see [`crate::keep`]).
+    ///
+    /// The kernel sends FLUSH at each `close(2)` only where the backend's close can fail
+    /// ([`memofs_core::Opened::flush`]). No open of an append-only file gets a backing file
+    /// ([`memofs_core::Opened::append_only`]; the kernel refuses to mix opens with and
+    /// without one), and one that writes (`writing`) gets no page cache either: every write
+    /// reaches the backend, and the kernel refuses shared writable mappings of it.
+    ///
+    /// An error: the kernel refused the backing file for a passing reason (see
+    /// [`crate::backing`]); the backend's handle is released again and the open fails.
+    fn open_out(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        opened: memofs_core::Opened,
+        writing: bool,
+    ) -> Result<OpenOut> {
+        let fh = opened.fh;
+        let backing_id = match self.kernel.as_deref() {
+            Some(_) if opened.append_only => Ok(None),
+            Some(k) => {
+                let writes = self.backing_writes(caller);
+                self.backings
+                    .open(&*self.backend, k, &self.stats, (ino, fh), writes)
+            }
+            None => Ok(None),
+        };
+        let backing_id = backing_id.inspect_err(|_| {
+            let _ = self.backend.release(ino, fh);
+        })?;
+        let append_writer = opened.append_only && writing;
+        let direct_io = backing_id.is_none() && (self.plan.direct_io || append_writer);
+        let keep_cache =
+            !direct_io && backing_id.is_none() && self.plan.sole_writer && self.keep(ino);
+        Ok(OpenOut {
+            fh,
+            noflush: !opened.flush,
+            direct_io,
+            keep_cache,
+            backing_id,
+            ..OpenOut::default()
+        })
+    }
+
+    /// Whose privilege writes through a new backing registration carry (the kernel does a
+    /// backing file's I/O with the credentials it was registered with, whoever writes): the
+    /// server's where the backend is the files' only writer, since the mode the kernel checks
+    /// and clears is then the real one; elsewhere the opener's, so that a setuid bit set
+    /// behind the kernel's back after an unprivileged caller's open goes at that caller's
+    /// next write, as the host would clear it. (A registration is shared by the inode's later
+    /// opens: an unprivileged open of a file root already holds open writes with root's.)
+    fn backing_writes(&self, caller: &Caller) -> BackingWrites {
+        if self.plan.sole_writer || privileged(caller) {
+            BackingWrites::Server
+        } else {
+            BackingWrites::Unprivileged
+        }
+    }
+
+    /// Whether the kernel may keep its copy of `ino` now; if so, it is dropped again when
+    /// relatime's day is up.
+    fn keep(&self, ino: Ino) -> bool {
+        let Ok(attr) = self.backend.getattr(ino) else {
+            return false;
+        };
+        let keep = self.keeper.may_keep(&attr);
+        if keep {
+            self.relatime_refresh(&attr);
+        }
+        keep
+    }
+
+    /// See [`Keeper::served`].
+    fn relatime_refresh(&self, attr: &Attr) {
+        if let Some(inv) = &self.invalidator {
+            let inv: Arc<dyn Invalidator> = inv.clone();
+            self.keeper.served(attr, &inv);
+        }
+    }
+
+    /// CREATE and TMPFILE: the new file's entry and its open. If the open cannot be given
+    /// (a passing refusal of its backing file), the file stays created and the request fails.
+    fn created(
+        &self,
+        caller: &Caller,
+        out: &mut dyn ReplyOut,
+        r: Result<(Attr, memofs_core::Opened)>,
+    ) {
+        let r = r.and_then(|(attr, o)| match self.open_out(caller, attr.ino, o, true) {
+            Ok(open) => Ok((open, attr)),
+            Err(e) => {
+                // The kernel never learns of the entry: its lookup is given back.
+                self.forget(attr.ino, 1);
+                Err(e)
+            }
+        });
+        answer(out, r, |out, (open, attr)| {
+            out.created(&self.entry(attr), &open)
+        });
+    }
+    /// Gives up an open handle of `ino`: the backend's handle, then the open's use of the
+    /// backing file (which may outlive it: see [`crate::backing`]).
+    fn release(&self, ino: Ino, fh: u64) -> Result<()> {
+        let r = self.backend.release(ino, fh);
+        if let Some(k) = &self.kernel {
+            self.backings
+                .release(&*self.backend, &**k, &self.stats, ino);
+        }
+        r
+    }
+
+    fn readdir(&self, ino: Ino, fh: u64, offset: u64, plus: bool, out: &mut dyn ReplyOut) {
+        let r = self.backend.readdir(ino, fh, offset, plus, &mut |e| {
+            let entry = e.attr.map(|a| self.entry_unsent(a));
+            let taken = out.dirent(e, entry.as_ref());
+            if let (true, Some(a)) = (taken, &e.attr) {
+                self.backend.attr_sent(a);
+            }
+            taken
+        });
+        match r {
+            Ok(()) => out.dir_done(),
+            Err(e) => return out.error(e),
+        }
+        // A listing the kernel keeps (see `opendir`): drop it when relatime's day is up.
+        if offset == 0 && self.declines_opendir() {
+            if let Ok(attr) = self.backend.getattr(ino) {
+                self.relatime_refresh(&attr);
+            }
+        }
+    }
+
+    /// Whether the kernel keeps directory listings: the backend is the only writer (so the
+    /// kernel drops a listing whenever it changes through the mount) or it reports every
+    /// other change as it happens ([`Backend::sees_every_change`]), and no atime rule forbids
+    /// it. Then OPENDIR is answered `ENOSYS`, once: the kernel stops sending OPENDIR and
+    /// RELEASEDIR and keeps every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`).
+    fn declines_opendir(&self) -> bool {
+        (self.plan.sole_writer || self.backend.sees_every_change()) && self.keeper.listings_kept()
+    }
+
+    /// Whether the kernel may keep directory listings at all: as above, or the backend
+    /// reports every change to names made behind the kernel's back (a passthrough export
+    /// whose watcher marks the whole filesystem). Then each OPENDIR the backend answers asks
+    /// the kernel to keep the listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) while no listing
+    /// could move the directory's atime, as for file pages at OPEN.
+    pub(super) fn may_keep_listings(&self) -> bool {
+        (self.plan.sole_writer || self.backend.name_changes_reported())
+            && self.keeper.listings_kept()
+    }
+
+    /// Open flags as the backend honours them: under the writeback cache the kernel reads
+    /// pages of write-only files too, so those are opened read-write.
+    fn open_flags(&self, flags: i32) -> i32 {
+        if self.granted.writeback && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            (flags & !libc::O_ACCMODE) | libc::O_RDWR
+        } else {
+            flags
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! [`Server`]: one decoded request in, one reply out, with every FUSE semantic memofs adds
+//! on top of its backend.
+//!
+//! [`Server::handle`] takes what must not wait in line (FORGET, INTERRUPT) and what may wait
+//! for a disk (FSYNC), and hands every other request to the family that gives it meaning,
+//! each in a module of its own: [`names`] (lookups, making and removing names), [`attrs`]
+//! (attributes and extended attributes), [`handles`] (opens, listings, releases) and
+//! [`data`] (what moves file data through a handle).
+
+mod attrs;
+mod data;
+mod handles;
+mod names;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memofs_core::plan::MountPlan;
+use memofs_core::{Attr, Backend, Caller, Entry, Errno, Ino, Invalidator, Result};
+
+use crate::backing::Backings;
+use crate::invalidate::{Misses, NotifyInvalidator};
+use crate::keep::Keeper;
+use crate::kernel::Kernel;
+use crate::privs::kill_suidgid;
+use crate::reply::ReplyOut;
+use crate::request::{Op, Request};
+use crate::stats::{Counted, Stats};
+
+/// What the kernel granted at INIT, as far as the meaning of requests depends on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Granted {
+    /// FUSE passthrough (backing files).
+    pub passthrough: bool,
+    /// The writeback cache.
+    pub writeback: bool,
+    /// Create requests carry an unapplied umask (`FUSE_DONT_MASK`).
+    pub dont_mask: bool,
+    /// The kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`).
+    pub posix_acl: bool,
+    /// `FUSE_NOTIFY_INC_EPOCH` exists (protocol 7.44, Linux 6.16+).
+    pub inc_epoch: bool,
+}
+
+/// How a request was handled.
+pub enum Handled {
+    /// Answered (or needs no answer).
+    Done,
+    /// Not answered yet: the transport runs this off the request thread (it may wait for a
+    /// disk) and then answers with its result.
+    Blocking(Box<dyn FnOnce() -> Result<()> + Send>),
+}
+
+/// The request layer of one mount.
+pub struct Server<B: Backend> {
+    backend: Arc<B>,
+    plan: MountPlan,
+    granted: Granted,
+    stats: Arc<Stats>,
+    kernel: Option<Arc<dyn Kernel>>,
+    invalidator: Option<Arc<NotifyInvalidator>>,
+    /// Names answered with a negative entry, for the invalidator's fallback (see
+    /// [`crate::invalidate`]); kept only where something changes behind the kernel's back.
+    misses: Arc<Misses>,
+    /// Which kernel caches may outlive an open (see [`crate::keep`]).
+    keeper: Keeper,
+    backings: Backings,
+    /// The abstract socket name of the control socket, where it has no file of its own.
+    control_address: std::sync::OnceLock<Vec<u8>>,
+}
+
+/// Answers `out` with `r`'s error, or calls `ok` with its value.
+fn answer<T>(out: &mut dyn ReplyOut, r: Result<T>, ok: impl FnOnce(&mut dyn ReplyOut, T)) {
+    match r {
+        Ok(v) => ok(out, v),
+        Err(e) => out.error(e),
+    }
+}
+
+impl<B: Backend> Server<B> {
+    /// The request layer for `backend` under `plan`, counting into `stats`. Call
+    /// [`Server::start`] once INIT is done and before the first request.
+    pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
+        let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
+        let keeper = Keeper::new(plan.atime);
+        Server {
+            backend,
+            plan,
+            granted: Granted::default(),
+            stats,
+            kernel: None,
+            invalidator: None,
+            misses,
+            keeper,
+            backings: Backings::default(),
+            control_address: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The mount plan this layer serves.
+    pub fn plan(&self) -> &MountPlan {
+        &self.plan
+    }
+
+    /// What INIT granted.
+    pub fn granted(&self) -> Granted {
+        self.granted
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// INIT is done: `granted` is what the kernel allowed, `kernel` the connection's
+    /// notifications and backing files. Starts the invalidation thread and hands the
+    /// backend its invalidator.
+    pub fn start(&mut self, granted: Granted, kernel: Arc<dyn Kernel>) -> std::io::Result<()> {
+        self.granted = granted;
+        if granted.passthrough {
+            self.backings.enable();
+        }
+        let invalidator = Arc::new(NotifyInvalidator::start(
+            kernel.clone(),
+            self.misses.clone(),
+            self.stats.clone(),
+            granted.inc_epoch,
+        )?);
+        self.backend.attach_invalidator(invalidator.clone());
+        self.invalidator = Some(invalidator);
+        self.kernel = Some(kernel);
+        Ok(())
+    }
+
+    /// The control socket listens on the abstract socket `name` (shorter than
+    /// [`crate::ioctl::CONTROL_ADDRESS_SIZE`]): the mount tells it to root and the server's
+    /// user through [`crate::ioctl::CONTROL_ADDRESS`]. Set once; later calls change nothing.
+    pub fn set_control_address(&self, name: &[u8]) {
+        if name.len() < crate::ioctl::CONTROL_ADDRESS_SIZE {
+            let _ = self.control_address.set(name.to_vec());
+        }
+    }
+
+    /// Where invalidations go (for `memofs invalidate`), once started.
+    pub fn invalidator(&self) -> Option<Arc<NotifyInvalidator>> {
+        self.invalidator.clone()
+    }
+
+    /// Handles one request; every request that wants a reply gets exactly one through `out`
+    /// (now, or after the [`Handled::Blocking`] job).
+    pub fn handle(&self, req: &Request<'_>, out: &mut dyn ReplyOut) -> Handled {
+        let mut out = Counted {
+            out,
+            stats: &self.stats,
+            kind: req.op.kind(),
+            start: Instant::now(),
+        };
+        match &req.op {
+            Op::Forget { nlookup } => {
+                self.forget(req.nodeid, *nlookup);
+                out.count();
+            }
+            Op::BatchForget { forgets } => {
+                for [ino, n] in forgets.iter() {
+                    self.forget(*ino, *n);
+                }
+                out.count();
+            }
+            Op::Interrupt { .. } => {}
+            Op::Fsync { fh, datasync } => {
+                let (fh, datasync, ino) = (*fh, *datasync, req.nodeid);
+                return self.blocking(&out, move |b| b.fsync(ino, fh, datasync));
+            }
+            Op::Fsyncdir { fh, datasync } => {
+                let (fh, datasync, ino) = (*fh, *datasync, req.nodeid);
+                return self.blocking(&out, move |b| b.fsyncdir(ino, fh, datasync));
+            }
+            op => self.dispatch(req.nodeid, &req.caller, op, &mut out),
+        }
+        Handled::Done
+    }
+
+    /// A request answered off the request thread by `work` on the backend: counted, with
+    /// its latency, when the work is done and just before the transport answers it.
+    fn blocking(
+        &self,
+        out: &Counted<'_>,
+        work: impl FnOnce(&B) -> Result<()> + Send + 'static,
+    ) -> Handled {
+        let (backend, stats, kind, start) = (
+            self.backend.clone(),
+            self.stats.clone(),
+            out.kind,
+            out.start,
+        );
+        Handled::Blocking(Box::new(move || {
+            let r = work(&backend);
+            stats.record(kind, start);
+            r
+        }))
+    }
+
+    /// A positive entry for `attr`, with the timeouts the cache policy gives it.
+    fn entry(&self, attr: Attr) -> Entry {
+        self.backend.attr_sent(&attr);
+        self.entry_unsent(attr)
+    }
+
+    /// [`Server::entry`] for a reply that may yet not carry it (a READDIRPLUS entry that
+    /// may not fit): the caller tells the backend once it does.
+    fn entry_unsent(&self, attr: Attr) -> Entry {
+        let unseen = self.backend.attr_unseen_changes(&attr);
+        self.plan.cache.entry(attr, unseen)
+    }
+
+    /// How long the kernel may keep `attr` (which a reply is about to give it).
+    fn attr_timeout(&self, attr: &Attr) -> Duration {
+        self.backend.attr_sent(attr);
+        let unseen = self.backend.attr_unseen_changes(attr);
+        self.plan.cache.attr_timeout_for(attr, unseen)
+    }
+
+    fn entry_reply(&self, out: &mut dyn ReplyOut, r: Result<Attr>) {
+        answer(out, r, |out, attr| out.entry(&self.entry(attr)));
+    }
+
+    /// The umask a backend must apply: the kernel's own when it left it to the server.
+    fn umask(&self, umask: u32) -> u32 {
+        if self.granted.dont_mask {
+            umask
+        } else {
+            0
+        }
+    }
+
+    /// If `due`, clears setuid/setgid/capabilities of `ino` (see [`crate::privs`]) and, if
+    /// anything changed, tells the kernel to drop the attributes it cached. An error fails
+    /// the request that asked for it, as the kernel fails a write whose privileges it cannot
+    /// drop.
+    fn kill_privs(&self, due: bool, caller: &Caller, ino: Ino) -> Result<()> {
+        if due && kill_suidgid(&*self.backend, caller, ino)? {
+            if let Some(inv) = &self.invalidator {
+                inv.inode(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// FORGET of `nlookup` lookups of `ino`: the backend's, then a backing file
+    /// registration the backend no longer keeps.
+    fn forget(&self, ino: Ino, nlookup: u64) {
+        self.backend.forget(ino, nlookup);
+        if let Some(k) = &self.kernel {
+            self.backings.forgotten(&*self.backend, &**k, ino);
+        }
+    }
+
+    /// Every request but those [`Server::handle`] takes itself, to the family that gives it
+    /// meaning.
+    fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        match op {
+            Op::Lookup { .. }
+            | Op::Symlink { .. }
+            | Op::Mknod { .. }
+            | Op::Mkdir { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::Rename { .. }
+            | Op::Link { .. } => self.names(ino, caller, op, out),
+            Op::Getattr { .. }
+            | Op::Statx { .. }
+            | Op::Setattr { .. }
+            | Op::Readlink
+            | Op::Statfs
+            | Op::Access => self.attributes(ino, caller, op, out),
+            Op::Setxattr { .. }
+            | Op::Getxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Removexattr { .. } => self.xattrs(ino, caller, op, out),
+            Op::Open { .. }
+            | Op::Create { .. }
+            | Op::Tmpfile { .. }
+            | Op::Flush { .. }
+            | Op::Release { .. }
+            | Op::Opendir { .. }
+            | Op::Readdir { .. }
+            | Op::Releasedir { .. } => self.handles(ino, caller, op, out),
+            Op::Read { .. }
+            | Op::Write { .. }
+            | Op::Ioctl { .. }
+            | Op::Fallocate { .. }
+            | Op::Lseek { .. }
+            | Op::CopyFileRange { .. } => self.data(ino, caller, op, out),
+            Op::Destroy => out.empty(),
+            Op::Syncfs
+            | Op::Unsupported { .. }
+            | Op::Forget { .. }
+            | Op::BatchForget { .. }
+            | Op::Interrupt { .. }
+            | Op::Fsync { .. }
+            | Op::Fsyncdir { .. } => out.error(Errno::ENOSYS),
+        }
+    }
+}

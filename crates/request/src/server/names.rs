@@ -1,0 +1,75 @@
+//! Names: looking them up, making, removing, renaming and linking them.
+
+use std::ffi::OsStr;
+
+use memofs_core::{Backend, Caller, Errno, Ino};
+
+use super::{answer, Server};
+use crate::reply::ReplyOut;
+use crate::request::Op;
+use crate::stats::Event;
+
+impl<B: Backend> Server<B> {
+    /// LOOKUP, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR, RENAME and LINK.
+    pub(super) fn names(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        let b = &*self.backend;
+        match *op {
+            Op::Lookup { name } => self.lookup(ino, caller, name, out),
+            Op::Symlink { name, target } => {
+                self.entry_reply(out, b.symlink(caller, ino, name, target))
+            }
+            Op::Mknod {
+                name,
+                mode,
+                rdev,
+                umask,
+            } => self.entry_reply(
+                out,
+                b.mknod(caller, ino, name, mode, self.umask(umask), rdev),
+            ),
+            Op::Mkdir { name, mode, umask } => {
+                self.entry_reply(out, b.mkdir(caller, ino, name, mode, self.umask(umask)))
+            }
+            Op::Unlink { name } => answer(out, b.unlink(caller, ino, name), |out, ()| out.empty()),
+            Op::Rmdir { name } => answer(out, b.rmdir(caller, ino, name), |out, ()| out.empty()),
+            Op::Rename {
+                name,
+                new_parent,
+                new_name,
+                flags,
+            } => answer(
+                out,
+                b.rename(caller, ino, name, new_parent, new_name, flags),
+                |out, ()| out.empty(),
+            ),
+            Op::Link { inode, new_name } => {
+                self.entry_reply(out, b.link(caller, inode, ino, new_name))
+            }
+            // Not of this family (see `Server::dispatch`).
+            _ => out.error(Errno::ENOSYS),
+        }
+    }
+
+    /// LOOKUP: a miss is a negative entry where the cache policy keeps them, noted where
+    /// something other than the mount may create the name.
+    fn lookup(&self, parent: Ino, caller: &Caller, name: &OsStr, out: &mut dyn ReplyOut) {
+        let r = self.backend.lookup(caller, parent, name);
+        self.stats.event(match r {
+            Ok(_) => Event::LookupHit,
+            Err(_) => Event::LookupMiss,
+        });
+        match r {
+            Err(Errno::ENOENT) => match self.plan.cache.negative() {
+                Some(neg) => {
+                    self.stats.event(Event::NegativeReply);
+                    if !self.plan.sole_writer {
+                        self.misses.note(parent, name);
+                    }
+                    out.entry(&neg);
+                }
+                None => out.error(Errno::ENOENT),
+            },
+            r => self.entry_reply(out, r),
+        }
+    }
+}
