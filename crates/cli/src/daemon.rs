@@ -6,6 +6,9 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, ExitCode, Stdio};
 
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+use nix::sys::signal::{SigSet, Signal};
+
 use crate::{fail, EXIT_FAILURE};
 
 /// Environment variable carrying the readiness pipe's write end to the child, as
@@ -15,15 +18,17 @@ pub const READY_ENV: &str = "MEMOFS_READY_FD";
 
 /// The identity of the pipe behind `fd`: device and inode, if it is a pipe.
 fn pipe_identity(fd: i32) -> Option<(u64, u64)> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes a `stat` into `st` and reads nothing else; any descriptor number
-    // is safe to ask about.
-    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: fstat succeeded, so it filled `st`.
-    let st = unsafe { st.assume_init() };
+    let st = fstat_raw(fd)?;
     (st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some((st.st_dev, st.st_ino))
+}
+
+/// `fstat` of a descriptor number this process may not own (any number is safe to ask
+/// about; a closed one only fails).
+pub fn fstat_raw(fd: i32) -> Option<libc::stat> {
+    // SAFETY: the descriptor is borrowed for the one fstat call only; fstat reads nothing
+    // through it but its metadata, and a number that is not open only makes it fail.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    nix::sys::stat::fstat(fd).ok()
 }
 
 /// The readiness pipe a background parent handed this process.
@@ -58,8 +63,7 @@ impl ReadyPipe {
         // process alone (its identity was checked above); nothing else here owns it.
         let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
         // Nothing this process starts (fusermount3) may hold the parent's wait open.
-        // SAFETY: F_SETFD on the descriptor just taken.
-        unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        let _ = fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
         Some(ReadyPipe(pipe))
     }
 
@@ -80,20 +84,13 @@ impl ReadyPipe {
 
 /// Starts `memofs ARGS...` (a foreground mount) detached and waits until it reports the mount live.
 pub fn spawn_background(args: &[std::ffi::OsString]) -> ExitCode {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return fail(
-            EXIT_FAILURE,
-            format!("pipe: {}", std::io::Error::last_os_error()),
-        );
-    }
-    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+        Ok(ends) => ends,
+        Err(e) => return fail(EXIT_FAILURE, format!("pipe: {e}")),
+    };
     // The child must inherit the write end: clear its close-on-exec flag.
-    // SAFETY: `fds[1]` is open (owned by `write_end`, alive here).
-    unsafe { libc::fcntl(fds[1], libc::F_SETFD, 0) };
+    let _ = fcntl(&write_end, FcntlArg::F_SETFD(FdFlag::empty()));
+    let fds = [read_end.as_raw_fd(), write_end.as_raw_fd()];
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return fail(EXIT_FAILURE, format!("cannot find own executable: {e}")),
@@ -131,28 +128,27 @@ pub fn spawn_background(args: &[std::ffi::OsString]) -> ExitCode {
 
 /// Leaves the parent's session so terminal signals (Ctrl-C, hangup) do not reach us.
 pub fn detach_session() {
-    // SAFETY: setsid has no memory-safety preconditions; failure (already a leader) is fine.
-    unsafe { libc::setsid() };
+    // Failure (already a session leader) is fine.
+    let _ = nix::unistd::setsid();
 }
 
 /// The signals that stop the server.
-fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a local sigset_t.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
+fn stop_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        set.add(s);
     }
+    set
 }
 
 /// Blocks the stop signals in this thread and every thread it starts later; call first.
 pub fn block_stop_signals() {
-    let set = stop_signals();
-    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let _ = stop_signals().thread_block();
 }
 
 /// Waits on a new thread for a stop signal, then runs `on_signal`.
@@ -161,10 +157,12 @@ pub fn on_stop_signal(on_signal: impl FnOnce(i32) + Send + 'static) {
         .name("memofs-signals".into())
         .spawn(move || {
             let set = stop_signals();
-            let mut sig = 0;
-            // SAFETY: `set` is initialised and `sig` is a valid out-pointer.
-            while unsafe { libc::sigwait(&set, &mut sig) } != 0 {}
-            on_signal(sig);
+            let sig = loop {
+                if let Ok(sig) = set.wait() {
+                    break sig;
+                }
+            };
+            on_signal(sig as i32);
         })
         .expect("spawn signal thread");
 }

@@ -105,11 +105,7 @@ fn listener(args: &VirtiofsdArgs) -> Result<Listener, (u8, String)> {
 }
 
 fn is_socket(fd: RawFd) -> bool {
-    // SAFETY: fstat writes into the zeroed buffer; an invalid descriptor only fails.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-    }
+    daemon::fstat_raw(fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
 }
 
 pub fn main(args: &VirtiofsdArgs) -> ExitCode {

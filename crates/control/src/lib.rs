@@ -99,7 +99,7 @@ fn connect(dev: u64, mountpoint: &Path) -> io::Result<UnixStream> {
     }
     let conn =
         UnixStream::connect_addr(&SocketAddr::from_abstract_name(asked_address(mountpoint)?)?)?;
-    match peer_cred(&conn).map(|c| c.uid) {
+    match peer_cred(&conn).map(|c| c.uid()) {
         Some(p) if p == 0 || p == owner || p == me => Ok(conn),
         peer => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -125,7 +125,7 @@ fn connect_file(owner: u32, path_of: impl Fn(u32) -> PathBuf) -> io::Result<Unix
         let path = path_of(uid);
         match UnixStream::connect(&path) {
             Ok(conn) => {
-                let peer = peer_cred(&conn).map(|c| c.uid);
+                let peer = peer_cred(&conn).map(|c| c.uid());
                 if peer.is_some_and(|p| p == 0 || p == owner || p == me) {
                     return Ok(conn);
                 }
@@ -176,7 +176,7 @@ fn asked_address(mountpoint: &Path) -> io::Result<Vec<u8>> {
 /// The process id of the server of the mount at `mountpoint`, whose root has device `dev`
 /// (the process that listens on its control socket), or `None` if it cannot be told.
 pub fn server_pid(dev: u64, mountpoint: &Path) -> Option<i32> {
-    peer_cred(&connect(dev, mountpoint).ok()?).map(|c| c.pid)
+    peer_cred(&connect(dev, mountpoint).ok()?).map(|c| c.pid())
 }
 
 /// Everything `memofs stats` reports, and what `memofs invalidate` acts on.
@@ -339,32 +339,19 @@ impl StatsSource {
 }
 
 /// Credentials of the process at the other end of `conn`.
-fn peer_cred(conn: &UnixStream) -> Option<libc::ucred> {
-    // SAFETY: `cred` is a properly sized ucred the call fills; `len` holds its size.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let r = libc::getsockopt(
-            conn.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        );
-        (r == 0).then_some(cred)
-    }
+fn peer_cred(conn: &UnixStream) -> Option<nix::sys::socket::UnixCredentials> {
+    nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials).ok()
 }
 
 /// Whether a peer with uid `peer` is root or this server's own user.
 fn root_or_own(peer: Option<u32>) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let own = unsafe { libc::geteuid() };
+    let own = nix::unistd::geteuid().as_raw();
     peer.is_some_and(|uid| uid == 0 || uid == own)
 }
 
 /// Uid of the process at the other end of `conn`.
 fn peer_uid(conn: &UnixStream) -> Option<u32> {
-    peer_cred(conn).map(|c| c.uid)
+    peer_cred(conn).map(|c| c.uid())
 }
 
 impl StatsSource {

@@ -15,9 +15,9 @@ use parking_lot::Mutex;
 
 use crate::attr::attr_of;
 use crate::fd::CountedFd;
-use crate::handles::OpenDir;
-use crate::inode::{HostId, Inode};
-use crate::pin::OpenPin;
+use crate::host::HostId;
+use crate::inode::Inode;
+use crate::inode::OpenPin;
 use crate::sys;
 use crate::PassthroughFs;
 
@@ -30,6 +30,17 @@ const DIRENT_BUF: usize = 32 * 1024;
 /// Offset of `d_name` in a `linux_dirent64` (`d_ino` u64, `d_off` i64, `d_reclen` u16,
 /// `d_type` u8).
 const NAME_OFFSET: usize = 19;
+
+/// An open directory: a host directory stream.
+#[derive(Debug)]
+pub(crate) struct OpenDir {
+    /// The inode it was opened through.
+    pub ino: Ino,
+    /// The stream, one reader at a time.
+    pub stream: Mutex<DirStream>,
+    /// Keeps the inode's own descriptor open while the directory is.
+    pub _pin: OpenPin,
+}
 
 /// One host directory stream.
 #[derive(Debug)]

@@ -17,8 +17,8 @@ use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
 
 use crate::creds::CallerUmask;
 use crate::handles::OpenFile;
+use crate::inode::OpenPin;
 use crate::inode::{Inode, Told};
-use crate::pin::OpenPin;
 use crate::sys;
 use crate::PassthroughFs;
 

@@ -6,11 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::{Errno, Ino, Result};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
-use crate::dir::DirStream;
 use crate::fd::CountedFd;
-use crate::pin::OpenPin;
+use crate::inode::OpenPin;
 
 /// An open regular file.
 #[derive(Debug)]
@@ -29,17 +28,6 @@ impl AsFd for OpenFile {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
-}
-
-/// An open directory: a host directory stream.
-#[derive(Debug)]
-pub(crate) struct OpenDir {
-    /// The inode it was opened through.
-    pub ino: Ino,
-    /// The stream, one reader at a time.
-    pub stream: Mutex<DirStream>,
-    /// Keeps the inode's own descriptor open while the directory is.
-    pub _pin: OpenPin,
 }
 
 /// `fh` → handle. Requests clone the `Arc` and drop the lock before any system call, so a

@@ -31,28 +31,13 @@ use std::sync::{Arc, Weak};
 use memofs_core::{Errno, FileKind, Ino, Result, ROOT_INO};
 use parking_lot::{Mutex, RwLock};
 
+use crate::caps::NoCaps;
 use crate::fd::CountedFd;
-use crate::pin::{PinnedFd, Pins};
-use crate::xattr::NoCaps;
+use crate::host::HostId;
+use crate::pin::{HookFd, Pinned, PinnedFd, Pins};
 
 /// Spare inode numbers are counted down from here.
 pub const SPARE_TOP: Ino = u64::MAX - 1;
-
-/// A host inode's identity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct HostId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl HostId {
-    pub(crate) fn of(st: &libc::statx) -> HostId {
-        HostId {
-            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
-            ino: st.stx_ino,
-        }
-    }
-}
 
 /// One host inode the kernel knows.
 #[derive(Debug)]
@@ -76,6 +61,61 @@ pub(crate) struct Inode {
     pub told: Mutex<Option<Told>>,
     /// The kernel's references.
     nlookup: AtomicU64,
+}
+
+impl Inode {
+    /// The inode's `O_PATH` descriptor, opened again from its handle if it was closed;
+    /// `ESTALE` if the host inode is gone. Held by the caller while it uses it.
+    pub(crate) fn fd(&self) -> Result<Arc<CountedFd>> {
+        self.fd.get(&self.pins, self.host, &self.me)
+    }
+
+    /// See [`PinnedFd::keep_for_watcher`].
+    pub(crate) fn keep_for_watcher(&self) {
+        self.fd.keep_for_watcher();
+    }
+
+    /// See [`PinnedFd::for_hook`].
+    pub(crate) fn fd_for_hook(&self) -> Result<HookFd> {
+        self.fd.for_hook(&self.pins, self.host)
+    }
+}
+
+impl Pinned for Inode {
+    fn pinned(&self) -> &PinnedFd {
+        &self.fd
+    }
+}
+
+/// Keeps an inode's descriptor from being closed while a file or directory handle of the
+/// inode is open.
+#[derive(Debug)]
+pub(crate) struct OpenPin {
+    ino: Ino,
+    inode: Option<Arc<Inode>>,
+}
+
+impl OpenPin {
+    pub(crate) fn new(inode: &Inode) -> OpenPin {
+        inode.fd.open_started();
+        OpenPin {
+            ino: inode.ino,
+            inode: inode.me.upgrade(),
+        }
+    }
+
+    /// The inode's number.
+    pub(crate) fn ino(&self) -> Ino {
+        self.ino
+    }
+}
+
+impl Drop for OpenPin {
+    fn drop(&mut self) {
+        if let Some(inode) = &self.inode {
+            inode.fd.open_ended();
+        }
+    }
 }
 
 /// The attributes the kernel checks an open's permission against (see
@@ -104,7 +144,7 @@ pub(crate) trait TableHook: Send + Sync {
     /// `inode` entered the table.
     fn added(&self, inode: &Inode);
     /// `inode` is leaving the table (its descriptor may have been closed: see
-    /// [`Inode::fd_for_hook`]).
+    /// [`PinnedFd::for_hook`]).
     fn removed(&self, inode: &Inode);
 }
 
@@ -205,7 +245,7 @@ impl InodeTable {
         if let Some(known) = self.find(host) {
             if known.fd.same_object(fd.as_fd()) {
                 if self.reference_again(&known).is_ok() {
-                    known.adopt(fd);
+                    known.fd.adopt(&known.pins, &known.me, fd);
                     return Ok(known);
                 }
             } else {
@@ -246,7 +286,7 @@ impl InodeTable {
             hook.added(&inode);
         }
         drop(maps);
-        inode.enlist();
+        inode.fd.enlist(pins, &inode.me);
         Ok(inode)
     }
 

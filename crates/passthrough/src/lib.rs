@@ -95,6 +95,7 @@
 #![deny(missing_docs)]
 
 mod attr;
+mod caps;
 mod config;
 mod creds;
 mod dir;
@@ -102,6 +103,7 @@ mod error;
 mod fd;
 mod file;
 mod handles;
+mod host;
 mod inode;
 mod name;
 mod namespace;
@@ -129,9 +131,11 @@ pub use crate::inode::SPARE_TOP;
 pub use crate::watch::WatchMechanism;
 
 use crate::creds::AsCaller;
+use crate::dir::OpenDir;
 use crate::fd::{FdBudget, ProcSelf};
-use crate::handles::{HandleTable, OpenDir, OpenFile};
-use crate::inode::{HostId, InodeTable};
+use crate::handles::{HandleTable, OpenFile};
+use crate::host::HostId;
+use crate::inode::InodeTable;
 use crate::pin::Pins;
 use crate::watch::{ExportMount, Watcher};
 

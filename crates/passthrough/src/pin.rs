@@ -43,9 +43,16 @@ use parking_lot::Mutex;
 
 use crate::creds;
 use crate::fd::{CountedFd, Evict, FdBudget};
-use crate::inode::{HostId, Inode};
+use crate::host::HostId;
 use crate::sys;
 use crate::sys::at::FileHandle;
+
+/// What holds a [`PinnedFd`] (an inode): the clock keeps these weakly and closes the
+/// descriptors of those that are cold.
+pub(crate) trait Pinned: Send + Sync {
+    /// The descriptor held.
+    fn pinned(&self) -> &PinnedFd;
+}
 
 /// Filesystems (`statfs` magic numbers) that open a handle of any inode that still exists,
 /// cached or not: ext2/3/4, XFS, Btrfs, F2FS, and tmpfs (whose inodes stay cached while they
@@ -58,7 +65,7 @@ pub(crate) struct Pins {
     /// The budget the descriptors count against.
     pub(crate) budget: Arc<FdBudget>,
     /// Inodes holding a descriptor that may be closed, in clock order (lock order: first).
-    clock: Mutex<VecDeque<Weak<Inode>>>,
+    clock: Mutex<VecDeque<Weak<dyn Pinned>>>,
     /// A descriptor of the export root's filesystem to open handles against (not `O_PATH`:
     /// `open_by_handle_at` refuses those), when the server may open handles.
     mount: Option<OwnedFd>,
@@ -123,7 +130,8 @@ impl Pins {
 
     /// Puts `inode`, which just got a descriptor, on the clock. Drops the records of
     /// inodes gone from memory once they would be most of it.
-    fn enlist(&self, inode: Weak<Inode>) {
+    fn enlist<P: Pinned + 'static>(&self, inode: Weak<P>) {
+        let inode: Weak<dyn Pinned> = inode;
         let held = self.budget.used();
         let mut clock = self.clock.lock();
         clock.push_back(inode);
@@ -160,7 +168,7 @@ impl Evict for Pins {
             let Some(inode) = weak.upgrade() else {
                 continue;
             };
-            match inode.fd.try_close() {
+            match inode.pinned().try_close() {
                 Closing::Closed(fd) => taken.push(fd),
                 Closing::Later => clock.push_back(weak),
                 Closing::Never => {}
@@ -198,7 +206,7 @@ pub(crate) struct PinnedFd {
     used: AtomicBool,
     /// Open file and directory handles of the inode (see [`OpenPin`]).
     opens: AtomicU32,
-    /// The watcher marks or watches this directory by itself (see [`Inode::keep_for_watcher`]).
+    /// The watcher marks or watches this directory by itself (see [`PinnedFd::keep_for_watcher`]).
     watched: AtomicBool,
     /// May ever be closed (not the root, on the root's filesystem, the server can reopen).
     closable: bool,
@@ -282,29 +290,40 @@ impl PinnedFd {
     }
 }
 
-impl Inode {
-    /// The inode's `O_PATH` descriptor, opened again from its handle if it was closed;
-    /// `ESTALE` if the host inode is gone. Held by the caller while it uses it.
-    pub(crate) fn fd(&self) -> Result<Arc<CountedFd>> {
-        if let Some(fd) = self.fd.held() {
+impl PinnedFd {
+    /// The descriptor, opened again from the handle if it was closed; `ESTALE` if the host
+    /// inode `host` is gone. `me` is what holds this descriptor, for the clock. Held by the
+    /// caller while it uses it.
+    pub(crate) fn get<P: Pinned + 'static>(
+        &self,
+        pins: &Pins,
+        host: HostId,
+        me: &Weak<P>,
+    ) -> Result<Arc<CountedFd>> {
+        if let Some(fd) = self.held() {
             return Ok(fd);
         }
-        let counted = self.pins.budget.keep(self.reopen()?)?;
-        Ok(self.install(counted).unwrap_or_else(|held| held))
+        let counted = pins.budget.keep(self.reopen(pins, host)?)?;
+        Ok(self.install(pins, me, counted).unwrap_or_else(|held| held))
     }
 
     /// Makes `fd` the held descriptor, unless one is held already (then returned as
     /// `Err`, and `fd` closes).
-    fn install(&self, fd: CountedFd) -> std::result::Result<Arc<CountedFd>, Arc<CountedFd>> {
-        let mut slot = self.fd.slot.lock();
+    fn install<P: Pinned + 'static>(
+        &self,
+        pins: &Pins,
+        me: &Weak<P>,
+        fd: CountedFd,
+    ) -> std::result::Result<Arc<CountedFd>, Arc<CountedFd>> {
+        let mut slot = self.slot.lock();
         if let Some(held) = &*slot {
             return Err(held.clone());
         }
         let fd = Arc::new(fd);
         *slot = Some(fd.clone());
         drop(slot);
-        self.fd.used.store(true, Ordering::Relaxed);
-        self.pins.enlist(self.me.clone());
+        self.used.store(true, Ordering::Relaxed);
+        pins.enlist(me.clone());
         Ok(fd)
     }
 
@@ -312,7 +331,7 @@ impl Inode {
     /// from now on (a mark holds the host inode anyway, and removing it needs the
     /// descriptor, under the table's lock where nothing may be opened again).
     pub(crate) fn keep_for_watcher(&self) {
-        self.fd.watched.store(true, Ordering::Release);
+        self.watched.store(true, Ordering::Release);
     }
 
     /// The descriptor for the watcher's table hook, which runs under the table's lock and
@@ -320,38 +339,49 @@ impl Inode {
     /// and for an inode being added), or one opened from the handle for this call only
     /// (within the descriptors kept out of the budget), which happens only when a watcher
     /// starts and is told of inodes already known.
-    pub(crate) fn fd_for_hook(&self) -> Result<HookFd> {
-        match self.fd.held() {
+    pub(crate) fn for_hook(&self, pins: &Pins, host: HostId) -> Result<HookFd> {
+        match self.held() {
             Some(fd) => Ok(HookFd::Held(fd)),
-            None => Ok(HookFd::Once(self.reopen()?)),
+            None => Ok(HookFd::Once(self.reopen(pins, host)?)),
         }
     }
 
-    /// A new descriptor of the inode from the handle taken before its own was closed;
-    /// `ESTALE` if there is none, or the host inode is gone.
-    fn reopen(&self) -> Result<OwnedFd> {
-        match self.fd.handle.get() {
-            Some(Some(handle)) => self.pins.reopen(handle, self.host),
+    /// A new descriptor of the host inode `host` from the handle taken before this one was
+    /// closed; `ESTALE` if there is none, or the host inode is gone.
+    fn reopen(&self, pins: &Pins, host: HostId) -> Result<OwnedFd> {
+        match self.handle.get() {
+            Some(Some(handle)) => pins.reopen(handle, host),
             _ => Err(Errno::ESTALE),
         }
     }
 
-    /// A lookup found this inode again through `fd` (the same object, see
-    /// [`PinnedFd::same_object`]): if its descriptor was closed, `fd` takes its place.
-    pub(crate) fn adopt(&self, fd: OwnedFd) {
-        if self.fd.slot.lock().is_some() {
+    /// A lookup found the inode again through `fd` (the same object, see
+    /// [`PinnedFd::same_object`]): if this descriptor was closed, `fd` takes its place.
+    pub(crate) fn adopt<P: Pinned + 'static>(&self, pins: &Pins, me: &Weak<P>, fd: OwnedFd) {
+        if self.slot.lock().is_some() {
             return;
         }
-        if let Ok(counted) = self.pins.budget.keep(fd) {
-            let _ = self.install(counted);
+        if let Ok(counted) = pins.budget.keep(fd) {
+            let _ = self.install(pins, me, counted);
         }
     }
 
-    /// Puts a new inode on the clock if its descriptor may be closed.
-    pub(crate) fn enlist(&self) {
-        if self.fd.closable {
-            self.pins.enlist(self.me.clone());
+    /// Puts a new inode, `me`, on the clock if its descriptor may be closed.
+    pub(crate) fn enlist<P: Pinned + 'static>(&self, pins: &Pins, me: &Weak<P>) {
+        if self.closable {
+            pins.enlist(me.clone());
         }
+    }
+
+    /// A file or directory handle of the inode was opened: the descriptor stays open until
+    /// [`PinnedFd::open_ended`].
+    pub(crate) fn open_started(&self) {
+        self.opens.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A handle counted by [`PinnedFd::open_started`] is released.
+    pub(crate) fn open_ended(&self) {
+        self.opens.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -366,37 +396,6 @@ impl AsFd for HookFd {
         match self {
             HookFd::Held(fd) => fd.as_fd(),
             HookFd::Once(fd) => fd.as_fd(),
-        }
-    }
-}
-
-/// Keeps an inode's descriptor from being closed while a file or directory handle of the
-/// inode is open.
-#[derive(Debug)]
-pub(crate) struct OpenPin {
-    ino: memofs_core::Ino,
-    inode: Option<Arc<Inode>>,
-}
-
-impl OpenPin {
-    pub(crate) fn new(inode: &Inode) -> OpenPin {
-        inode.fd.opens.fetch_add(1, Ordering::AcqRel);
-        OpenPin {
-            ino: inode.ino,
-            inode: inode.me.upgrade(),
-        }
-    }
-
-    /// The inode's number.
-    pub(crate) fn ino(&self) -> memofs_core::Ino {
-        self.ino
-    }
-}
-
-impl Drop for OpenPin {
-    fn drop(&mut self) {
-        if let Some(inode) = &self.inode {
-            inode.fd.opens.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

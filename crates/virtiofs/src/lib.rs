@@ -60,7 +60,8 @@ pub struct VirtioFs<B: Backend> {
     event_idx: AtomicBool,
     /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
     buffers: Vec<Mutex<Buffers>>,
-    /// What stops each queue's thread when the VMM has gone.
+    /// What stops each queue's thread when the VMM has gone (`vhost-user-backend` signals
+    /// them when its handler is dropped).
     exits: Vec<(EventConsumer, EventNotifier)>,
 }
 
@@ -79,13 +80,6 @@ impl<B: Backend> VirtioFs<B> {
                 .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK))
                 .collect::<io::Result<_>>()?,
         })
-    }
-
-    /// Tells every queue thread to end.
-    fn stop_queues(&self) {
-        for (_, notifier) in &self.exits {
-            let _ = notifier.notify();
-        }
     }
 
     /// The filesystem the guest mounts.
@@ -208,14 +202,17 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
 }
 
 /// Serves the VMM that connects on `listener` until it disconnects (as virtiofsd does: one
-/// VMM, one guest, then the process ends).
+/// VMM, one guest, then the process ends). `VhostUserDaemon::serve` does the same from a
+/// socket path, but makes the listener itself, replacing whatever is at the path: the
+/// caller here has decided that already (a live server's socket is never taken over) or
+/// was handed a listening descriptor (`--fd`).
 pub fn serve<B: Backend + 'static>(
     device: Arc<VirtioFs<B>>,
     mut listener: Listener,
 ) -> io::Result<()> {
     let mut daemon = VhostUserDaemon::new(
         "memofs-virtiofs".into(),
-        device.clone(),
+        device,
         GuestMemoryAtomic::new(GuestMemoryMmap::new()),
     )
     .map_err(|e| io::Error::other(format!("vhost-user daemon: {e}")))?;
@@ -223,8 +220,8 @@ pub fn serve<B: Backend + 'static>(
         .start(&mut listener)
         .map_err(|e| io::Error::other(format!("vhost-user connection: {e}")))?;
     let ended = daemon.wait();
-    // The queue threads wait for their exit events; dropping the daemon joins them.
-    device.stop_queues();
+    // Dropping the daemon drops its handler, which signals every queue thread's exit event
+    // (`exit_event`) and joins the threads.
     drop(daemon);
     match ended {
         Ok(()) => Ok(()),

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 
 use super::{Change, ExportMount, Parts, Source};
 use crate::fd::ProcSelf;
-use crate::inode::{HostId, Inode, TableHook};
+use crate::host::HostId;
+use crate::inode::{Inode, TableHook};
 use crate::sys;
 
 /// Events watched on each known directory and its children.

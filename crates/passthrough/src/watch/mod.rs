@@ -76,7 +76,8 @@ use parking_lot::RwLock;
 
 use crate::config::WatchMode;
 use crate::fd::ProcSelf;
-use crate::inode::{HostId, InodeTable, TableHook};
+use crate::host::HostId;
+use crate::inode::{InodeTable, TableHook};
 use crate::sys;
 
 /// Which kernel interface the watcher uses.
