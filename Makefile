@@ -29,7 +29,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -146,7 +146,16 @@ vm-test-all:
 vm-steps:
 	MEMOFS_VM_PLAN=scripts/vm/steps.txt bash scripts/vm/run.sh $(VM_KERNELS_ALL)
 
-test: setup lint unit memcheck e2e conformance package-test pytest vm-test-ci
+# Processes the tests start must end with them: the first step notes the time, the last
+# fails on any left (scripts/no-leftovers.sh says which).
+TEST_STAMP := target/test-started
+test-start:
+	bash scripts/no-leftovers.sh start $(TEST_STAMP)
+
+no-leftovers:
+	bash scripts/no-leftovers.sh check $(TEST_STAMP)
+
+test: test-start setup lint unit memcheck e2e conformance package-test pytest vm-test-ci no-leftovers
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds $(if $(OUT),--out $(OUT))

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# fresh-quickstart.sh [DIR]: times the README's quick start on a fresh Debian 12.
+# fresh-quickstart.sh [--test] [DIR]: times the README's quick start on a fresh Debian 12,
+# and with --test then runs the README's test command there too (`make test`, guests
+# included, as CI runs it), timed.
 #
 # Builds a minimal Debian 12 (debootstrap --variant=minbase: no make, no C compiler, no
 # fuse3) in DIR (default /tmp/memofs-fresh), gives it this host's Rust toolchain (the README
@@ -11,6 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+run_tests=0
+if [ "${1:-}" = --test ]; then
+    run_tests=1
+    shift
+fi
 F=${1:-/tmp/memofs-fresh}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 [ "$(id -u)" = 0 ] || { echo "fresh-quickstart: run as root (debootstrap, chroot)" >&2; exit 2; }
@@ -19,10 +26,10 @@ command -v rustup >/dev/null || { echo "fresh-quickstart: needs Rust from rustup
 toolchain=$(rustc --print sysroot)
 
 unmount_all() {
-    grep -q " $F/tmp/memofs " /proc/mounts && umount -l "$F/tmp/memofs"
-    for d in dev/pts dev sys proc; do
-        ! mountpoint -q "$F/$d" || umount -l "$F/$d"
-    done
+    # Whatever is mounted inside the fresh system (the bind mounts, and a test's mount left
+    # by a failed run), deepest first.
+    awk -v f="$F/" 'index($2, f) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 trap unmount_all EXIT
 unmount_all
@@ -42,7 +49,7 @@ cp /etc/ssl/certs/ca-certificates.crt "$F/etc/ssl/certs/"
 cp /etc/apt/apt.conf.d/* "$F/etc/apt/apt.conf.d/" 2>/dev/null || true
 cp /etc/resolv.conf "$F/etc/"
 git clone -q "$repo" "$F/root/memofs"
-for d in proc sys dev dev/pts; do mount --bind "/$d" "$F/$d"; done
+for d in proc sys dev; do mount --rbind "/$d" "$F/$d" && mount --make-rslave "$F/$d"; done
 
 echo "fresh-quickstart: scripts/quickstart.sh (log: $F.quickstart.log)"
 start=$(date +%s%N)
@@ -56,3 +63,15 @@ echo memofs >"$F/tmp/memofs/probe"
 chroot "$F" /usr/local/bin/memofs umount /tmp/memofs
 build=$(sed -n 's/.*Finished `release` profile.* in \(.*\)$/\1/p' "$F.quickstart.log")
 echo "fresh-quickstart: mounted and checked in $(((end - start) / 1000000)) ms (cargo build: $build)"
+((run_tests)) || exit 0
+
+echo "fresh-quickstart: make test (log: $F.test.log)"
+start=$(date +%s)
+status=0
+chroot "$F" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin CI=true \
+    bash -c 'cd /root/memofs && exec </dev/null && make test' >"$F.test.log" 2>&1 || status=$?
+end=$(date +%s)
+grep -E '^(e2e|unit|conformance|vm|virtiofs|no-leftovers|setup)[^ ]*:|passed|failed|skipped' "$F.test.log" |
+    grep -vE '^test |^\s' | tail -25
+echo "fresh-quickstart: make test exited $status after $((end - start)) s"
+exit "$status"

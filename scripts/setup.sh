@@ -18,10 +18,11 @@ pkgs=(fuse3 gcc libc6-dev make)
 # qemu-system-x86, busybox-static and cpio: the guest-VM runner (scripts/vm/run.sh);
 # libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
 # meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring;
-# podman, runc, uidmap: the rootless-container test (with the user made below).
+# podman, runc, uidmap: the rootless-container test (with the user made below);
+# procps: pgrep and pkill, which tests use to find and end what they started.
 [ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
-    podman runc uidmap)
+    podman runc uidmap procps)
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -60,10 +61,18 @@ if [ "$("$CARGO_BIN/pjdfstest" --version 2>/dev/null)" != "pjdfstest $PJDFSTEST_
     cargo install -q --root "${CARGO_HOME:-$HOME/.cargo}" pjdfstest --version "$PJDFSTEST_VERSION" --locked
 fi
 
+# The benchmark harness and its tests (bench/requirements.txt): Debian's own packages where
+# python3 is Debian's (its pip refuses to install into the system's Python), else pip.
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import numpy, scipy, matplotlib, rich, pytest' 2>/dev/null; then
     echo "setup: installing Python packages for bench/"
-    "$PY" -m pip install -q -r bench/requirements.txt pytest
+    if dpkg -S "$(readlink -f "$(command -v "$PY")")" >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq --no-install-recommends python3-numpy python3-scipy \
+            python3-matplotlib python3-rich python3-pytest >/dev/null
+    else
+        "$PY" -m pip install -q -r bench/requirements.txt pytest
+    fi
 fi
 [ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
 echo "setup: ok"

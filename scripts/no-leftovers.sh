@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# no-leftovers.sh start STAMP | check STAMP: the first and last steps of `make test`.
+#   start  writes the time (seconds since boot) to STAMP
+#   check  fails, naming them, if processes the tests start are still running: any process of
+#          the users only tests run as, and any process started after STAMP that runs one of
+#          the programs the tests start (a memofs server, a guest, a container runtime and its
+#          pause process, a benchmark's peer server). It ends them too, so that the next run
+#          starts clean, but the failure stands: a leftover is a bug in the test that left it.
+set -euo pipefail
+what=${1:?usage: no-leftovers.sh start|check STAMP}
+stamp=${2:?usage: no-leftovers.sh start|check STAMP}
+# Users that exist for the tests alone (scripts/setup.sh makes them).
+TEST_USERS=(memofs-podman)
+# What the tests and the harness's smoke runs start (comm names, at most 15 characters).
+PROGRAMS='^(memofs|memofs-virtiof|mount.memofs|qemu-system-x86|virtiofsd|passthrough_hp|passthrough_ll|bindfs|podman|conmon|catatonit|runc|weed|juicefs|redis-server|fsstress|pjdfstest)$'
+
+case $what in
+start)
+    mkdir -p "$(dirname "$stamp")"
+    awk '{ print $1 }' /proc/uptime >"$stamp"
+    exit 0
+    ;;
+check) ;;
+*) echo "usage: no-leftovers.sh start|check STAMP" >&2; exit 2 ;;
+esac
+
+since=$(cat "$stamp" 2>/dev/null || echo 0)
+hz=$(getconf CLK_TCK)
+declare -A test_uid=()
+for u in "${TEST_USERS[@]}"; do
+    uid=$(id -u "$u" 2>/dev/null) && test_uid[$uid]=$u
+done
+
+left=()
+for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [ "$pid" = $$ ] && continue
+    stat=$(cat "$dir/stat" 2>/dev/null) || continue
+    comm=$(cat "$dir/comm" 2>/dev/null) || continue
+    # The fields after the command name, which may hold spaces: field 22 is the start time.
+    rest=${stat##*) }
+    read -r -a f <<<"$rest"
+    started=$((f[19] / hz))
+    uid=$(awk '/^Uid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
+    if [ -n "${test_uid[$uid]:-}" ]; then
+        left+=("$pid")
+    elif [[ $comm =~ $PROGRAMS ]] && awk -v s="$started" -v t="$since" 'BEGIN { exit !(s >= int(t)) }'; then
+        left+=("$pid")
+    fi
+done
+
+((${#left[@]})) || { echo "no-leftovers: no process of the tests is left"; exit 0; }
+for pid in "${left[@]}"; do
+    echo "no-leftovers: process $pid (user $(stat -c %U "/proc/$pid" 2>/dev/null), $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)) outlived the tests" >&2
+done
+kill -KILL "${left[@]}" 2>/dev/null || true
+exit 1
