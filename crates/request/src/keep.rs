@@ -19,8 +19,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use memofs_core::atime::{AtimeMode, RELATIME_MAX_AGE_NS};
@@ -29,15 +28,92 @@ use memofs_core::{AtimePolicy, Attr, FileKind, Ino, Invalidator, Timestamp};
 /// Decides which caches may be kept, and drops them when relatime's day is up.
 pub(crate) struct Keeper {
     policy: AtimePolicy,
-    /// Where relatime's day ends: the refresh thread, started on first use.
-    refresh: OnceLock<Mutex<Sender<(Instant, Ino)>>>,
+    /// When each kept copy is to be dropped, shared with the refresh thread (started on
+    /// first use).
+    refresh: Arc<Refresh>,
+    started: OnceLock<()>,
+}
+
+/// The kept copies to drop, by when.
+#[derive(Default)]
+struct Refresh {
+    due: Mutex<Due>,
+    /// Signalled when a copy is due sooner than the refresh thread is waiting for.
+    sooner: Condvar,
+}
+
+/// One time per inode (the latest asked for), and a heap of times to look at. The heap may
+/// hold times an inode no longer has (a later one replaced it); it is rebuilt from `at` once
+/// those would be most of it, so it never holds more than about twice the inodes due.
+#[derive(Default)]
+struct Due {
+    at: HashMap<Ino, Instant>,
+    heap: BinaryHeap<Reverse<(Instant, Ino)>>,
+    /// The refresh thread has ended (its invalidator is gone): nothing more is kept.
+    ended: bool,
+}
+
+/// Times closer than this are the same time: a copy served again with the same atime is
+/// due at the same moment, give or take the time between the two clocks' readings.
+const SAME_TIME: Duration = Duration::from_secs(1);
+
+impl Due {
+    /// `ino` is due at `at` (replacing what it had); whether the heap's first time moved.
+    fn insert(&mut self, ino: Ino, at: Instant) -> bool {
+        if let Some(&old) = self.at.get(&ino) {
+            if at <= old + SAME_TIME && old <= at + SAME_TIME {
+                return false;
+            }
+            if at > old {
+                // Its heap entry fires first and finds the later time (see `take_due`).
+                self.at.insert(ino, at);
+                return false;
+            }
+        }
+        self.at.insert(ino, at);
+        let sooner = self
+            .heap
+            .peek()
+            .is_none_or(|Reverse((first, _))| at < *first);
+        self.heap.push(Reverse((at, ino)));
+        if self.heap.len() > 2 * self.at.len() + 64 {
+            self.heap = self.at.iter().map(|(&i, &t)| Reverse((t, i))).collect();
+        }
+        sooner
+    }
+
+    /// The inodes due by `now`, taken out; and how long until the next.
+    fn take_due(&mut self, now: Instant) -> (Vec<Ino>, Option<Duration>) {
+        let mut taken = Vec::new();
+        while let Some(&Reverse((at, ino))) = self.heap.peek() {
+            if at > now {
+                break;
+            }
+            self.heap.pop();
+            match self.at.get(&ino) {
+                Some(&t) if t == at => {
+                    self.at.remove(&ino);
+                    taken.push(ino);
+                }
+                // Moved later while this entry waited: look again then.
+                Some(&t) if t > at => self.heap.push(Reverse((t, ino))),
+                _ => {}
+            }
+        }
+        let next = self
+            .heap
+            .peek()
+            .map(|Reverse((at, _))| at.saturating_duration_since(now));
+        (taken, next)
+    }
 }
 
 impl Keeper {
     pub(crate) fn new(policy: AtimePolicy) -> Keeper {
         Keeper {
             policy,
-            refresh: OnceLock::new(),
+            refresh: Arc::new(Refresh::default()),
+            started: OnceLock::new(),
         }
     }
 
@@ -64,7 +140,7 @@ impl Keeper {
 
     /// The server served a read of the inode with `attr` (after its atime was updated) whose
     /// result the kernel keeps: under relatime, drop the kernel's copy through `inv` when
-    /// the day since that atime is up.
+    /// the day since that atime is up. The same copy served again asks nothing new.
     pub(crate) fn served(&self, attr: &Attr, inv: &Arc<dyn Invalidator>) {
         if self.policy.mode != AtimeMode::Relatime
             || self.policy.never(attr.kind == FileKind::Directory)
@@ -74,55 +150,56 @@ impl Keeper {
         let age = Timestamp::now().0.saturating_sub(attr.atime.0);
         let left =
             Duration::from_nanos((RELATIME_MAX_AGE_NS - age).clamp(0, u64::MAX as i128) as u64);
-        let tx = self.refresh.get_or_init(|| Mutex::new(start(inv.clone())));
-        let _ = tx
+        self.started
+            .get_or_init(|| start(self.refresh.clone(), inv.clone()));
+        let mut due = self.refresh.due.lock().unwrap_or_else(|e| e.into_inner());
+        if !due.ended && due.insert(attr.ino, Instant::now() + left) {
+            self.refresh.sooner.notify_one();
+        }
+    }
+
+    /// Inode times waiting in the refresh heap (for tests).
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.refresh.due.lock().unwrap().heap.len()
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.refresh
+            .due
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .send((Instant::now() + left, attr.ino));
+            .ended = true;
+        self.refresh.sooner.notify_one();
     }
 }
 
 /// The refresh thread: invalidates each inode when its time comes (only the latest time
-/// asked for an inode counts).
-fn start(inv: Arc<dyn Invalidator>) -> Sender<(Instant, Ino)> {
-    let (tx, rx) = channel::<(Instant, Ino)>();
+/// asked for an inode counts). It ends with the keeper.
+fn start(refresh: Arc<Refresh>, inv: Arc<dyn Invalidator>) {
     let spawned = std::thread::Builder::new()
         .name("memofs-relatime".into())
-        .spawn(move || {
-            let mut due: HashMap<Ino, Instant> = HashMap::new();
-            let mut heap = BinaryHeap::new();
-            loop {
-                let wait = heap
-                    .peek()
-                    .map(|Reverse((at, _)): &Reverse<(Instant, Ino)>| {
-                        at.saturating_duration_since(Instant::now())
-                    })
-                    .unwrap_or(Duration::from_secs(3600));
-                match rx.recv_timeout(wait) {
-                    Ok((at, ino)) => {
-                        due.insert(ino, at);
-                        heap.push(Reverse((at, ino)));
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-                let now = Instant::now();
-                while let Some(Reverse((at, ino))) = heap.peek().copied() {
-                    if at > now {
-                        break;
-                    }
-                    heap.pop();
-                    if due.get(&ino) == Some(&at) {
-                        due.remove(&ino);
-                        inv.inode(ino);
-                    }
-                }
+        .spawn(move || loop {
+            let mut due = refresh.due.lock().unwrap_or_else(|e| e.into_inner());
+            if due.ended {
+                return;
+            }
+            let (taken, next) = due.take_due(Instant::now());
+            if taken.is_empty() {
+                let wait = next.unwrap_or(Duration::from_secs(3600));
+                drop(refresh.sooner.wait_timeout(due, wait));
+                continue;
+            }
+            drop(due);
+            for ino in taken {
+                inv.inode(ino);
             }
         });
     if let Err(e) = spawned {
         log::warn!("no relatime refresh thread ({e}): kept caches stay until the inode changes");
     }
-    tx
 }
 
 #[cfg(test)]
@@ -214,5 +291,39 @@ mod tests {
         assert_eq!(*seen.0.lock().unwrap(), [7]);
         // noatime schedules nothing.
         keeper(AtimeMode::Noatime, false).served(&a, &inv);
+    }
+
+    #[test]
+    fn the_same_copy_served_again_and_again_waits_once() {
+        let inv: Arc<dyn Invalidator> = Arc::new(Seen(Mutex::new(Vec::new())));
+        let k = keeper(AtimeMode::Relatime, false);
+        let a = attr(FileKind::Directory, now() - 10, now() - 100);
+        for _ in 0..500_000 {
+            k.served(&a, &inv);
+        }
+        assert_eq!(k.waiting(), 1);
+        // Many inodes each served many times: one time each, give or take the rebuild slack.
+        for ino in 0..1000 {
+            for _ in 0..100 {
+                k.served(&Attr { ino, ..a }, &inv);
+            }
+        }
+        assert!(k.waiting() <= 2 * 1001 + 64, "{}", k.waiting());
+    }
+
+    #[test]
+    fn only_the_latest_time_asked_for_an_inode_counts() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut due = Due::default();
+        due.insert(7, t0 + s(10));
+        due.insert(7, t0 + s(20));
+        assert_eq!(due.take_due(t0 + s(15)).0, Vec::<Ino>::new());
+        assert_eq!(due.take_due(t0 + s(21)).0, vec![7]);
+        due.insert(8, t0 + s(30));
+        assert!(due.insert(8, t0 + s(25)), "an earlier time moves the first");
+        assert_eq!(due.take_due(t0 + s(26)).0, vec![8]);
+        assert_eq!(due.take_due(t0 + s(31)).0, Vec::<Ino>::new());
+        assert!(due.heap.is_empty() && due.at.is_empty());
     }
 }
