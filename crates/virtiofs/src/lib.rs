@@ -88,10 +88,13 @@ impl<B: Backend> VirtioFs<B> {
     }
 
     /// Serves every chain the guest made available on `vring`, with thread `thread`'s
-    /// buffers; tells the guest if it asked.
+    /// buffers; tells the guest if it asked. What a guest gets wrong here (a kick before
+    /// its memory is known, a head index outside the queue) is logged and skipped: the
+    /// queue's thread goes on serving, as it must for the chains that follow.
     fn process(&self, thread: usize, vring: &VringRwLock) -> io::Result<()> {
         let Some(atomic) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
-            return Err(io::Error::other("a queue event before the guest's memory"));
+            log::warn!("queue {thread}: kicked before the guest's memory is known: ignored");
+            return Ok(());
         };
         let mem = atomic.memory();
         let Some(bufs) = self.buffers.get(thread) else {
@@ -104,15 +107,12 @@ impl<B: Backend> VirtioFs<B> {
             let Some(chain) = chain else { break };
             let head = chain.head_index();
             let written = chain::serve(&self.guest_fs, &*mem, chain, &mut bufs);
-            vring
-                .add_used(head, written)
-                .map_err(|e| io::Error::other(format!("used ring: {e}")))?;
-            used = true;
+            match vring.add_used(head, written) {
+                Ok(()) => used = true,
+                Err(e) => log::warn!("queue {thread}: chain at head {head} not returned: {e}"),
+            }
         }
-        let notify = vring
-            .needs_notification()
-            .map_err(|e| io::Error::other(format!("used ring: {e}")))?;
-        if used && notify {
+        if used && vring.needs_notification().unwrap_or(true) {
             vring.signal_used_queue()?;
         }
         Ok(())
@@ -186,16 +186,20 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         }
         // With EVENT_IDX the guest is not told to kick again until the queue is seen empty
         // with notifications on: look once more after turning them on.
+        // A ring the guest placed outside its memory fails here: logged, and the queue waits
+        // for its next kick.
         loop {
-            vring
-                .disable_notification()
-                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
+            if let Err(e) = vring.disable_notification() {
+                log::warn!("queue {queue}: {e}");
+            }
             self.process(thread_id, vring)?;
-            let more = vring
-                .enable_notification()
-                .map_err(|e| io::Error::other(format!("queue {queue}: {e}")))?;
-            if !more {
-                return Ok(());
+            match vring.enable_notification() {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    log::warn!("queue {queue}: {e}");
+                    return Ok(());
+                }
             }
         }
     }

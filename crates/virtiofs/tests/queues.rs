@@ -1,0 +1,112 @@
+//! A queue as the device's thread sees it, driven through the vhost-user backend's own
+//! entry point (`handle_event`), with rings a hostile guest laid out: whatever it gets
+//! wrong, the thread keeps serving the chains that follow.
+
+use std::sync::Arc;
+
+use memofs_core::options::parse_options;
+use memofs_core::plan::{BackendKind, MountPlan};
+use memofs_mem::{MemConfig, MemFs};
+use memofs_proto::abi;
+use memofs_request::Stats;
+use memofs_virtiofs::{GuestFs, VirtioFs};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
+use virtio_queue::desc::{split::Descriptor, RawDescriptor};
+use virtio_queue::mock::MockSplitQueue;
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+const SIZE: u16 = 256;
+const REQUEST_AT: u64 = 0x10_0000;
+const REPLY_AT: u64 = 0x40_0000;
+
+fn device() -> VirtioFs<MemFs> {
+    let opts = parse_options::<String>(&[], 1 << 30).unwrap();
+    let plan = MountPlan::new(&opts, BackendKind::Mem, false);
+    let fs = MemFs::new(MemConfig::default()).unwrap();
+    VirtioFs::new(GuestFs::new(Arc::new(fs), plan, Arc::new(Stats::default()))).unwrap()
+}
+
+fn init_request() -> Vec<u8> {
+    let mut i = abi::fuse_init_in::new_zeroed();
+    i.major = abi::KERNEL_VERSION;
+    i.minor = abi::KERNEL_MINOR_VERSION;
+    let mut h = abi::fuse_in_header::new_zeroed();
+    h.len = (std::mem::size_of::<abi::fuse_in_header>() + i.as_bytes().len()) as u32;
+    h.opcode = abi::opcode::INIT;
+    h.unique = 9;
+    let mut v = h.as_bytes().to_vec();
+    v.extend_from_slice(i.as_bytes());
+    v
+}
+
+/// A queue of [`SIZE`] entries in `mem`, set up as a VMM would set it up.
+fn vring(
+    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
+    q: &MockSplitQueue<GuestMemoryMmap>,
+) -> VringRwLock {
+    let vring = VringRwLock::new(mem.clone(), 1024).unwrap();
+    vring.set_queue_size(SIZE);
+    vring
+        .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0)
+        .unwrap();
+    vring.set_queue_ready(true);
+    vring.set_enabled(true);
+    vring
+}
+
+#[test]
+fn a_head_outside_the_queue_is_skipped_and_the_next_chain_served() {
+    let mem = GuestMemoryAtomic::new(
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap(),
+    );
+    let guard = mem.memory();
+    let q = MockSplitQueue::new(&*guard, SIZE);
+    let dev = device();
+    dev.update_memory(mem.clone()).unwrap();
+    let vring = vring(&mem, &q);
+    // The first available entry names descriptor 5000 of a 256-entry queue; the second is
+    // an ordinary INIT.
+    q.avail().ring().ref_at(0).unwrap().store(5000);
+    q.avail().idx().store(1);
+    let req = init_request();
+    guard.write_slice(&req, GuestAddress(REQUEST_AT)).unwrap();
+    let descs = [
+        RawDescriptor::from(Descriptor::new(
+            REQUEST_AT,
+            req.len() as u32,
+            VRING_DESC_F_NEXT as u16,
+            1,
+        )),
+        RawDescriptor::from(Descriptor::new(
+            REPLY_AT,
+            4096,
+            VRING_DESC_F_WRITE as u16,
+            0,
+        )),
+    ];
+    q.add_desc_chains(&descs, 0).unwrap();
+    assert_eq!(q.avail().idx().load(), 2);
+    dev.handle_event(0, EventSet::IN, std::slice::from_ref(&vring), 1)
+        .expect("the queue's thread goes on");
+    assert_eq!(q.used().idx().load(), 1, "the INIT chain was returned");
+    let mut out = vec![0u8; 16];
+    guard.read_slice(&mut out, GuestAddress(REPLY_AT)).unwrap();
+    let h = abi::fuse_out_header::read_from_prefix(&out).unwrap().0;
+    assert_eq!((h.error, h.unique), (0, 9), "INIT answered");
+}
+
+#[test]
+fn a_kick_before_the_guest_memory_is_known_is_ignored() {
+    let mem = GuestMemoryAtomic::new(
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap(),
+    );
+    let guard = mem.memory();
+    let q = MockSplitQueue::new(&*guard, SIZE);
+    let dev = device();
+    let vring = vring(&mem, &q);
+    dev.handle_event(0, EventSet::IN, &[vring], 1)
+        .expect("the queue's thread goes on");
+}
