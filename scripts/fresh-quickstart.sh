@@ -46,6 +46,10 @@ printf 'version = "12"\ndefault_toolchain = "%s"\n' "$(basename "$toolchain")" >
 cp -a "$(command -v rustup)" "$F/root/.cargo/bin/"
 for tool in cargo rustc; do ln -sf rustup "$F/root/.cargo/bin/$tool"; done
 cp /etc/ssl/certs/ca-certificates.crt "$F/etc/ssl/certs/"
+# ... kept as a local certificate too, so that the bundle apt rebuilds when it installs
+# ca-certificates still trusts what this host trusts (a proxy's own certificate authority).
+mkdir -p "$F/usr/local/share/ca-certificates"
+cp /etc/ssl/certs/ca-certificates.crt "$F/usr/local/share/ca-certificates/host.crt"
 cp /etc/apt/apt.conf.d/* "$F/etc/apt/apt.conf.d/" 2>/dev/null || true
 cp /etc/resolv.conf "$F/etc/"
 git clone -q "$repo" "$F/root/memofs"
