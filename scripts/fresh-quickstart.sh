@@ -44,7 +44,10 @@ mkdir -p "$F/root/.cargo/bin" "$F/root/.rustup/toolchains" "$F/etc/ssl/certs"
 cp -a "$toolchain" "$F/root/.rustup/toolchains/"
 printf 'version = "12"\ndefault_toolchain = "%s"\n' "$(basename "$toolchain")" >"$F/root/.rustup/settings.toml"
 cp -a "$(command -v rustup)" "$F/root/.cargo/bin/"
-for tool in cargo rustc; do ln -sf rustup "$F/root/.cargo/bin/$tool"; done
+# rustup's proxies, as its default profile installs them (the lint step runs fmt and clippy).
+for tool in cargo rustc rustdoc rustfmt cargo-fmt cargo-clippy clippy-driver; do
+    ln -sf rustup "$F/root/.cargo/bin/$tool"
+done
 cp /etc/ssl/certs/ca-certificates.crt "$F/etc/ssl/certs/"
 # ... kept as a local certificate too, so that the bundle apt rebuilds when it installs
 # ca-certificates still trusts what this host trusts (a proxy's own certificate authority).

@@ -38,6 +38,13 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
+# The lint step (make test) runs rustfmt and clippy: rustup's minimal profile lacks them.
+if [ "$what" = all ] && command -v rustup >/dev/null; then
+    for c in rustfmt clippy; do
+        rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+    done
+fi
+
 if [ "$what" = mount ]; then
     [ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
     echo "setup: ok (what mounting needs)"
