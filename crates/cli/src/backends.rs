@@ -75,11 +75,17 @@ pub fn plan_settings(plan: &MountPlan) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The passthrough backend for `source`.
-pub fn passthrough(source: &Path, plan: &mut MountPlan) -> Built<PassthroughFs> {
+/// The passthrough backend exporting `source`, leaving `reserved_fds` descriptors below the
+/// process's limit for what else the process holds.
+pub fn passthrough(
+    source: &Path,
+    plan: &mut MountPlan,
+    reserved_fds: usize,
+) -> Built<PassthroughFs> {
     let config = PassthroughConfig {
         atime: plan.atime,
         watch: plan.watch,
+        reserved_fds,
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;

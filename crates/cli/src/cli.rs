@@ -83,10 +83,23 @@ pub struct VirtiofsdArgs {
     /// Accepted for virtiofsd's callers: each queue is served by a thread of its own
     #[arg(long = "thread-pool-size", value_name = "N")]
     pub thread_pool_size: Option<usize>,
-    /// Accepted for virtiofsd's callers (namespace, chroot, none): memofs confines every
-    /// host access to the shared directory itself (openat2 RESOLVE_BENEATH)
-    #[arg(long = "sandbox", value_name = "MODE")]
+    /// What the server sees of the host: namespace (the default: new namespaces whose root
+    /// is the shared directory, or an empty one), chroot (chroot into it), none
+    #[arg(long = "sandbox", value_name = "namespace|chroot|none")]
     pub sandbox: Option<String>,
+    /// The seccomp filter: kill (the default: any system call the server does not make ends
+    /// it), log, trap (report and refuse), none
+    #[arg(long = "seccomp", value_name = "kill|log|trap|none")]
+    pub seccomp: Option<String>,
+    /// Change the capabilities the server keeps (none for the mem backend; chown,
+    /// dac_override, dac_read_search, fowner, fsetid, setgid, setuid, mknod, setfcap for a
+    /// shared directory): +NAME adds, -NAME removes, e.g. +sys_admin:-mknod
+    #[arg(long = "modcaps", value_name = "+CAP:-CAP...")]
+    pub modcaps: Option<String>,
+    /// Make the socket 0660 and owned by this group (default 0600: only the server's user
+    /// may connect)
+    #[arg(long = "socket-group", value_name = "GROUP")]
+    pub socket_group: Option<String>,
     /// Accepted for virtiofsd's callers: mounts below the shared directory are not
     /// crossed
     #[arg(long = "announce-submounts")]

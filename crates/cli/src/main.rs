@@ -5,8 +5,11 @@ mod backends;
 mod cli;
 mod daemon;
 mod mount;
+mod sandbox;
+mod seccomp;
 mod stats;
 mod umount;
+mod vhost_socket;
 mod virtiofsd;
 
 use std::process::ExitCode;

@@ -71,11 +71,13 @@ pub fn main(args: &MountArgs) -> ExitCode {
     };
     let mut plan = MountPlan::new(&opts, kind, privileged);
     let built = match source {
-        Some(src) => backends::passthrough(src, &mut plan).map(|(b, s)| {
-            let fs = b.clone();
-            let features = Box::new(move || backends::passthrough_features(&fs));
-            serve(b, s, features, plan, &mountpoint, ready_fd)
-        }),
+        Some(src) => {
+            backends::passthrough(src, &mut plan, memofs_passthrough::RESERVED_FDS).map(|(b, s)| {
+                let fs = b.clone();
+                let features = Box::new(move || backends::passthrough_features(&fs));
+                serve(b, s, features, plan, &mountpoint, ready_fd)
+            })
+        }
         None => backends::mem(&opts, &mut plan)
             .map(|(b, s)| serve(b, s, Box::new(Vec::new), plan, &mountpoint, ready_fd)),
     };

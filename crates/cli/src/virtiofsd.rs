@@ -3,21 +3,24 @@
 //! names virtiofsd can name memofs instead.
 
 use std::os::fd::{FromRawFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use memofs_control::StatsSource;
-use memofs_core::options::parse_options;
+use memofs_core::options::{parse_options, MountOptions};
 use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::Backend;
+use memofs_mem::MemFs;
+use memofs_passthrough::PassthroughFs;
 use memofs_request::invalidate::Invalidated;
 use memofs_request::Stats;
 use memofs_virtiofs::Listener;
 use memofs_virtiofs::{GuestFs, VirtioFs};
 
 use crate::cli::VirtiofsdArgs;
-use crate::{backends, daemon, fail, mount, EXIT_FAILURE, EXIT_USAGE};
+use crate::vhost_socket::{self, SocketFile};
+use crate::{backends, daemon, fail, mount, sandbox, seccomp, EXIT_FAILURE, EXIT_USAGE};
 
 /// What `--print-capabilities` prints: the vhost-user backend description QEMU and libvirt
 /// read (docs/interop/vhost-user.json): a device of type `fs`, no optional features.
@@ -28,11 +31,13 @@ pub const CAPABILITIES: &str = "{\n  \"type\": \"fs\",\n  \"features\": []\n}";
 struct Legacy {
     source: Option<PathBuf>,
     cache: Option<String>,
+    sandbox: Option<String>,
 }
 
 /// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`, where
-/// `,,` stands for a comma as libvirt writes it; `cache=`; and what memofs has no use for:
-/// `sandbox=`, `xattr`, `no_xattr`, `posix_lock`, `no_posix_lock`, `flock`, `no_flock`).
+/// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; and what memofs does
+/// anyway: `xattr`, `posix_lock`, `flock`, or has no use for: `no_xattr`, `no_posix_lock`,
+/// `no_flock`).
 fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
     let mut legacy = Legacy::default();
     let mut ours = Vec::new();
@@ -40,7 +45,7 @@ fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
         match o.split_once('=') {
             Some(("source", dir)) => legacy.source = Some(dir.into()),
             Some(("cache", mode)) => legacy.cache = Some(mode.into()),
-            Some(("sandbox", _)) => {}
+            Some(("sandbox", mode)) => legacy.sandbox = Some(mode.into()),
             None if matches!(
                 o.as_str(),
                 "xattr" | "no_xattr" | "posix_lock" | "no_posix_lock" | "flock" | "no_flock"
@@ -69,32 +74,32 @@ fn split_escaped(list: &str) -> Vec<String> {
     items
 }
 
-/// The listening socket: a path (a stale socket file there is replaced), or a descriptor
-/// the caller passed.
-fn listener(args: &VirtiofsdArgs) -> Result<Listener, (u8, String)> {
+/// The listening socket: a path (locked, and a stale socket file there replaced), or a
+/// descriptor the caller passed.
+fn listener(args: &VirtiofsdArgs) -> Result<(Listener, Option<SocketFile>), (u8, String)> {
     match (&args.socket_path, args.fd) {
         (Some(path), None) => {
-            // A socket a live server listens on stays; a stale one is replaced.
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err((
-                    EXIT_FAILURE,
-                    format!("{} is in use: another server listens on it", path.display()),
-                ));
-            }
-            Listener::new(path, true).map_err(|e| {
-                (
-                    EXIT_FAILURE,
-                    format!("cannot listen on {}: {e}", path.display()),
-                )
-            })
+            let group = match &args.socket_group {
+                Some(g) => Some(vhost_socket::group(g).map_err(|e| (EXIT_USAGE, e))?),
+                None => None,
+            };
+            let (listener, file) =
+                vhost_socket::bind(path, group).map_err(|e| (EXIT_FAILURE, e))?;
+            Ok((Listener::from(listener), Some(file)))
         }
         (None, Some(fd)) => {
             if fd <= 2 || !is_socket(fd) {
                 return Err((EXIT_USAGE, format!("--fd {fd} is not an inherited socket")));
             }
+            if args.socket_group.is_some() {
+                return Err((
+                    EXIT_USAGE,
+                    "--socket-group names the group of a socket file, and --fd has none".into(),
+                ));
+            }
             // SAFETY: `fd` is an open socket the caller handed to this process for the
             // listener to own; nothing else in the process uses it.
-            Ok(unsafe { Listener::from_raw_fd(fd) })
+            Ok((unsafe { Listener::from_raw_fd(fd) }, None))
         }
         (Some(_), Some(_)) => Err((EXIT_USAGE, "give --socket-path or --fd, not both".into())),
         (None, None) => Err((
@@ -108,17 +113,21 @@ fn is_socket(fd: RawFd) -> bool {
     daemon::fstat_raw(fd).is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
 }
 
-pub fn main(args: &VirtiofsdArgs) -> ExitCode {
-    daemon::block_stop_signals();
-    if args.print_capabilities {
-        println!("{CAPABILITIES}");
-        return ExitCode::SUCCESS;
-    }
+/// What the command line asks for, checked before anything is set up.
+struct Setup {
+    opts: MountOptions,
+    source: Option<PathBuf>,
+    sandbox: sandbox::Mode,
+    seccomp: seccomp::Mode,
+    caps: caps::CapsHashSet,
+}
+
+fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
+    let usage = |e: String| (EXIT_USAGE, e);
     if args.readonly {
-        return fail(
-            EXIT_USAGE,
-            "--readonly is not supported: mount read-only in the guest (mount -o ro)",
-        );
+        return Err(usage(
+            "--readonly is not supported: mount read-only in the guest (mount -o ro)".into(),
+        ));
     }
     let (mut options, legacy) = split_options(&args.options);
     let source = args.shared_dir.clone().or(legacy.source);
@@ -129,59 +138,142 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         None if source.is_some() => options.push("cache=auto".into()),
         None => {}
     }
-    let opts = match parse_options(&options, mount::ram_bytes()) {
-        Ok(o) => o,
-        Err(e) => return fail(EXIT_USAGE, e),
-    };
+    let opts = parse_options(&options, mount::ram_bytes()).map_err(|e| usage(e.to_string()))?;
     if let Some(msg) = backends::foreign_option(&options, source.is_some()) {
-        return fail(EXIT_USAGE, msg);
+        return Err(usage(msg));
     }
+    let sandbox = sandbox::Mode::parse(args.sandbox.as_deref().or(legacy.sandbox.as_deref()))
+        .map_err(usage)?;
+    let seccomp = seccomp::Mode::parse(args.seccomp.as_deref()).map_err(usage)?;
+    let caps = sandbox::kept_caps(source.is_some(), args.modcaps.as_deref()).map_err(usage)?;
     let source = match source {
-        Some(dir) => match backends::check_source(&dir, None) {
-            Ok(s) => Some(s),
-            Err(e) => return fail(EXIT_FAILURE, e),
-        },
+        Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
         None => None,
     };
-    let listener = match listener(args) {
-        Ok(l) => l,
+    Ok(Setup {
+        opts,
+        source,
+        sandbox,
+        seccomp,
+        caps,
+    })
+}
+
+pub fn main(args: &VirtiofsdArgs) -> ExitCode {
+    daemon::block_stop_signals();
+    if args.print_capabilities {
+        println!("{CAPABILITIES}");
+        return ExitCode::SUCCESS;
+    }
+    let setup = match setup(args) {
+        Ok(s) => s,
         Err((code, msg)) => return fail(code, msg),
     };
     let debug = args.debug.then_some("debug");
     mount::init_logging(
         debug
             .or(args.log_level.as_deref())
-            .unwrap_or(mount::log_level(&opts)),
+            .unwrap_or(mount::log_level(&setup.opts)),
     );
-    if let Some(mode) = &args.sandbox {
-        log::info!("--sandbox={mode}: every host access is confined to the shared directory");
-    }
-    let privileged = backends::privileged();
-    let kind = match source {
+    let kind = match setup.source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,
     };
-    let mut plan = MountPlan::new(&opts, kind, privileged);
-    plan.without_notifications();
-    let served = match &source {
-        Some(src) => backends::passthrough(src, &mut plan)
-            .map(|(b, s)| serve(b, s, plan, listener, args.socket_path.as_deref())),
-        None => backends::mem(&opts, &mut plan)
-            .map(|(b, s)| serve(b, s, plan, listener, args.socket_path.as_deref())),
+    let mut plan = MountPlan::new(&setup.opts, kind, backends::privileged());
+    if let Err(e) = plan.without_notifications() {
+        return fail(EXIT_USAGE, e);
+    }
+    let (listener, socket) = match listener(args) {
+        Ok(l) => l,
+        Err((code, msg)) => return fail(code, msg),
+    };
+    // Past here a sandboxed server runs in a child; this process waits for it and then
+    // removes the socket files, which the child no longer sees.
+    let unprivileged = !nix::unistd::geteuid().is_root();
+    let cleanup = socket.as_ref().map(|s| s.path().to_path_buf());
+    if let Err(e) = sandbox::enter(setup.sandbox, unprivileged, || {
+        if let Some(s) = &socket {
+            s.remove();
+        }
+    }) {
+        return fail(EXIT_FAILURE, e);
+    }
+    // The control socket is bound while the host's files are in sight, answered from inside.
+    let control = cleanup
+        .as_deref()
+        .and_then(|path| match memofs_control::bind_device(path) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                log::warn!("memofs stats will not work for this device: {e}");
+                None
+            }
+        });
+    let served = match &setup.source {
+        Some(src) => confined(&setup, || backends::passthrough(src, &mut plan, VMM_FDS))
+            .map(|(b, s)| serve(b, s, plan, listener, control, &setup, socket)),
+        None => confined(&setup, || backends::mem(&setup.opts, &mut plan))
+            .map(|(b, s)| serve(b, s, plan, listener, control, &setup, socket)),
     };
     served.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
+/// Descriptors left for the VMM's: a guest memory region for each of the memory slots
+/// offered (509, vhost-user-backend's), two events per queue, the connection.
+const VMM_FDS: usize = 509 + 2 * (1 + memofs_virtiofs::REQUEST_QUEUES) + 64;
+
+/// Builds the backend with `build` inside the sandbox's root (while the host's files are
+/// still in sight), then keeps only what the server needs: its capabilities, no new
+/// privileges, the seccomp filter.
+fn confined<B: Backend + ConfinedBackend>(
+    setup: &Setup,
+    build: impl FnOnce() -> backends::Built<B>,
+) -> backends::Built<B> {
+    let mut built = None;
+    sandbox::confine(setup.sandbox, setup.source.as_deref(), || {
+        built = Some(build()?);
+        Ok(())
+    })?;
+    let (backend, settings) = built.expect("confine runs the build or fails");
+    if setup.sandbox != sandbox::Mode::None {
+        backend.without_host_paths()?;
+    }
+    sandbox::restrict(&setup.caps)?;
+    seccomp::install(setup.seccomp)?;
+    Ok((backend, settings))
+}
+
+/// What a backend must do once the host's paths are gone (a sandbox's root).
+trait ConfinedBackend {
+    fn without_host_paths(&self) -> Result<(), String>;
+}
+
+impl ConfinedBackend for MemFs {
+    fn without_host_paths(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl ConfinedBackend for PassthroughFs {
+    fn without_host_paths(&self) -> Result<(), String> {
+        self.work_without_host_paths()
+            .map_err(|e| format!("--sandbox: cannot work in /proc/self/fd: {e}"))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serve<B: Backend + 'static>(
     backend: Arc<B>,
     backend_settings: Vec<(String, String)>,
     plan: MountPlan,
     listener: Listener,
-    socket: Option<&Path>,
+    control: Option<(std::os::unix::net::UnixListener, memofs_control::Control)>,
+    setup: &Setup,
+    socket: Option<SocketFile>,
 ) -> ExitCode {
     let guest_fs = GuestFs::new(backend.clone(), plan, Arc::new(Stats::default()));
     let mut settings = backends::plan_settings(guest_fs.plan());
     settings.push(("transport".into(), "virtio-fs (vhost-user-fs)".into()));
+    settings.push(("sandbox".into(), describe(setup)));
     settings.extend(backend_settings);
     let source = StatsSource {
         invalidate: Box::new(|| Invalidated {
@@ -197,22 +289,24 @@ fn serve<B: Backend + 'static>(
     };
     // `memofs stats SOCKET` reaches the device through a control socket named after the
     // vhost-user socket file (none for an inherited --fd, which has no file to name).
-    let control = socket.and_then(|path| match memofs_control::serve_device(path, source) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            log::warn!("memofs stats will not work for this device: {e}");
-            None
+    let control = control.and_then(|(listener, control)| {
+        match memofs_control::answer_device(listener, source) {
+            Ok(()) => Some(control),
+            Err(e) => {
+                log::warn!("memofs stats will not work for this device: {e}");
+                None
+            }
         }
     });
+    // Where the server still sees the host's files (no sandbox) it removes its sockets
+    // itself; a sandboxed one leaves that to its supervisor, since those paths now name
+    // files of the shared directory.
+    let sandboxed = setup.sandbox != sandbox::Mode::None;
+    let ends = Arc::new(std::sync::Mutex::new((control, socket)));
+    let on_stop = ends.clone();
     // A stop signal (a service manager's) ends the server with its sockets removed.
-    let control = Arc::new(std::sync::Mutex::new(control));
-    let on_stop = control.clone();
-    let vhost_socket = socket.map(Path::to_path_buf);
     daemon::on_stop_signal(move |_| {
-        drop(on_stop.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some(path) = vhost_socket {
-            let _ = std::fs::remove_file(path);
-        }
+        end(&on_stop, sandboxed);
         std::process::exit(0);
     });
     let device = match VirtioFs::new(guest_fs) {
@@ -220,11 +314,49 @@ fn serve<B: Backend + 'static>(
         Err(e) => return fail(EXIT_FAILURE, format!("cannot set up the device: {e}")),
     };
     let served = memofs_virtiofs::serve(device, listener);
-    drop(control.lock().unwrap_or_else(|e| e.into_inner()).take());
+    end(&ends, sandboxed);
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, e),
     }
+}
+
+type Ends = std::sync::Mutex<(Option<memofs_control::Control>, Option<SocketFile>)>;
+
+/// The server's sockets go: removed here, or (`sandboxed`) only closed, their files left to
+/// the supervisor.
+fn end(ends: &Ends, sandboxed: bool) {
+    let (control, socket) = &mut *ends.lock().unwrap_or_else(|e| e.into_inner());
+    let control = control.take();
+    let socket = socket.take();
+    match (sandboxed, control) {
+        (true, Some(c)) => c.close_only(),
+        (_, control) => drop(control),
+    }
+    if let (false, Some(s)) = (sandboxed, &socket) {
+        s.remove();
+    }
+}
+
+/// The sandbox, as `memofs stats` shows it.
+fn describe(setup: &Setup) -> String {
+    let mut caps: Vec<String> = setup
+        .caps
+        .iter()
+        .map(|c| c.to_string().trim_start_matches("CAP_").to_lowercase())
+        .collect();
+    caps.sort();
+    format!(
+        "{:?}, seccomp {:?}, capabilities: {}",
+        setup.sandbox,
+        setup.seccomp,
+        if caps.is_empty() {
+            "none".into()
+        } else {
+            caps.join(" ")
+        }
+    )
+    .to_lowercase()
 }
 
 /// Why `memofs invalidate` cannot act on a virtio-fs device, and what stands in for it.
@@ -248,6 +380,7 @@ mod tests {
             Legacy {
                 source: Some("/srv/a,b".into()),
                 cache: Some("always".into()),
+                sandbox: Some("chroot".into()),
             }
         );
     }

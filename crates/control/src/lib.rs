@@ -403,6 +403,15 @@ impl Control {
     }
 }
 
+impl Control {
+    /// Ends without removing the socket file: for a server that no longer sees the host's
+    /// files (a sandbox), where its path may name another file; someone outside removes it
+    /// ([`remove_device_socket`]).
+    pub fn close_only(mut self) {
+        self.at = Listening::Abstract(Vec::new());
+    }
+}
+
 impl Drop for Control {
     fn drop(&mut self) {
         if let Listening::File(path, ino) = &self.at {
@@ -440,6 +449,13 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 /// moment it exists: the socket's mode is set before `bind(2)` creates the file, which
 /// takes it from there (less the umask), so no other user can connect in between.
 fn bind_private(path: &Path) -> io::Result<UnixListener> {
+    bind_socket(path, 0o600)
+}
+
+/// A listening socket at `path` whose file has at most the permission bits `mode` from
+/// the moment it exists (the socket's mode is set before `bind(2)` creates the file; the
+/// umask can only take bits away).
+pub fn bind_socket(path: &Path, mode: u32) -> io::Result<UnixListener> {
     let mut addr: libc::sockaddr_un = zeroed_sockaddr();
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     let bytes = path.as_os_str().as_bytes();
@@ -463,7 +479,7 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
     // SAFETY: fchmod, bind and listen on the socket this function owns; `addr` is a
     // sockaddr_un whose first `len` bytes hold the family and the NUL-terminated path.
     let r = unsafe {
-        if libc::fchmod(sock.as_raw_fd(), 0o600) < 0
+        if libc::fchmod(sock.as_raw_fd(), mode as libc::mode_t) < 0
             || libc::bind(
                 sock.as_raw_fd(),
                 (&addr as *const libc::sockaddr_un).cast(),
@@ -571,16 +587,30 @@ fn device_identity(vhost_socket: &Path) -> io::Result<(u64, u64)> {
     Ok((meta.dev(), meta.ino()))
 }
 
-/// Starts the control socket of a virtio-fs device listening on the vhost-user socket file
-/// `vhost_socket` (as [`serve`] does for a mount, in the same private directory; a device
-/// has no mount to tell an abstract name, so there is no fallback).
-pub fn serve_device(vhost_socket: &Path, source: StatsSource) -> io::Result<Control> {
+/// The control socket of a virtio-fs device listening on the vhost-user socket file
+/// `vhost_socket` (as [`serve`] makes one for a mount, in the same private directory; a
+/// device has no mount to tell an abstract name, so there is no fallback), bound but not
+/// yet answered: a sandboxed server binds it while it still sees the host's files, and
+/// answers it ([`answer_device`]) from inside.
+pub fn bind_device(vhost_socket: &Path) -> io::Result<(UnixListener, Control)> {
     let id = device_identity(vhost_socket)?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid().as_raw();
     let (listener, at) = listen_at(device_socket_path(uid, id))?;
-    answer_on(listener, source)?;
-    Ok(Control { at })
+    Ok((listener, Control { at }))
+}
+
+/// Answers `memofs stats` on a device's control socket from a background thread.
+pub fn answer_device(listener: UnixListener, source: StatsSource) -> io::Result<()> {
+    answer_on(listener, source)
+}
+
+/// Removes the control socket file of the device listening on `vhost_socket`: for a server
+/// whose own end cannot (a sandboxed one no longer sees the host's files).
+pub fn remove_device_socket(vhost_socket: &Path) {
+    let uid = nix::unistd::geteuid().as_raw();
+    if let Ok(id) = device_identity(vhost_socket) {
+        let _ = std::fs::remove_file(device_socket_path(uid, id));
+    }
 }
 
 /// Sends `command` to the virtio-fs device listening on `vhost_socket` and returns its JSON

@@ -158,10 +158,23 @@ impl MountPlan {
     }
 
     /// The transport cannot notify the kernel (virtio-fs): `writeback=auto` stays off, since
-    /// pages whose writeback failed could not be dropped from the guest's cache.
-    pub fn without_notifications(&mut self) {
+    /// pages whose writeback failed could not be dropped from the guest's cache, and no
+    /// host-change watcher runs (`watch=auto` is off), since what it sees could not be told.
+    /// A watcher asked for by name is refused: it would watch for nothing.
+    pub fn without_notifications(&mut self) -> Result<(), String> {
         if self.writeback == Want::Auto {
             self.writeback = Want::Off;
+        }
+        match self.watch {
+            WatchMode::Auto | WatchMode::Off => {
+                self.watch = WatchMode::Off;
+                Ok(())
+            }
+            asked => Err(format!(
+                "watch={} cannot work here: virtio-fs carries no notifications to the guest, so \
+                 host changes show when the cache timeouts run out (--cache=auto or never)",
+                format!("{asked:?}").to_lowercase()
+            )),
         }
     }
 
@@ -301,14 +314,25 @@ mod tests {
         assert!(p.writeback());
         // No notifications (virtio-fs): auto stays off, an explicit on holds.
         let mut p = MountPlan::new(&o, BackendKind::Mem, false);
-        p.without_notifications();
+        p.without_notifications().unwrap();
         p.adopt(pages);
         assert!(!p.writeback());
         let o = parse_options(&["writeback=on"], 8 << 30).unwrap();
         let mut p = MountPlan::new(&o, BackendKind::Mem, false);
-        p.without_notifications();
+        p.without_notifications().unwrap();
         p.adopt(pages);
         assert!(p.writeback());
+    }
+
+    #[test]
+    fn without_notifications_no_watcher_runs_and_one_asked_for_is_refused() {
+        let o = parse_options(&[""; 0], 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Passthrough, true);
+        p.without_notifications().unwrap();
+        assert_eq!(p.watch, WatchMode::Off);
+        let o = parse_options(&["watch=inotify"], 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Passthrough, true);
+        assert!(p.without_notifications().unwrap_err().contains("watch=inotify"));
     }
 
     #[test]

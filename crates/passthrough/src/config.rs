@@ -7,7 +7,8 @@ use memofs_core::AtimePolicy;
 /// Every inode the kernel holds costs one descriptor, and the kernel keeps inodes cached
 /// until memory pressure, so a `find` over a large tree needs one descriptor per entry
 /// walked. The default is therefore high; it is lowered at startup to what `RLIMIT_NOFILE`
-/// allows after raising the soft limit to the hard one (minus [`crate::RESERVED_FDS`]).
+/// allows after raising the soft limit to the hard one (minus
+/// [`PassthroughConfig::reserved_fds`]).
 pub const DEFAULT_MAX_OPEN_FDS: usize = 1 << 20;
 
 pub use memofs_core::options::WatchMode;
@@ -28,6 +29,9 @@ pub struct PassthroughConfig {
     pub cross_mounts: bool,
     /// The host-change watcher, started by `attach_invalidator`.
     pub watch: WatchMode,
+    /// Descriptors left below `RLIMIT_NOFILE` for what the process holds besides the
+    /// backend's (the transport's, a VMM's shared memory regions and queue events).
+    pub reserved_fds: usize,
 }
 
 impl Default for PassthroughConfig {
@@ -37,6 +41,7 @@ impl Default for PassthroughConfig {
             max_open_fds: DEFAULT_MAX_OPEN_FDS,
             cross_mounts: true,
             watch: WatchMode::Auto,
+            reserved_fds: crate::RESERVED_FDS,
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use memofs_core::{Errno, Result};
@@ -139,6 +139,9 @@ impl Drop for CountedFd {
 #[derive(Debug)]
 pub(crate) struct ProcSelf {
     fd_dir: OwnedFd,
+    /// The process works in this directory ([`ProcSelf::work_here`]): paths are the bare
+    /// `N`, which is all a server confined to the export (where no `/proc` is) can use.
+    relative: AtomicBool,
 }
 
 impl ProcSelf {
@@ -149,7 +152,18 @@ impl ProcSelf {
             libc::O_PATH | libc::O_DIRECTORY,
         )
         .map_err(std::io::Error::from)?;
-        Ok(ProcSelf { fd_dir: fd })
+        Ok(ProcSelf {
+            fd_dir: fd,
+            relative: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes `/proc/self/fd` the process's working directory, so that calls that take only
+    /// a path name a descriptor `N` as `N` (the process's root may have no `/proc`).
+    pub(crate) fn work_here(&self) -> std::io::Result<()> {
+        sys::io::fchdir(self.fd_dir.as_fd()).map_err(std::io::Error::from)?;
+        self.relative.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// `/proc/self/fd` itself, for `*at()` calls with [`ProcSelf::name`].
@@ -162,9 +176,14 @@ impl ProcSelf {
         CString::new(fd.as_raw_fd().to_string()).expect("digits contain no NUL")
     }
 
-    /// The absolute `/proc/self/fd/N` path of `fd`, for calls that take only a path.
-    pub(crate) fn path(fd: BorrowedFd<'_>) -> CString {
-        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL")
+    /// A `/proc/self/fd/N` path of `fd` for calls that take only a path: `N` itself where
+    /// the process works in that directory, else the absolute path.
+    pub(crate) fn path(&self, fd: BorrowedFd<'_>) -> CString {
+        if self.relative.load(Ordering::Acquire) {
+            Self::name(fd)
+        } else {
+            CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL")
+        }
     }
 
     /// A new descriptor for the inode `fd` pins, opened with `flags`.
@@ -183,8 +202,8 @@ pub(crate) struct HeldPath {
 }
 
 impl HeldPath {
-    pub(crate) fn new(fd: Arc<CountedFd>) -> HeldPath {
-        let path = ProcSelf::path(fd.as_fd());
+    pub(crate) fn new(proc: &ProcSelf, fd: Arc<CountedFd>) -> HeldPath {
+        let path = proc.path(fd.as_fd());
         HeldPath { _fd: fd, path }
     }
 

@@ -170,7 +170,7 @@ impl PassthroughFs {
     /// Exports the directory `source` (symlinks in `source` itself are followed, once, here).
     pub fn new(source: &Path, config: PassthroughConfig) -> Result<PassthroughFs, SetupError> {
         let proc = ProcSelf::open().map_err(SetupError::NoProc)?;
-        let budget = FdBudget::new(fd_limit(config.max_open_fds));
+        let budget = FdBudget::new(fd_limit(config.max_open_fds, config.reserved_fds));
         let cannot_open = |e: Errno| SetupError::CannotOpen {
             path: source.to_path_buf(),
             source: e.into(),
@@ -246,6 +246,15 @@ impl PassthroughFs {
             max_open_fds: self.budget.max(),
             ..self.config
         }
+    }
+
+    /// The server is about to lose the host's view of the filesystem (a sandbox's root is
+    /// the export itself, or an empty directory): the calls that take only a path reach the
+    /// backend's descriptors through the process's working directory, made
+    /// `/proc/self/fd` here. Everything else already works through descriptors the backend
+    /// opened in [`PassthroughFs::new`].
+    pub fn work_without_host_paths(&self) -> std::io::Result<()> {
+        self.proc.work_here()
     }
 
     /// Descriptors currently held against the budget.
@@ -358,8 +367,8 @@ impl Drop for PassthroughFs {
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the descriptor budget: the
-/// configured maximum, capped at the limit minus [`RESERVED_FDS`].
-fn fd_limit(configured: usize) -> usize {
+/// configured maximum, capped at the limit minus `reserved`.
+fn fd_limit(configured: usize, reserved: usize) -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -381,7 +390,7 @@ fn fd_limit(configured: usize) -> usize {
     }
     let allowed = usize::try_from(lim.rlim_cur)
         .unwrap_or(usize::MAX)
-        .saturating_sub(RESERVED_FDS);
+        .saturating_sub(reserved);
     if allowed < configured {
         log::info!(
             "passthrough: descriptor budget {allowed} (RLIMIT_NOFILE {}), not {configured}",

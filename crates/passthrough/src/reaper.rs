@@ -12,7 +12,7 @@
 //! [`crate::fd`]), and a request that finds the budget spent closes what waits before it
 //! gives up ([`Reaper::drain_now`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -51,25 +51,37 @@ impl<T> Shared<T> {
 /// Drops values on its own thread.
 pub(crate) struct Reaper<T: Send + 'static> {
     shared: Arc<Shared<T>>,
-    thread: Option<JoinHandle<()>>,
+    /// The thread, started with the first value handed in (a server sets up its sandbox
+    /// before it starts any thread); `None` inside if it could not start.
+    thread: OnceLock<Option<JoinHandle<()>>>,
 }
 
 impl<T: Send + 'static> Reaper<T> {
-    /// Starts the thread; if it cannot start, values are dropped where they are handed in.
+    /// A reaper whose thread starts when first needed; if it cannot start, values are
+    /// dropped where they are handed in.
     pub(crate) fn start() -> Reaper<T> {
-        let shared = Shared::new();
-        let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("memofs-reaper".into())
-            .spawn(move || run(&s))
-            .map_err(|e| log::warn!("passthrough: descriptors close on the request threads ({e})"))
-            .ok();
-        Reaper { shared, thread }
+        Reaper {
+            shared: Shared::new(),
+            thread: OnceLock::new(),
+        }
+    }
+
+    fn thread(&self) -> &Option<JoinHandle<()>> {
+        self.thread.get_or_init(|| {
+            let s = self.shared.clone();
+            std::thread::Builder::new()
+                .name("memofs-reaper".into())
+                .spawn(move || run(&s))
+                .map_err(|e| {
+                    log::warn!("passthrough: descriptors close on the request threads ({e})")
+                })
+                .ok()
+        })
     }
 
     /// Drops `item` on the reaper thread (or here, when too many wait or there is no thread).
     pub(crate) fn drop_later(&self, item: T) {
-        if self.thread.is_none() {
+        if self.thread().is_none() {
             return;
         }
         let mut q = self.shared.queue.lock();
@@ -127,7 +139,7 @@ impl<T: Send + 'static> Drop for Reaper<T> {
     fn drop(&mut self) {
         self.shared.queue.lock().stop = true;
         self.shared.wake.notify_one();
-        if let Some(t) = self.thread.take() {
+        if let Some(Some(t)) = self.thread.take() {
             // The last owner may be an item the thread itself is dropping.
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
@@ -177,7 +189,7 @@ mod tests {
     fn stalled() -> Reaper<Counted> {
         Reaper {
             shared: Shared::new(),
-            thread: Some(std::thread::spawn(|| {})),
+            thread: OnceLock::from(Some(std::thread::spawn(|| {}))),
         }
     }
 

@@ -35,7 +35,7 @@ impl PassthroughFs {
     /// is in use.
     fn xattr_path(&self, ino: Ino) -> Result<(std::sync::Arc<crate::inode::Inode>, HeldPath)> {
         let inode = self.table.get(ino)?;
-        let path = HeldPath::new(inode.fd()?);
+        let path = HeldPath::new(&self.proc, inode.fd()?);
         Ok((inode, path))
     }
 
@@ -47,7 +47,7 @@ impl PassthroughFs {
             return Err(Errno::ENODATA);
         }
         let snapshot = inode.no_caps.snapshot();
-        let path = HeldPath::new(inode.fd()?);
+        let path = HeldPath::new(&self.proc, inode.fd()?);
         let got = sys::xattr::get(path.path(), &name::c_string(name)?);
         if caps && got == Err(Errno::ENODATA) {
             inode.no_caps.record(snapshot);

@@ -166,3 +166,10 @@ pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
         Ok(n as usize)
     })
 }
+
+/// `fchdir`: the process's working directory becomes the directory `fd` refers to (an
+/// `O_PATH` descriptor will do).
+pub(crate) fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: fchdir only reads the descriptor number; a bad one fails with EBADF.
+    check(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(|_| ())
+}

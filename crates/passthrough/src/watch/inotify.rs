@@ -40,6 +40,7 @@ struct Maps {
 
 struct Shared {
     fd: OwnedFd,
+    proc: Arc<ProcSelf>,
     /// Lock order 4.
     maps: Mutex<Maps>,
 }
@@ -47,7 +48,7 @@ struct Shared {
 impl Shared {
     fn watch(&self, dir: &Inode) -> Result<()> {
         let fd = dir.fd_for_hook()?;
-        let path = ProcSelf::path(fd.as_fd());
+        let path = self.proc.path(fd.as_fd());
         let wd = sys::notify::inotify_add_watch(self.fd.as_fd(), &path, MASK)?;
         let mut maps = self.maps.lock();
         maps.by_wd.insert(wd, dir.ino);
@@ -82,9 +83,10 @@ impl TableHook for Hook {
 }
 
 /// Opens an inotify instance and watches the export root.
-pub(super) fn open(root: &Inode) -> Result<Parts> {
+pub(super) fn open(proc: &Arc<ProcSelf>, root: &Inode) -> Result<Parts> {
     let shared = Arc::new(Shared {
         fd: sys::notify::inotify_init()?,
+        proc: proc.clone(),
         maps: Mutex::new(Maps::default()),
     });
     shared.watch(root)?;

@@ -225,7 +225,7 @@ impl Watcher {
     ) -> Option<Watcher> {
         let root = table.root();
         let fan = || fanotify::open(proc, &root, export).map(|p| (WatchMechanism::Fanotify, p));
-        let ino = || inotify::open(&root).map(|p| (WatchMechanism::Inotify, p));
+        let ino = || inotify::open(proc, &root).map(|p| (WatchMechanism::Inotify, p));
         let found = match mode {
             WatchMode::Off => return None,
             WatchMode::Fanotify => fan(),

@@ -1,0 +1,353 @@
+//! The sandbox of `memofs virtiofsd`, as virtiofsd's: what a server serving an untrusted
+//! guest can reach of the host if the guest finds a bug in it.
+//!
+//! Modes (`--sandbox`):
+//! - `namespace` (the default): the server runs in a child process in new PID, mount,
+//!   network and IPC namespaces (and a user namespace of its own where it is not root),
+//!   whose root is the shared directory (`pivot_root`), or an empty directory for the mem
+//!   backend. It sees no other file, process or network of the host.
+//! - `chroot`: the same child, `chroot(2)`ed into the shared directory (or an empty one),
+//!   without namespaces (for hosts where they cannot be made).
+//! - `none`: the server runs as started, in the host's namespaces.
+//!
+//! With `namespace` and `chroot` the process the VMM started stays outside as a supervisor:
+//! it forwards stop signals to the server, removes the socket files when the server ends
+//! (the server no longer sees them) and exits with its status. The server dies with it.
+//!
+//! In every mode the server then keeps only the capabilities its backend needs (none for
+//! the mem backend; virtiofsd's set for a shared directory, changed with `--modcaps`), may
+//! gain no privilege (`no_new_privs`), and runs under a seccomp filter that allows only the
+//! system calls it makes (`--seccomp`, see [`crate::seccomp`]).
+//!
+//! Everything here runs before the server starts its first thread: namespaces, the root,
+//! capabilities and (without `TSYNC`) seccomp apply to the calling thread, and threads
+//! started later inherit them.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use caps::{CapSet, Capability, CapsHashSet};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{chdir, chroot, fork, pivot_root, ForkResult, Pid};
+
+/// `--sandbox`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// New namespaces, `pivot_root` into the shared directory.
+    Namespace,
+    /// `chroot` into the shared directory.
+    Chroot,
+    /// As started.
+    None,
+}
+
+impl Mode {
+    /// `--sandbox`'s value (default `namespace`).
+    pub fn parse(s: Option<&str>) -> Result<Mode, String> {
+        match s {
+            None | Some("namespace") => Ok(Mode::Namespace),
+            Some("chroot") => Ok(Mode::Chroot),
+            Some("none") => Ok(Mode::None),
+            Some(other) => Err(format!(
+                "--sandbox={other}: the modes are namespace (the default), chroot and none"
+            )),
+        }
+    }
+}
+
+/// The capabilities a shared directory's server keeps (virtiofsd's): to act as each
+/// guest user (`SETUID`, `SETGID`), on any file as the host would let that user
+/// (`CHOWN`, `DAC_OVERRIDE`, `DAC_READ_SEARCH` (also: open file handles again), `FOWNER`,
+/// `FSETID`, `MKNOD`, `SETFCAP`). Not `SYS_ADMIN` (`trusted.*` attributes, mounts) nor
+/// `LINUX_IMMUTABLE` (`chattr +i`): a guest's root is not the host's.
+const SHARED_DIR_CAPS: [Capability; 9] = [
+    Capability::CAP_CHOWN,
+    Capability::CAP_DAC_OVERRIDE,
+    Capability::CAP_DAC_READ_SEARCH,
+    Capability::CAP_FOWNER,
+    Capability::CAP_FSETID,
+    Capability::CAP_SETGID,
+    Capability::CAP_SETUID,
+    Capability::CAP_MKNOD,
+    Capability::CAP_SETFCAP,
+];
+
+/// The capabilities the server keeps: none for the mem backend (it reaches no host file),
+/// [`SHARED_DIR_CAPS`] for a shared directory, changed by `--modcaps` (virtiofsd's syntax:
+/// `+name` adds, `-name` removes, `:`-separated, names with or without `cap_`).
+pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet, String> {
+    let mut set: CapsHashSet = if shared_dir {
+        SHARED_DIR_CAPS.into_iter().collect()
+    } else {
+        CapsHashSet::new()
+    };
+    for item in modcaps.into_iter().flat_map(|m| m.split(':')) {
+        let (add, name) = match item.split_at_checked(1) {
+            Some(("+", name)) => (true, name),
+            Some(("-", name)) => (false, name),
+            _ => return Err(format!("--modcaps: {item:?} is not +NAME or -NAME")),
+        };
+        let upper = name.to_ascii_uppercase();
+        let full = if upper.starts_with("CAP_") {
+            upper
+        } else {
+            format!("CAP_{upper}")
+        };
+        let cap: Capability = full
+            .parse()
+            .map_err(|_| format!("--modcaps: no capability {name:?}"))?;
+        if add {
+            set.insert(cap);
+        } else {
+            set.remove(&cap);
+        }
+    }
+    Ok(set)
+}
+
+/// Enters the namespaces of `namespace` mode, or only forks for `chroot`: returns in the
+/// child that serves; the parent supervises it and exits with its status. `unprivileged`:
+/// the server is not root of the initial user namespace and makes a user namespace of its
+/// own (mapping its own ids only). `on_end` runs in the parent once the child has ended
+/// (removing the socket files the child no longer sees).
+pub fn enter(mode: Mode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
+    match mode {
+        Mode::None => return Ok(()),
+        Mode::Chroot if unprivileged => {
+            return Err(
+                "--sandbox=chroot needs root (chroot(2) takes CAP_SYS_CHROOT); as a \
+                        user, --sandbox=namespace makes a user namespace instead"
+                    .into(),
+            )
+        }
+        _ => {}
+    }
+    if mode == Mode::Namespace {
+        let mut flags = CloneFlags::CLONE_NEWPID;
+        if unprivileged {
+            flags |= CloneFlags::CLONE_NEWUSER;
+        }
+        unshare(flags).map_err(|e| {
+            format!(
+                "--sandbox=namespace: cannot make new namespaces ({e}){}; --sandbox=chroot or \
+                 none runs without them",
+                if unprivileged {
+                    ": unprivileged user namespaces may be off (kernel.unprivileged_userns_clone)"
+                } else {
+                    ""
+                }
+            )
+        })?;
+        if unprivileged {
+            map_own_ids()?;
+        }
+    }
+    // SIGCHLD waits with the stop signals in the parent's loop (see `supervise`).
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    let _ = chld.thread_block();
+    // SAFETY: no thread has been started (see the module documentation): the child is a
+    // whole copy of this single-threaded process and may do anything the parent could.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let _ = chld.thread_unblock();
+            // The server ends with its supervisor (the process the VMM watches).
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            Ok(())
+        }
+        Ok(ForkResult::Parent { child }) => {
+            let code = supervise(child);
+            on_end();
+            std::process::exit(code);
+        }
+        Err(e) => Err(format!("--sandbox: cannot start the server process: {e}")),
+    }
+}
+
+/// A user namespace's `uid_map` and `gid_map` that map this process's own ids (all an
+/// unprivileged process may map without help).
+fn map_own_ids() -> Result<(), String> {
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .map_err(|e| format!("--sandbox=namespace: cannot write /proc/self/{file}: {e}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1"))?;
+    write("gid_map", format!("{gid} {gid} 1"))
+}
+
+/// The parent's loop: stop signals go to the child; returns the child's exit code.
+fn supervise(child: Pid) -> i32 {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGCHLD,
+    ] {
+        set.add(s);
+    }
+    let _ = set.thread_block();
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => return code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => return 128 + sig as i32,
+            Ok(_) => {}
+            Err(_) => return 1,
+        }
+        match set.wait() {
+            Ok(Signal::SIGCHLD) | Err(_) => {}
+            Ok(sig) => {
+                let _ = kill(child, sig);
+            }
+        }
+    }
+}
+
+/// The root the server keeps: in `namespace` mode, new mount, network and IPC namespaces
+/// whose root is `shared_dir` (or an empty directory); in `chroot` mode, `chroot` into it.
+/// `before` runs while the host's files are still there (with the new PID namespace's own
+/// `/proc` in `namespace` mode): the backend opens what it keeps open across.
+pub fn confine(
+    mode: Mode,
+    shared_dir: Option<&Path>,
+    before: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    match mode {
+        Mode::None => before(),
+        Mode::Chroot => {
+            before()?;
+            match shared_dir {
+                Some(dir) => chroot(dir).map_err(|e| format!("--sandbox=chroot: {e}"))?,
+                None => chroot_empty()?,
+            }
+            chdir("/").map_err(|e| format!("--sandbox=chroot: {e}"))
+        }
+        Mode::Namespace => {
+            let ns = |what: &str, e: nix::errno::Errno| format!("--sandbox=namespace: {what}: {e}");
+            unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWIPC)
+                .map_err(|e| ns("new mount, network and IPC namespaces", e))?;
+            // Nothing mounted here reaches the host's namespace.
+            mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_SLAVE | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .map_err(|e| ns("making / a slave", e))?;
+            // The new PID namespace's own /proc (the host's shows the host's processes).
+            mount(
+                Some("proc"),
+                "/proc",
+                Some("proc"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                None::<&str>,
+            )
+            .map_err(|e| ns("mounting /proc", e))?;
+            before()?;
+            let root = match shared_dir {
+                Some(dir) => {
+                    mount(
+                        Some(dir),
+                        dir,
+                        None::<&str>,
+                        MsFlags::MS_BIND | MsFlags::MS_REC,
+                        None::<&str>,
+                    )
+                    .map_err(|e| ns("binding the shared directory", e))?;
+                    dir.to_path_buf()
+                }
+                None => {
+                    // An empty tmpfs nobody can write, over /proc (whose instance the
+                    // backend holds open already).
+                    mount(
+                        Some("tmpfs"),
+                        "/proc",
+                        Some("tmpfs"),
+                        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                        Some("size=4k,nr_inodes=1,mode=0555"),
+                    )
+                    .map_err(|e| ns("mounting an empty root", e))?;
+                    "/proc".into()
+                }
+            };
+            chdir(&root).map_err(|e| ns("entering the new root", e))?;
+            pivot_root(".", ".").map_err(|e| ns("pivot_root", e))?;
+            // The old root sits on top of the new one: detach it.
+            umount2(".", MntFlags::MNT_DETACH).map_err(|e| ns("detaching the host's root", e))?;
+            chdir("/").map_err(|e| ns("entering the new root", e))
+        }
+    }
+}
+
+/// `chroot` into an empty directory that no longer has a name: nothing can be created in
+/// it, and nothing is left behind.
+fn chroot_empty() -> Result<(), String> {
+    let err = |what: &str, e: nix::errno::Errno| format!("--sandbox=chroot: {what}: {e}");
+    let template = std::env::temp_dir().join("memofs-sandbox-XXXXXX");
+    let dir = nix::unistd::mkdtemp(&template).map_err(|e| err("an empty directory", e))?;
+    let fd: OwnedFd = nix::fcntl::open(
+        &dir,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| err("an empty directory", e))?;
+    let _ = std::fs::remove_dir(&dir);
+    nix::unistd::fchdir(fd.as_fd()).map_err(|e| err("entering it", e))?;
+    chroot(".").map_err(|e| err("chroot", e))
+}
+
+/// Keeps only `keep` of this thread's capabilities (effective, permitted, inheritable and
+/// the bounding set; none ambient), and sets `no_new_privs`: nothing the server runs could
+/// gain more. Threads started later inherit this.
+pub fn restrict(keep: &CapsHashSet) -> Result<(), String> {
+    let err =
+        |what: &str, e: caps::errors::CapsError| format!("dropping capabilities ({what}): {e}");
+    for cap in caps::all() {
+        if !keep.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
+            caps::drop(None, CapSet::Bounding, cap).map_err(|e| err("bounding set", e))?;
+        }
+    }
+    caps::clear(None, CapSet::Ambient).map_err(|e| err("ambient", e))?;
+    let permitted = caps::read(None, CapSet::Permitted).map_err(|e| err("reading", e))?;
+    let kept: CapsHashSet = keep.intersection(&permitted).copied().collect();
+    caps::set(None, CapSet::Inheritable, &CapsHashSet::new()).map_err(|e| err("inheritable", e))?;
+    caps::set(None, CapSet::Effective, &kept).map_err(|e| err("effective", e))?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(|e| err("permitted", e))?;
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_as_virtiofsd_names_them() {
+        assert_eq!(Mode::parse(None), Ok(Mode::Namespace));
+        assert_eq!(Mode::parse(Some("chroot")), Ok(Mode::Chroot));
+        assert_eq!(Mode::parse(Some("none")), Ok(Mode::None));
+        assert!(Mode::parse(Some("jail")).unwrap_err().contains("namespace"));
+    }
+
+    #[test]
+    fn modcaps_adds_and_removes_from_the_backend_s_set() {
+        let mem = kept_caps(false, None).unwrap();
+        assert!(mem.is_empty(), "the mem backend reaches no host file");
+        let shared = kept_caps(true, None).unwrap();
+        assert_eq!(shared.len(), 9);
+        assert!(!shared.contains(&Capability::CAP_SYS_ADMIN));
+        let changed = kept_caps(true, Some("+sys_admin:-mknod:+CAP_LINUX_IMMUTABLE")).unwrap();
+        assert!(changed.contains(&Capability::CAP_SYS_ADMIN));
+        assert!(changed.contains(&Capability::CAP_LINUX_IMMUTABLE));
+        assert!(!changed.contains(&Capability::CAP_MKNOD));
+        assert!(kept_caps(true, Some("sys_admin")).is_err(), "no sign");
+        assert!(kept_caps(true, Some("+no_such_cap")).is_err());
+    }
+}

@@ -1,0 +1,284 @@
+//! The seccomp filter of `memofs virtiofsd` (`--seccomp`, as virtiofsd's): only the system
+//! calls the server makes are allowed; any other one kills the process (`kill`, the
+//! default), is logged by the kernel and allowed (`log`), or raises `SIGSYS`, which the
+//! server reports and survives (`trap`); `none` installs no filter.
+//!
+//! The list is what the server's own code, the Rust standard library, the vhost-user crates
+//! and the two backends call, found by tracing the guest tests and read from the code.
+//! Calls only setup makes (mount, pivot_root, unshare, socket, bind, capset) are not on it:
+//! the filter is installed after setup, before the first request.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+
+/// `--seccomp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// No filter.
+    None,
+    /// Any other call kills the process.
+    Kill,
+    /// Any other call is logged by the kernel and allowed.
+    Log,
+    /// Any other call raises `SIGSYS`, which is reported.
+    Trap,
+}
+
+impl Mode {
+    /// `--seccomp`'s value (default `kill`).
+    pub fn parse(s: Option<&str>) -> Result<Mode, String> {
+        match s {
+            None | Some("kill") => Ok(Mode::Kill),
+            Some("none") => Ok(Mode::None),
+            Some("log") => Ok(Mode::Log),
+            Some("trap") => Ok(Mode::Trap),
+            Some(other) => Err(format!(
+                "--seccomp={other}: the modes are kill (the default), log, trap and none"
+            )),
+        }
+    }
+}
+
+/// Every system call the server makes once it serves.
+const ALLOWED: &[libc::c_long] = &[
+    // memory, threads, time, signals
+    libc::SYS_brk,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_clone,
+    libc::SYS_clone3,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_futex,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+    libc::SYS_gettid,
+    libc::SYS_getpid,
+    libc::SYS_tgkill,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_gettimeofday,
+    libc::SYS_getrandom,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_sigaltstack,
+    libc::SYS_prctl,
+    libc::SYS_sysinfo,
+    libc::SYS_uname,
+    libc::SYS_getrlimit,
+    libc::SYS_prlimit64,
+    // identities: each request runs with its caller's (fsuid, fsgid, groups)
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
+    libc::SYS_setfsuid,
+    libc::SYS_setfsgid,
+    libc::SYS_setresuid,
+    libc::SYS_setresgid,
+    libc::SYS_setgroups,
+    libc::SYS_capget,
+    libc::SYS_capset,
+    libc::SYS_umask,
+    libc::SYS_unshare,
+    // descriptors, the VMM's socket and events, the control socket
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_close,
+    libc::SYS_dup,
+    libc::SYS_dup3,
+    libc::SYS_fcntl,
+    libc::SYS_ioctl,
+    libc::SYS_eventfd2,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_shutdown,
+    libc::SYS_getsockopt,
+    libc::SYS_setsockopt,
+    // files (the shared directory's, through descriptors the backend holds)
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_newfstatat,
+    libc::SYS_fstat,
+    libc::SYS_statx,
+    libc::SYS_fstatfs,
+    libc::SYS_statfs,
+    libc::SYS_lseek,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_preadv,
+    libc::SYS_pwritev,
+    libc::SYS_preadv2,
+    libc::SYS_pwritev2,
+    libc::SYS_getdents64,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_symlinkat,
+    libc::SYS_linkat,
+    libc::SYS_unlinkat,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_readlinkat,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    libc::SYS_utimensat,
+    libc::SYS_ftruncate,
+    libc::SYS_fallocate,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_syncfs,
+    libc::SYS_copy_file_range,
+    libc::SYS_flock,
+    libc::SYS_fchdir,
+    libc::SYS_getxattr,
+    libc::SYS_lgetxattr,
+    libc::SYS_fgetxattr,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_listxattr,
+    libc::SYS_llistxattr,
+    libc::SYS_flistxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    // the mem backend's kernel-backed data, where it is used
+    libc::SYS_memfd_create,
+];
+
+/// Installs the filter `mode` asks for on this thread (and so on every thread it starts
+/// later).
+pub fn install(mode: Mode) -> Result<(), String> {
+    let mismatch = match mode {
+        Mode::None => return Ok(()),
+        Mode::Kill => SeccompAction::KillProcess,
+        Mode::Log => SeccompAction::Log,
+        Mode::Trap => {
+            report_sigsys()?;
+            SeccompAction::Trap
+        }
+    };
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+        ALLOWED.iter().map(|&n| (n, Vec::new())).collect();
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| format!("--seccomp: {e}"))?;
+    let filter = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)
+        .map_err(|e| format!("--seccomp: {e}"))?;
+    let program: BpfProgram = filter.try_into().map_err(|e| format!("--seccomp: {e}"))?;
+    seccompiler::apply_filter(&program).map_err(|e| format!("--seccomp: {e}"))
+}
+
+/// In `trap` mode: a `SIGSYS` handler that reports the refused call on standard error;
+/// the call fails and the server goes on.
+fn report_sigsys() -> Result<(), String> {
+    extern "C" fn on_sigsys(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo for SIGSYS; `_sifields` of a SIGSYS
+        // starts with the call address, then the call number (`si_syscall`) at offset 8 of
+        // the fields after the 16-byte header.
+        let nr = unsafe { *(info as *const u8).add(16 + 8).cast::<i32>() };
+        let mut msg = *b"memofs: seccomp: system call         refused\n";
+        let mut n = nr.unsigned_abs();
+        let mut at = 35;
+        loop {
+            msg[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 || at == 29 {
+                break;
+            }
+            at -= 1;
+        }
+        // SAFETY: write(2) is async-signal-safe; the buffer is live.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        // The refused call returns ENOSYS (the kernel leaves its number in the register).
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an SA_SIGINFO handler's third argument is the interrupted ucontext, whose
+        // registers the kernel restores when the handler returns.
+        unsafe {
+            let uc = ctx.cast::<libc::ucontext_t>();
+            (*uc).uc_mcontext.gregs[libc::REG_RAX as usize] = -(libc::ENOSYS as i64);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = ctx;
+    }
+    let action = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::SigAction(on_sigsys),
+        nix::sys::signal::SaFlags::SA_SIGINFO,
+        nix::sys::signal::SigSet::empty(),
+    );
+    // SAFETY: the handler only reads its siginfo and calls write(2).
+    unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGSYS, &action) }
+        .map(drop)
+        .map_err(|e| format!("--seccomp=trap: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_as_virtiofsd_names_them() {
+        assert_eq!(Mode::parse(None), Ok(Mode::Kill));
+        assert_eq!(Mode::parse(Some("log")), Ok(Mode::Log));
+        assert!(Mode::parse(Some("errno")).is_err());
+    }
+
+    #[test]
+    fn setup_calls_are_not_allowed_once_serving() {
+        for setup in [
+            libc::SYS_mount,
+            libc::SYS_pivot_root,
+            libc::SYS_chroot,
+            libc::SYS_socket,
+            libc::SYS_bind,
+            libc::SYS_connect,
+            libc::SYS_execve,
+            libc::SYS_ptrace,
+            libc::SYS_kill,
+        ] {
+            assert!(!ALLOWED.contains(&setup), "{setup}");
+        }
+    }
+
+    /// The filter is built for this machine (a bad number would fail here, not at startup).
+    #[test]
+    fn the_filter_compiles() {
+        let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+            ALLOWED.iter().map(|&n| (n, Vec::new())).collect();
+        let arch = std::env::consts::ARCH.try_into().unwrap();
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::KillProcess,
+            SeccompAction::Allow,
+            arch,
+        )
+        .unwrap();
+        let _: BpfProgram = filter.try_into().unwrap();
+    }
+}
