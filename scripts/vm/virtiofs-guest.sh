@@ -116,6 +116,34 @@ else
     echo "SKIP pjdfstest: not installed on the host (scripts/setup.sh installs it)"
 fi
 
+# A guest's root is not the host's: on the shared directory, attributes only the host's root
+# may set (trusted.*, security.*) and the immutable flag are refused (the host checks its
+# file afterwards), user.* attributes work; and `sync` reaches the host's filesystem.
+echo guarded >/share/guarded
+if [ -x /bin/setfattr ] && [ -x /bin/chattr ]; then
+    for a in trusted.x security.x; do
+        if setfattr -n "$a" -v 1 /share/guarded 2>/dev/null; then
+            echo "FAIL share-refuses-$a: set"
+        else
+            echo "PASS share-refuses-$a"
+        fi
+    done
+    check share-user-xattr setfattr -n user.x -v 1 /share/guarded
+    if chattr +i /share/guarded 2>/dev/null; then
+        echo "FAIL share-refuses-immutable: set"
+    else
+        echo "PASS share-refuses-immutable"
+    fi
+else
+    echo "SKIP share-refuses: setfattr and chattr are not installed on the host (scripts/setup.sh installs them)"
+fi
+sync
+sync
+sync
+echo "@@ GUARDED"
+await /share/guard-checked || echo "FAIL guard-checked: no word from the host within 60 s"
+rm -f /share/guarded /share/guard-checked
+
 # The seed's loop on the mem device: 10 000 lookups of a missing name. The host counts the
 # LOOKUP requests that reached the server (memofs stats on the device's socket) before the
 # loop, then tells the guest to go on (a file on the shared device), and counts again after.

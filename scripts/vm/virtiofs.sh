@@ -39,6 +39,67 @@ wait_socket() {
     done
 }
 
+# The servers as the VMM sees them (PASS/FAIL lines): each runs sandboxed, in a child of the
+# process started (namespaces of its own, its root the shared directory or an empty one, no
+# capabilities but its backend's, no new privileges, a seccomp filter); its socket is 0600
+# whatever the umask; a second server on the same socket is refused, naming the first, and
+# the first goes on.
+sandboxed() {
+    local out=$1 mem_pid=$2 share_pid=$3 name pid child st want same_root
+    for name in mem share; do
+        pid=$([ $name = mem ] && echo "$mem_pid" || echo "$share_pid")
+        child=$(pgrep -P "$pid" | head -n1)
+        if [ -z "$child" ]; then
+            echo "FAIL sandbox-$name: no server process under $pid"
+            continue
+        fi
+        st=$(cat "/proc/$child/status")
+        want=$([ $name = mem ] && echo 0000000000000000 || echo 00000000880000df)
+        if grep -q '^Seccomp:[[:space:]]*2$' <<<"$st" && grep -q '^NoNewPrivs:[[:space:]]*1$' <<<"$st" &&
+            grep -q "^CapEff:[[:space:]]*$want$" <<<"$st" && grep -q "^CapBnd:[[:space:]]*$want$" <<<"$st" &&
+            [ "$(readlink "/proc/$child/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ] &&
+            [ "$(readlink "/proc/$child/ns/pid")" != "$(readlink /proc/self/ns/pid)" ]; then
+            echo "PASS sandbox-$name-status"
+        else
+            echo "FAIL sandbox-$name-status: $(grep -E '^(Seccomp|NoNewPrivs|CapEff|CapBnd):' <<<"$st" | tr '\n\t' '  ')"
+        fi
+        if [ $name = share ]; then
+            same_root=$([ "$(stat -Lc %d:%i "/proc/$child/root")" = "$(stat -c %d:%i "$out/share")" ] && echo yes)
+        else
+            same_root=$([ -z "$(ls -A "/proc/$child/root")" ] && echo yes)
+        fi
+        if [ "$same_root" = yes ]; then echo "PASS sandbox-$name-root"; else echo "FAIL sandbox-$name-root: $(ls -A "/proc/$child/root" | head -5 | tr '\n' ' ')"; fi
+        st=$(stat -c %a "$out/$name.sock")
+        if [ "$st" = 600 ]; then echo "PASS socket-$name-private"; else echo "FAIL socket-$name-private: mode $st under umask 000"; fi
+    done
+    local second status=0
+    second=$(timeout 10 "$memofs" virtiofsd --socket-path "$out/mem.sock" 2>&1) || status=$?
+    if [ "$status" != 0 ] && [ "$status" != 124 ] && grep -q "pid $mem_pid" <<<"$second" && [ -S "$out/mem.sock" ] &&
+        kill -0 "$mem_pid" 2>/dev/null; then
+        echo "PASS second-server-refused"
+    else
+        echo "FAIL second-server-refused: status $status: $second"
+    fi
+}
+
+# What a guest's root tried on /share/guarded (PASS/FAIL lines): no attribute only the
+# host's root may set, no immutable flag; the `sync`s reached the server (each SYNCFS
+# answered: one refused makes the kernel stop sending them).
+guarded() {
+    local out=$1 f=$1/share/guarded attrs syncs
+    attrs=$(getfattr --absolute-names -d -m - "$f" 2>/dev/null | grep -E '^(trusted|security)\.' || true)
+    if [ -z "$attrs" ]; then echo "PASS host-file-no-privileged-xattr"; else echo "FAIL host-file-no-privileged-xattr: $attrs"; fi
+    if lsattr -d "$f" 2>/dev/null | cut -d' ' -f1 | grep -q i; then
+        echo "FAIL host-file-not-immutable: $(lsattr -d "$f")"
+        chattr -i "$f"
+    else
+        echo "PASS host-file-not-immutable"
+    fi
+    syncs=$("$memofs" stats --json "$out/share.sock" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("SYNCFS",{}).get("count",0))')
+    if [ "${syncs:-0}" -ge 3 ]; then echo "PASS guest-sync-reaches-host ($syncs SYNCFS)"; else echo "FAIL guest-sync-reaches-host: $syncs SYNCFS for 3 syncs"; fi
+}
+
 run_one() {
     local id=$1 out
     find_kernel "$id" || return $(($? == 2 ? 0 : 1))
@@ -56,6 +117,11 @@ run_one() {
         install_binary "$out/root" "$pjd" bin/pjdfstest
         cp tests/e2e/pjdfstest.toml "$out/root/etc/pjdfstest.toml"
     fi
+    # What a guest's root tries on host files (busybox has neither): setfattr and chattr.
+    local tool
+    for tool in setfattr chattr; do
+        if command -v "$tool" >/dev/null; then install_binary "$out/root" "$(command -v "$tool")" "bin/$tool"; fi
+    done
     # The modules virtio-fs needs, where this kernel has them as modules (6.1), numbered in
     # the order they load.
     local n=0 m ko
@@ -75,9 +141,11 @@ run_one() {
     (cd "$out/root" && find . | cpio -o -H newc --quiet) >"$out/initrd.cpio"
     : >"$out/output.log"
 
-    "$memofs" virtiofsd --socket-path "$out/mem.sock" >"$out/mem.log" 2>&1 &
+    # Started as a VMM starts virtiofsd, with the default sandbox, under a umask that would
+    # let anyone connect to a socket that followed it.
+    (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/mem.sock") >"$out/mem.log" 2>&1 &
     local mem_pid=$!
-    "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share" >"$out/share.log" 2>&1 &
+    (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
     # Nothing outlives the run, however it ends.
     # (Expanded now: these are this run's.)
@@ -89,6 +157,9 @@ run_one() {
         echo "vm-virtiofs-$id: 0 passed, 1 failed, 0 skipped"
         return 1
     }
+    local host=$out/host.log
+    : >"$host"
+    sandboxed "$out" $mem_pid $share_pid >>"$host"
     echo "vm-virtiofs $id: booting $(basename "$kernel") (QEMU TCG; log in $out)" >&2
     timeout -k 10 "$limit" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1G \
         -nodefaults -no-reboot -display none -nic none \
@@ -104,8 +175,13 @@ run_one() {
     local qemu=$!
     # Kills the guest: QEMU itself, not only the `timeout` watching it.
     kill_guest() { pkill -KILL -P "$qemu" 2>/dev/null || true; kill -KILL "$qemu" 2>/dev/null || true; }
-    local host=$out/host.log
-    : >"$host"
+    # A guest's root tried what only the host's root may do: the host file is as it was.
+    if wait_for "$out/output.log" "$limit" "^@@ GUARDED$"; then
+        guarded "$out" >>"$host"
+        touch "$out/share/guard-checked"
+    else
+        echo "FAIL guarded: the guest never got to it" >>"$host"
+    fi
     # The seed's loop: the guest answers repeated misses itself. LOOKUPs the mem device's
     # server counted before the loop and after it.
     lookups() {

@@ -100,8 +100,8 @@ pub struct VirtiofsdArgs {
     /// may connect)
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
-    /// Accepted for virtiofsd's callers: mounts below the shared directory are not
-    /// crossed
+    /// Not supported (refused with an error): mounts below the shared directory are
+    /// crossed, and the guest sees their files with the shared directory's device number
     #[arg(long = "announce-submounts")]
     pub announce_submounts: bool,
     /// Accepted for virtiofsd's callers: extended attributes are always supported

@@ -129,6 +129,13 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
             "--readonly is not supported: mount read-only in the guest (mount -o ro)".into(),
         ));
     }
+    if args.announce_submounts {
+        return Err(usage(
+            "--announce-submounts is not supported: mounts below the shared directory are \
+             crossed, and the guest sees their files with the shared directory's device number"
+                .into(),
+        ));
+    }
     let (mut options, legacy) = split_options(&args.options);
     let source = args.shared_dir.clone().or(legacy.source);
     // The guest cannot be told of host changes: a shared directory gets short timeouts

@@ -154,6 +154,11 @@ pub trait Backend: Send + Sync + 'static {
     fn releasedir(&self, ino: Ino, fh: u64) -> Result<()>;
     /// Filesystem usage.
     fn statfs(&self) -> Result<StatFs>;
+    /// Makes everything written durable, as far as the backend has durability (a
+    /// `sync(2)` or `syncfs(2)` of the mount).
+    fn syncfs(&self) -> Result<()> {
+        Ok(())
+    }
     /// Sets an extended attribute (`flags`: `XATTR_CREATE`, `XATTR_REPLACE`).
     fn setxattr(
         &self,

@@ -332,7 +332,10 @@ mod tests {
         assert_eq!(p.watch, WatchMode::Off);
         let o = parse_options(&["watch=inotify"], 8 << 30).unwrap();
         let mut p = MountPlan::new(&o, BackendKind::Passthrough, true);
-        assert!(p.without_notifications().unwrap_err().contains("watch=inotify"));
+        assert!(p
+            .without_notifications()
+            .unwrap_err()
+            .contains("watch=inotify"));
     }
 
     #[test]

@@ -144,6 +144,14 @@ impl Backend for PassthroughFs {
         sys::io::fsync(self.file(fh)?.fd.as_fd(), datasync)
     }
 
+    /// Makes everything written through the export durable on the host: `syncfs(2)` of the
+    /// filesystem the export root is on (and of none mounted below it).
+    fn syncfs(&self) -> Result<()> {
+        let root = self.table.root();
+        let fd = sys::at::openat(root.fd()?.as_fd(), c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+        sys::io::syncfs(fd.as_fd())
+    }
+
     /// Makes the directory's entries durable on the host (after creates, renames, unlinks).
     fn fsyncdir(&self, ino: Ino, _fh: u64, datasync: bool) -> Result<()> {
         let inode = self.table.get(ino)?;

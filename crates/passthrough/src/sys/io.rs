@@ -167,6 +167,12 @@ pub(crate) fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize> {
     })
 }
 
+/// `syncfs`: everything written to the filesystem that `fd` is on is made durable.
+pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: syncfs only reads the descriptor number; a bad one fails with EBADF.
+    retry_eintr(|| check(unsafe { libc::syncfs(fd.as_raw_fd()) })).map(|_| ())
+}
+
 /// `fchdir`: the process's working directory becomes the directory `fd` refers to (an
 /// `O_PATH` descriptor will do).
 pub(crate) fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {

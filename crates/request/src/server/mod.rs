@@ -180,6 +180,7 @@ impl<B: Backend> Server<B> {
                 let (fh, datasync, ino) = (*fh, *datasync, req.nodeid);
                 return self.blocking(&out, move |b| b.fsyncdir(ino, fh, datasync));
             }
+            Op::Syncfs => return self.blocking(&out, |b| b.syncfs()),
             op => self.dispatch(req.nodeid, &req.caller, op, &mut out),
         }
         Handled::Done
@@ -297,8 +298,8 @@ impl<B: Backend> Server<B> {
             | Op::Lseek { .. }
             | Op::CopyFileRange { .. } => self.data(ino, caller, op, out),
             Op::Destroy => out.empty(),
-            Op::Syncfs
-            | Op::Unsupported { .. }
+            Op::Unsupported { .. }
+            | Op::Syncfs
             | Op::Forget { .. }
             | Op::BatchForget { .. }
             | Op::Interrupt { .. }
