@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use memofs_control::{ErrorDoc, InvalidateDoc, StatsDoc};
+use memofs_control::{ErrorDoc, InvalidateDoc, StatsDoc, UsageDoc};
 
 use crate::cli::{StatsArgs, TargetArgs};
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
@@ -214,64 +214,13 @@ fn secs(s: f64) -> String {
 /// The table `memofs stats MOUNTPOINT` prints.
 fn render(target: &Path, doc: &StatsDoc) -> String {
     let mut out = String::new();
-    let section = |out: &mut String, title: &str, rows: &[(String, String)]| {
-        if rows.is_empty() {
-            return;
-        }
-        let width = rows
-            .iter()
-            .map(|(k, _)| k.chars().count())
-            .max()
-            .unwrap_or(0);
-        let _ = writeln!(out, "{title}");
-        for (k, v) in rows {
-            let _ = writeln!(out, "  {:<width$}  {}", printable(k), printable(v));
-        }
-        out.push('\n');
-    };
     let what = match std::fs::metadata(target).is_ok_and(|m| m.file_type().is_socket()) {
         true => "memofs virtio-fs device at",
         false => "memofs mount at",
     };
     let _ = writeln!(out, "{what} {}\n", target.display());
-    let u = &doc.usage;
+    section(&mut out, "Usage", &usage_rows(&doc.usage));
     let c = &doc.cache;
-    section(
-        &mut out,
-        "Usage",
-        &[
-            (
-                "space".into(),
-                of_limit(
-                    bytes(u.bytes_used),
-                    u.bytes_used,
-                    u.bytes_limit,
-                    bytes(u.bytes_limit),
-                ),
-            ),
-            (
-                "inodes".into(),
-                of_limit(
-                    u.inodes_used.to_string(),
-                    u.inodes_used,
-                    u.inodes_limit,
-                    u.inodes_limit.to_string(),
-                ),
-            ),
-        ]
-        .into_iter()
-        .chain((u.descriptors_limit > 0).then(|| {
-            let held = u.descriptors_used;
-            let limit = u.descriptors_limit;
-            let mut text = of_limit(held.to_string(), held, limit, limit.to_string());
-            if u.descriptors_reopened > 0 {
-                let n = u.descriptors_reopened;
-                text += &format!(", {n} closed when cold and opened again");
-            }
-            ("host descriptors".into(), text)
-        }))
-        .collect::<Vec<_>>(),
-    );
     section(
         &mut out,
         "Kernel cache",
@@ -293,40 +242,114 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         shown.borrow_mut().push(name);
         doc.events.get(name).copied().unwrap_or(0)
     };
-    let (hits, misses) = (ev("lookup_hits"), ev("lookup_misses"));
     section(
         &mut out,
         "Lookups (a negative entry lets the kernel answer a miss itself)",
-        &[
-            (
-                "found".into(),
-                format!("{hits} ({})", percent(hits, hits + misses)),
-            ),
-            (
-                "missing".into(),
-                format!("{misses} ({})", percent(misses, hits + misses)),
-            ),
-            (
-                "answered with a negative entry".into(),
-                format!(
-                    "{} ({} of misses)",
-                    ev("negative_entries"),
-                    percent(ev("negative_entries"), misses)
-                ),
-            ),
-            (
-                "invalidations sent".into(),
-                format!(
-                    "{} names, {} inodes, {} epoch increments ({} by fallback), {} refused",
-                    ev("inval_entry"),
-                    ev("inval_inode"),
-                    ev("inc_epoch"),
-                    ev("inval_fallback"),
-                    ev("inval_failed")
-                ),
-            ),
-        ],
+        &lookup_rows(ev),
     );
+    requests_table(&mut out, doc);
+    let events: Vec<(String, String)> = doc
+        .events
+        .iter()
+        .filter(|(k, v)| **v > 0 && !shown.borrow().contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.to_string()))
+        .collect();
+    if events.is_empty() {
+        let _ = writeln!(out, "Other events\n  none yet");
+    } else {
+        section(&mut out, "Other events", &events);
+    }
+    out
+}
+
+/// A titled section of `name  value` rows, the names in one column (nothing if empty).
+fn section(out: &mut String, title: &str, rows: &[(String, String)]) {
+    if rows.is_empty() {
+        return;
+    }
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(out, "{title}");
+    for (k, v) in rows {
+        let _ = writeln!(out, "  {:<width$}  {}", printable(k), printable(v));
+    }
+    out.push('\n');
+}
+
+/// Space, inodes and (for a host export) descriptors, each against its limit.
+fn usage_rows(u: &UsageDoc) -> Vec<(String, String)> {
+    let mut rows = vec![
+        (
+            "space".into(),
+            of_limit(
+                bytes(u.bytes_used),
+                u.bytes_used,
+                u.bytes_limit,
+                bytes(u.bytes_limit),
+            ),
+        ),
+        (
+            "inodes".into(),
+            of_limit(
+                u.inodes_used.to_string(),
+                u.inodes_used,
+                u.inodes_limit,
+                u.inodes_limit.to_string(),
+            ),
+        ),
+    ];
+    if u.descriptors_limit > 0 {
+        let (held, limit) = (u.descriptors_used, u.descriptors_limit);
+        let mut text = of_limit(held.to_string(), held, limit, limit.to_string());
+        if u.descriptors_reopened > 0 {
+            let n = u.descriptors_reopened;
+            text += &format!(", {n} closed when cold and opened again");
+        }
+        rows.push(("host descriptors".into(), text));
+    }
+    rows
+}
+
+/// Lookups found and missing, negative entries and invalidations, from the event
+/// counters `ev` reads.
+fn lookup_rows(ev: impl Fn(&'static str) -> u64) -> Vec<(String, String)> {
+    let (hits, misses) = (ev("lookup_hits"), ev("lookup_misses"));
+    vec![
+        (
+            "found".into(),
+            format!("{hits} ({})", percent(hits, hits + misses)),
+        ),
+        (
+            "missing".into(),
+            format!("{misses} ({})", percent(misses, hits + misses)),
+        ),
+        (
+            "answered with a negative entry".into(),
+            format!(
+                "{} ({} of misses)",
+                ev("negative_entries"),
+                percent(ev("negative_entries"), misses)
+            ),
+        ),
+        (
+            "invalidations sent".into(),
+            format!(
+                "{} names, {} inodes, {} epoch increments ({} by fallback), {} refused",
+                ev("inval_entry"),
+                ev("inval_inode"),
+                ev("inc_epoch"),
+                ev("inval_fallback"),
+                ev("inval_failed")
+            ),
+        ),
+    ]
+}
+
+/// The requests answered, busiest first, with their share and latencies.
+fn requests_table(out: &mut String, doc: &StatsDoc) {
     let mut ops: Vec<_> = doc.requests.iter().filter(|(_, o)| o.count > 0).collect();
     ops.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     let total: u64 = ops.iter().map(|(_, o)| o.count).sum();
@@ -355,18 +378,6 @@ fn render(target: &Path, doc: &StatsDoc) -> String {
         }
     }
     out.push('\n');
-    let events: Vec<(String, String)> = doc
-        .events
-        .iter()
-        .filter(|(k, v)| **v > 0 && !shown.borrow().contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.to_string()))
-        .collect();
-    if events.is_empty() {
-        let _ = writeln!(out, "Other events\n  none yet");
-    } else {
-        section(&mut out, "Other events", &events);
-    }
-    out
 }
 
 /// The column titles of `--watch`.

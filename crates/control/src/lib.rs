@@ -589,14 +589,33 @@ fn device_identity(vhost_socket: &Path) -> io::Result<(u64, u64)> {
 
 /// The control socket of a virtio-fs device listening on the vhost-user socket file
 /// `vhost_socket` (as [`serve`] makes one for a mount, in the same private directory; a
-/// device has no mount to tell an abstract name, so there is no fallback), bound but not
-/// yet answered: a sandboxed server binds it while it still sees the host's files, and
-/// answers it ([`answer_device`]) from inside.
+/// user without a runtime directory gets it beside the vhost-user socket instead,
+/// [`beside`]), bound but not yet answered: a sandboxed server binds it while it still sees
+/// the host's files, and answers it ([`answer_device`]) from inside.
 pub fn bind_device(vhost_socket: &Path) -> io::Result<(UnixListener, Control)> {
     let id = device_identity(vhost_socket)?;
     let uid = nix::unistd::geteuid().as_raw();
-    let (listener, at) = listen_at(device_socket_path(uid, id))?;
+    let (listener, at) = listen_at(device_socket_path(uid, id)).or_else(|e| {
+        log::debug!("no control socket in the runtime directory ({e}): one beside the device's");
+        let path = beside(vhost_socket);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = bind_private(&path)?;
+        let ino = std::fs::symlink_metadata(&path)?.ino();
+        Ok((listener, Listening::File(path, ino)))
+    })?;
     Ok((listener, Control { at }))
+}
+
+/// The control socket beside the vhost-user socket `vhost_socket`: `SOCKET.stats`, where
+/// the server's user has no runtime directory (its connections are believed only from the
+/// users [`request_device`] believes, as any other).
+fn beside(vhost_socket: &Path) -> PathBuf {
+    let mut p = vhost_socket.as_os_str().to_owned();
+    p.push(".stats");
+    PathBuf::from(p)
 }
 
 /// Answers `memofs stats` on a device's control socket from a background thread.
@@ -611,6 +630,7 @@ pub fn remove_device_socket(vhost_socket: &Path) {
     if let Ok(id) = device_identity(vhost_socket) {
         let _ = std::fs::remove_file(device_socket_path(uid, id));
     }
+    let _ = std::fs::remove_file(beside(vhost_socket));
 }
 
 /// Sends `command` to the virtio-fs device listening on `vhost_socket` and returns its JSON
@@ -618,7 +638,8 @@ pub fn remove_device_socket(vhost_socket: &Path) {
 pub fn request_device(vhost_socket: &Path, command: &str) -> io::Result<String> {
     let id = device_identity(vhost_socket)?;
     let owner = std::fs::metadata(vhost_socket)?.uid();
-    let conn = connect_file(owner, |uid| device_socket_path(uid, id))?;
+    let conn = connect_file(owner, |uid| device_socket_path(uid, id))
+        .or_else(|e| connect_file(owner, |_| beside(vhost_socket)).map_err(|_| e))?;
     exchange(conn, command)
 }
 
