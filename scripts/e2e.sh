@@ -18,6 +18,18 @@ rm -rf "$out"
 mkdir -p "$out"
 "$CARGO" build -p memofs -p memofs-e2e --bins || exit 1
 
+# Tests run the binary as other users too: where they cannot reach it (a checkout in a
+# private home directory), every run gets a copy in a directory they can.
+bin=$PWD/target/debug/memofs
+if [ -z "${MEMOFS_BIN:-}" ] && ! setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$bin"; then
+    shared=$(mktemp -d /tmp/memofs-e2e-bin.XXXXXX)
+    chmod 755 "$shared"
+    cp "$bin" "$shared/memofs"
+    export MEMOFS_BIN=$shared/memofs
+    trap 'rm -rf "$shared"' EXIT
+    echo "e2e: $bin is out of other users' reach: the tests run $MEMOFS_BIN"
+fi
+
 # run NAME [VAR=VALUE...]: one `cargo test -p memofs-e2e` with these variables (under $WRAP).
 WRAP=
 run() {
@@ -39,4 +51,4 @@ if [ "$(cat "$out/io-uring.status")" = 77 ]; then
     printf 'kernel:io_uring\te2e::io_uring_run\tthe kernel has no fuse.enable_uring (Linux 6.14+)\n' >>"$out/io-uring.skips"
     echo 0 >"$out/io-uring.status"
 fi
-exec "$CARGO" run -q -p memofs-e2e --bin memofs-e2e-summary -- "$out"
+"$CARGO" run -q -p memofs-e2e --bin memofs-e2e-summary -- "$out"

@@ -75,8 +75,14 @@ echo "fresh-quickstart: mounted and checked in $(((end - start) / 1000000)) ms (
 echo "fresh-quickstart: make test (log: $F.test.log)"
 start=$(date +%s)
 status=0
-chroot "$F" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin CI=true \
-    bash -c 'cd /root/memofs && exec </dev/null && make test' >"$F.test.log" 2>&1 || status=$?
+# Not chroot: a chrooted process may not make user namespaces (the rootless tests do), and
+# a chroot's / is no mount point. The fresh system gets a mount namespace of its own whose
+# root it is, as a container's.
+unshare --mount --propagation private -- /bin/sh -c '
+    mount --bind "$0" "$0" && cd "$0" && mkdir -p .host && pivot_root . .host && cd / &&
+        umount -l /.host && rmdir /.host || exit 1
+    exec /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin CI=true \
+        bash -c "cd /root/memofs && exec </dev/null && make test"' "$F" >"$F.test.log" 2>&1 || status=$?
 end=$(date +%s)
 grep -E '^(e2e|unit|conformance|vm|virtiofs|no-leftovers|setup)[^ ]*:|passed|failed|skipped' "$F.test.log" |
     grep -vE '^test |^\s' | tail -25
