@@ -79,7 +79,7 @@ status=0
 # a chroot's / is no mount point. The fresh system gets a mount namespace of its own whose
 # root it is, as a container's.
 unshare --mount --propagation private -- /bin/sh -c '
-    mount --bind "$0" "$0" && cd "$0" && mkdir -p .host && pivot_root . .host && cd / &&
+    mount --rbind "$0" "$0" && cd "$0" && mkdir -p .host && pivot_root . .host && cd / &&
         umount -l /.host && rmdir /.host || exit 1
     exec /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin CI=true \
         bash -c "cd /root/memofs && exec </dev/null && make test"' "$F" >"$F.test.log" 2>&1 || status=$?
