@@ -29,7 +29,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: attack test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -155,7 +155,17 @@ test-start:
 no-leftovers:
 	bash scripts/no-leftovers.sh check $(TEST_STAMP)
 
-test: test-start setup lint unit memcheck e2e conformance package-test pytest vm-test-ci no-leftovers
+# A malicious virtio-fs guest (tests/vhost-attack) on the real socket of `memofs virtiofsd`:
+# the mem backend, a shared directory sandboxed as by default, and one without the sandbox
+# (the server's own checks alone must keep the guest inside).
+ATTACK := target/debug/memofs-vhost-attack
+attack:
+	$(CARGO) build -p memofs -p memofs-vhost-attack
+	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@
+	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@
+	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@ --sandbox=none
+
+test: test-start setup lint unit memcheck e2e conformance attack package-test pytest vm-test-ci no-leftovers
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds $(if $(OUT),--out $(OUT))

@@ -139,6 +139,7 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_symlinkat,
     libc::SYS_linkat,
     libc::SYS_unlinkat,
+    libc::SYS_unlink,
     libc::SYS_renameat,
     libc::SYS_renameat2,
     libc::SYS_readlinkat,

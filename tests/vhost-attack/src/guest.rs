@@ -1,0 +1,438 @@
+//! A guest as a vhost-user-fs server sees one: guest memory in a memfd the server maps, two
+//! split virtqueues laid out in it (the high-priority queue and one request queue), and the
+//! vhost-user messages a VMM sends to set them up. Every byte of the rings and descriptors is
+//! written here by hand, so that any of them can be wrong on purpose.
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use memofs_proto::abi;
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_ring::{
+    VIRTIO_RING_F_INDIRECT_DESC, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+};
+use vm_memory::{
+    Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestRegionMmap,
+};
+use vmm_sys_util::eventfd::EventFd;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// Guest memory.
+pub const MEM_SIZE: usize = 64 << 20;
+/// Entries per queue.
+pub const QSIZE: u16 = 256;
+/// The request queue (queue 0 is the high-priority one).
+pub const REQ: usize = 1;
+/// Where request buffers start (each chain of a batch gets [`SLOT`] bytes of request and as
+/// much of reply room).
+const BUF: u64 = 0x10_0000;
+/// Bytes per request and per reply in a batch.
+pub const SLOT: u64 = 0x2_0000;
+/// Room for large requests and replies (a WRITE or READ of 1 MiB and more).
+pub const BIG: u64 = 0x200_0000;
+/// Where an indirect table goes.
+const INDIRECT: u64 = 0x1_8000;
+
+/// Descriptor flags.
+pub const NEXT: u16 = VRING_DESC_F_NEXT as u16;
+pub const WRITE: u16 = VRING_DESC_F_WRITE as u16;
+pub const INDIRECT_F: u16 = VRING_DESC_F_INDIRECT as u16;
+
+/// One descriptor as the guest writes it.
+#[derive(Clone, Copy, Debug)]
+pub struct Desc {
+    pub addr: u64,
+    pub len: u32,
+    pub flags: u16,
+    pub next: u16,
+}
+
+/// One split virtqueue's rings in guest memory.
+struct Ring {
+    desc: u64,
+    avail: u64,
+    used: u64,
+    /// The avail index the guest has published.
+    avail_idx: u16,
+    /// The used index the guest has read up to.
+    used_idx: u16,
+}
+
+impl Ring {
+    fn at(base: u64) -> Ring {
+        let n = QSIZE as u64;
+        let desc = base;
+        let avail = desc + 16 * n;
+        let used = (avail + 4 + 2 * n + 2 + 3) & !3;
+        Ring {
+            desc,
+            avail,
+            used,
+            avail_idx: 0,
+            used_idx: 0,
+        }
+    }
+}
+
+/// The guest: its memory, its queues, its connection to the server.
+pub struct Guest {
+    pub frontend: Frontend,
+    pub mem: GuestMemoryMmap,
+    kicks: Vec<EventFd>,
+    _calls: Vec<EventFd>,
+    rings: Vec<Ring>,
+    next_unique: u64,
+    /// The protocol minor version the server answered INIT with.
+    pub minor: u32,
+}
+
+fn other(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl Guest {
+    /// Connects to the server's socket and sets up memory and both queues, as QEMU's
+    /// vhost-user-fs-pci does.
+    pub fn connect(socket: &Path) -> io::Result<Guest> {
+        let fd =
+            nix::sys::memfd::memfd_create(c"memofs-guest", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .map_err(other)?;
+        let file = std::fs::File::from(fd);
+        file.set_len(MEM_SIZE as u64)?;
+        let region =
+            GuestRegionMmap::from_range(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))
+                .map_err(other)?;
+        let info = VhostUserMemoryRegionInfo::from_guest_region(&region).map_err(other)?;
+        let mem = GuestMemoryMmap::from_regions(vec![region]).map_err(other)?;
+        let mut frontend = Frontend::connect(socket, 2).map_err(other)?;
+        frontend.set_owner().map_err(other)?;
+        let offered = frontend.get_features().map_err(other)?;
+        let wanted = (1 << VIRTIO_F_VERSION_1)
+            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+        frontend.set_features(offered & wanted).map_err(other)?;
+        let pf = frontend.get_protocol_features().map_err(other)?;
+        frontend
+            .set_protocol_features(
+                pf & (VhostUserProtocolFeatures::MQ
+                    | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS),
+            )
+            .map_err(other)?;
+        frontend.set_mem_table(&[info]).map_err(other)?;
+        let mut guest = Guest {
+            frontend,
+            mem,
+            kicks: Vec::new(),
+            _calls: Vec::new(),
+            rings: vec![Ring::at(0), Ring::at(0x8000)],
+            next_unique: 1,
+            minor: 0,
+        };
+        for q in 0..2 {
+            let kick = EventFd::new(libc::EFD_NONBLOCK).map_err(other)?;
+            let call = EventFd::new(libc::EFD_NONBLOCK).map_err(other)?;
+            let r = &guest.rings[q];
+            let config = VringConfigData {
+                queue_max_size: QSIZE,
+                queue_size: QSIZE,
+                flags: 0,
+                desc_table_addr: guest.host_addr(r.desc),
+                used_ring_addr: guest.host_addr(r.used),
+                avail_ring_addr: guest.host_addr(r.avail),
+                log_addr: None,
+            };
+            let f = &mut guest.frontend;
+            f.set_vring_num(q, QSIZE).map_err(other)?;
+            f.set_vring_addr(q, &config).map_err(other)?;
+            f.set_vring_base(q, 0).map_err(other)?;
+            f.set_vring_call(q, &call).map_err(other)?;
+            f.set_vring_kick(q, &kick).map_err(other)?;
+            f.set_vring_enable(q, true).map_err(other)?;
+            guest.kicks.push(kick);
+            guest._calls.push(call);
+        }
+        Ok(guest)
+    }
+
+    /// The address in this process of guest address `gpa` (what a VMM gives the rings as).
+    fn host_addr(&self, gpa: u64) -> u64 {
+        self.mem
+            .get_host_address(GuestAddress(gpa))
+            .expect("inside guest memory") as u64
+    }
+
+    /// A fresh request id.
+    pub fn unique(&mut self) -> u64 {
+        self.next_unique += 1;
+        self.next_unique
+    }
+
+    /// Writes `bytes` at guest address `at`.
+    pub fn write(&self, at: u64, bytes: &[u8]) {
+        self.mem
+            .write_slice(bytes, GuestAddress(at))
+            .expect("inside guest memory");
+    }
+
+    /// Reads `len` bytes at guest address `at`.
+    pub fn read(&self, at: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.mem
+            .read_slice(&mut v, GuestAddress(at))
+            .expect("inside guest memory");
+        v
+    }
+
+    /// Writes descriptor `index` of queue `q`'s table.
+    pub fn put_desc(&self, q: usize, index: u16, d: Desc) {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&d.addr.to_le_bytes());
+        raw[8..12].copy_from_slice(&d.len.to_le_bytes());
+        raw[12..14].copy_from_slice(&d.flags.to_le_bytes());
+        raw[14..16].copy_from_slice(&d.next.to_le_bytes());
+        self.write(self.rings[q].desc + 16 * index as u64, &raw);
+    }
+
+    /// Writes an indirect table of `descs` and returns the descriptor that names it.
+    pub fn indirect(&self, descs: &[Desc]) -> Desc {
+        for (i, d) in descs.iter().enumerate() {
+            let mut raw = [0u8; 16];
+            raw[..8].copy_from_slice(&d.addr.to_le_bytes());
+            raw[8..12].copy_from_slice(&d.len.to_le_bytes());
+            raw[12..14].copy_from_slice(&d.flags.to_le_bytes());
+            raw[14..16].copy_from_slice(&d.next.to_le_bytes());
+            self.write(INDIRECT + 16 * i as u64, &raw);
+        }
+        Desc {
+            addr: INDIRECT,
+            len: 16 * descs.len() as u32,
+            flags: INDIRECT_F,
+            next: 0,
+        }
+    }
+
+    /// Makes the chains starting at `heads` available on queue `q` and kicks it.
+    pub fn publish(&mut self, q: usize, heads: &[u16]) {
+        let r = &self.rings[q];
+        let mut idx = r.avail_idx;
+        for &h in heads {
+            let slot = r.avail + 4 + 2 * (idx % QSIZE) as u64;
+            self.mem
+                .write_obj(h.to_le(), GuestAddress(slot))
+                .expect("inside guest memory");
+            idx = idx.wrapping_add(1);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.mem
+            .write_obj(idx.to_le(), GuestAddress(r.avail + 2))
+            .expect("inside guest memory");
+        self.rings[q].avail_idx = idx;
+        self.kick(q);
+    }
+
+    /// Publishes an avail index of the guest's choosing, without chains behind it.
+    pub fn publish_index(&mut self, q: usize, idx: u16) {
+        let r = &self.rings[q];
+        self.mem
+            .write_obj(idx.to_le(), GuestAddress(r.avail + 2))
+            .expect("inside guest memory");
+        self.rings[q].avail_idx = idx;
+        self.kick(q);
+    }
+
+    /// The avail index the guest has published on queue `q`.
+    pub fn avail_index(&self, q: usize) -> u16 {
+        self.rings[q].avail_idx
+    }
+
+    pub fn kick(&self, q: usize) {
+        let _ = self.kicks[q].write(1);
+    }
+
+    /// The server's used index on queue `q`.
+    pub fn used_index(&self, q: usize) -> u16 {
+        let raw: u16 = self
+            .mem
+            .read_obj(GuestAddress(self.rings[q].used + 2))
+            .expect("inside");
+        u16::from_le(raw)
+    }
+
+    /// Waits up to `limit` for `n` more used entries on queue `q`; returns them (id, len),
+    /// or what came by then.
+    pub fn wait_used(&mut self, q: usize, n: u16, limit: Duration) -> Vec<(u32, u32)> {
+        let deadline = Instant::now() + limit;
+        let target = self.rings[q].used_idx.wrapping_add(n);
+        while self.used_index(q) != target && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        let now = self.used_index(q);
+        let mut got = Vec::new();
+        let r = &self.rings[q];
+        let mut i = r.used_idx;
+        while i != now {
+            let at = r.used + 4 + 8 * (i % QSIZE) as u64;
+            let id: u32 = self.mem.read_obj(GuestAddress(at)).expect("inside");
+            let len: u32 = self.mem.read_obj(GuestAddress(at + 4)).expect("inside");
+            got.push((u32::from_le(id), u32::from_le(len)));
+            i = i.wrapping_add(1);
+        }
+        self.rings[q].used_idx = now;
+        got
+    }
+
+    /// Sends the requests `reqs` at once on queue `q` (each its own chain: its bytes in one
+    /// readable descriptor, `room` bytes of writable descriptor) and returns each reply (in
+    /// order of the chains; `None` for a chain not returned within `limit`).
+    pub fn batch(
+        &mut self,
+        q: usize,
+        reqs: &[Vec<u8>],
+        room: u32,
+        limit: Duration,
+    ) -> Vec<Option<Vec<u8>>> {
+        assert!(reqs.len() <= QSIZE as usize / 2 && room as u64 <= SLOT);
+        let mut heads = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            let (at, reply) = (BUF + 2 * SLOT * i as u64, BUF + 2 * SLOT * i as u64 + SLOT);
+            let len = req.len().min(SLOT as usize);
+            self.write(at, &req[..len]);
+            let head = 2 * i as u16;
+            self.put_desc(
+                q,
+                head,
+                Desc {
+                    addr: at,
+                    len: len as u32,
+                    flags: NEXT,
+                    next: head + 1,
+                },
+            );
+            self.put_desc(
+                q,
+                head + 1,
+                Desc {
+                    addr: reply,
+                    len: room,
+                    flags: WRITE,
+                    next: 0,
+                },
+            );
+            heads.push(head);
+        }
+        self.publish(q, &heads);
+        let used = self.wait_used(q, reqs.len() as u16, limit);
+        let mut out = vec![None; reqs.len()];
+        for (id, len) in used {
+            let i = (id / 2) as usize;
+            if id % 2 == 0 && i < out.len() {
+                let reply = BUF + 2 * SLOT * i as u64 + SLOT;
+                out[i] = Some(self.read(reply, (len as u64).min(SLOT) as usize));
+            }
+        }
+        out
+    }
+
+    /// One request on the request queue with `room` bytes for its reply: the reply, or
+    /// `None` when the chain did not come back within 5 s.
+    pub fn request(&mut self, req: &[u8], room: u32) -> Option<Vec<u8>> {
+        if req.len() as u64 > SLOT || room as u64 > SLOT {
+            return self.big_request(req, room);
+        }
+        self.batch(REQ, &[req.to_vec()], room, Duration::from_secs(5))
+            .pop()
+            .flatten()
+    }
+
+    /// A request or reply larger than a batch slot, from the big area.
+    fn big_request(&mut self, req: &[u8], room: u32) -> Option<Vec<u8>> {
+        let (at, reply) = (BIG, BIG + 0x80_0000);
+        self.write(at, req);
+        self.put_desc(
+            REQ,
+            0,
+            Desc {
+                addr: at,
+                len: req.len() as u32,
+                flags: NEXT,
+                next: 1,
+            },
+        );
+        self.put_desc(
+            REQ,
+            1,
+            Desc {
+                addr: reply,
+                len: room,
+                flags: WRITE,
+                next: 0,
+            },
+        );
+        self.publish(REQ, &[0]);
+        let used = self.wait_used(REQ, 1, Duration::from_secs(10));
+        used.first()
+            .map(|&(_, len)| self.read(reply, (len as usize).min(room as usize)))
+    }
+
+    /// A FUSE request: header with `opcode`, `nodeid` and a new unique, then `body`.
+    pub fn fuse(&mut self, opcode: u32, nodeid: u64, body: &[u8]) -> Vec<u8> {
+        let mut h = abi::fuse_in_header::new_zeroed();
+        h.len = (std::mem::size_of::<abi::fuse_in_header>() + body.len()) as u32;
+        h.opcode = opcode;
+        h.unique = self.unique();
+        h.nodeid = nodeid;
+        let mut v = h.as_bytes().to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// Sends a FUSE request and returns (error, body) of its reply.
+    pub fn call(
+        &mut self,
+        opcode: u32,
+        nodeid: u64,
+        body: &[u8],
+        room: u32,
+    ) -> Option<(i32, Vec<u8>)> {
+        let req = self.fuse(opcode, nodeid, body);
+        self.request(&req, room).and_then(|r| split_reply(&r))
+    }
+
+    /// INIT, as a guest's kernel starts.
+    pub fn init(&mut self) -> io::Result<()> {
+        let mut i = abi::fuse_init_in::new_zeroed();
+        i.major = abi::KERNEL_VERSION;
+        i.minor = abi::KERNEL_MINOR_VERSION;
+        i.max_readahead = 1 << 20;
+        let (err, body) = self
+            .call(abi::opcode::INIT, 0, i.as_bytes(), 4096)
+            .ok_or_else(|| other("INIT not answered"))?;
+        if err != 0 {
+            return Err(other(format!("INIT answered {err}")));
+        }
+        let out = abi::fuse_init_out::read_from_prefix(&body)
+            .map_err(|_| other("short INIT reply"))?
+            .0;
+        self.minor = out.minor;
+        Ok(())
+    }
+
+    /// Whether the server answers a valid request: GETATTR of the root.
+    pub fn answers(&mut self) -> bool {
+        let g = abi::fuse_getattr_in::new_zeroed();
+        matches!(
+            self.call(abi::opcode::GETATTR, 1, g.as_bytes(), 4096),
+            Some((0, _))
+        )
+    }
+}
+
+/// A reply's (error, body), if it has a whole header whose length is the reply's.
+pub fn split_reply(r: &[u8]) -> Option<(i32, Vec<u8>)> {
+    let (h, body) = abi::fuse_out_header::read_from_prefix(r).ok()?;
+    (h.len as usize == r.len()).then(|| (h.error, body.to_vec()))
+}

@@ -1,0 +1,378 @@
+//! memofs-vhost-attack: a malicious virtio-fs guest, from outside the server's process.
+//!
+//! It is a vhost-user frontend (the VMM's side) on the real socket of a real server: it
+//! shares guest memory (a memfd), sets up the queues as QEMU does, and then plays a hostile
+//! guest: requests no kernel sends ([`attacks`]), descriptor chains and rings no driver lays
+//! out, 500 000 READDIRs of the root, and mutated requests by the thousand ([`fuzz`]). After
+//! each attack the server must still answer a valid request; at the end its memory must not
+//! have grown past a bound, and a canary file beside the shared directory and a secret
+//! elsewhere must be untouched. The last attack closes the socket in the middle of requests:
+//! the server must end without a crash.
+//!
+//! Usage: `memofs-vhost-attack [--mutations N] [--readdirs N] [--seed S] -- SERVER ARGS...`,
+//! where `@SOCKET@` and `@SHARE@` in the server's arguments are replaced by the socket path
+//! and the shared directory made for the run. Prints `PASS name` / `FAIL name: why` lines and
+//! `attack: N passed, N failed`; exits 1 if anything failed.
+
+mod attacks;
+mod fuzz;
+mod guest;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use memofs_proto::abi::{self, opcode};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::guest::{Guest, REQ};
+
+struct Options {
+    mutations: usize,
+    readdirs: usize,
+    seed: u64,
+    server: Vec<String>,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        mutations: 20_000,
+        readdirs: 500_000,
+        seed: 1,
+        server: Vec::new(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut num = |what: &str| -> Result<u64, String> {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or(format!("{what} takes a number"))
+        };
+        match a.as_str() {
+            "--mutations" => o.mutations = num("--mutations")? as usize,
+            "--readdirs" => o.readdirs = num("--readdirs")? as usize,
+            "--seed" => o.seed = num("--seed")?,
+            "--" => {
+                o.server = args.by_ref().collect();
+                break;
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if o.server.is_empty() {
+        return Err("usage: memofs-vhost-attack [--mutations N] [--readdirs N] [--seed S] -- SERVER ARGS... (@SOCKET@, @SHARE@)".into());
+    }
+    Ok(o)
+}
+
+/// The run's files: the shared directory, a canary beside it, a secret elsewhere.
+struct Scene {
+    dir: PathBuf,
+    share: PathBuf,
+    canary: PathBuf,
+    secret: PathBuf,
+}
+
+impl Scene {
+    fn new() -> std::io::Result<Scene> {
+        let base = std::env::temp_dir();
+        let dir = base.join(format!("memofs-attack-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("share"))?;
+        std::fs::write(dir.join("canary"), b"canary\n")?;
+        let secret = base.join(format!("memofs-attack-secret-{}", std::process::id()));
+        std::fs::write(&secret, b"secret\n")?;
+        Ok(Scene {
+            share: dir.join("share"),
+            canary: dir.join("canary"),
+            dir,
+            secret,
+        })
+    }
+
+    /// What must not change: the canary's and the secret's contents and times, and the
+    /// names beside the shared directory.
+    fn state(&self) -> String {
+        let file = |p: &Path| {
+            let m = std::fs::metadata(p).map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                    m.mode(),
+                )
+            });
+            format!("{:?} {:?}", std::fs::read(p).ok(), m.ok())
+        };
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.retain(|n| !n.starts_with("sock"));
+        names.sort();
+        format!(
+            "{} | {} | {names:?}",
+            file(&self.canary),
+            file(&self.secret)
+        )
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.secret);
+    }
+}
+
+/// The server process, started with the run's socket and shared directory.
+fn start(server: &[String], socket: &Path, share: &Path) -> Result<Child, String> {
+    let args: Vec<String> = server
+        .iter()
+        .map(|a| {
+            a.replace("@SOCKET@", &socket.display().to_string())
+                .replace("@SHARE@", &share.display().to_string())
+        })
+        .collect();
+    let child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", args[0]))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} did not listen on {} within 10 s",
+                args[0],
+                socket.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(child)
+}
+
+/// Resident memory of `pid` and its descendants, in KiB (a sandboxed server serves from a
+/// child).
+fn rss_kib(pid: u32) -> u64 {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .map(rss_kib)
+        .sum();
+    own + children
+}
+
+/// Counts results and prints them.
+#[derive(Default)]
+struct Report {
+    passed: usize,
+    failed: usize,
+}
+
+impl Report {
+    fn check(&mut self, name: &str, r: Result<String, String>) {
+        match r {
+            Ok(note) if note.is_empty() => println!("PASS {name}"),
+            Ok(note) => println!("PASS {name} ({note})"),
+            Err(why) => {
+                println!("FAIL {name}: {why}");
+                self.failed += 1;
+                return;
+            }
+        }
+        self.passed += 1;
+    }
+}
+
+fn main() -> ExitCode {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("memofs-vhost-attack: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let scene = match Scene::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("memofs-vhost-attack: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let before = scene.state();
+    let mut report = Report::default();
+    let socket = scene.dir.join("sock");
+    let mut server = match start(&o.server, &socket, &scene.share) {
+        Ok(c) => c,
+        Err(e) => {
+            report.check("server-starts", Err(e));
+            return finish(report);
+        }
+    };
+    attack(&o, &socket, &mut server, &mut report);
+    report.check("nothing-outside-changed", {
+        let after = scene.state();
+        if after == before {
+            Ok(String::new())
+        } else {
+            Err(format!("before: {before}; after: {after}"))
+        }
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    finish(report)
+}
+
+fn finish(report: Report) -> ExitCode {
+    println!("attack: {} passed, {} failed", report.passed, report.failed);
+    if report.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The whole attack on one server.
+fn attack(o: &Options, socket: &Path, server: &mut Child, report: &mut Report) {
+    let mut g = match Guest::connect(socket).and_then(|mut g| g.init().map(|()| g)) {
+        Ok(g) => g,
+        Err(e) => return report.check("connect-and-init", Err(e.to_string())),
+    };
+    let pid = server.id();
+    let alive = |g: &mut Guest, server: &mut Child| -> Result<String, String> {
+        if let Ok(Some(status)) = server.try_wait() {
+            return Err(format!("the server ended: {status}"));
+        }
+        if g.answers() {
+            Ok(String::new())
+        } else {
+            Err("no answer to a valid GETATTR afterwards".into())
+        }
+    };
+    for (name, run) in attacks::ATTACKS {
+        let r = run(&mut g).and_then(|()| alive(&mut g, server));
+        report.check(name, r);
+    }
+    // READDIR of the root at offset 0, again and again: memory stays put.
+    let warm = readdirs(&mut g, 20_000);
+    let rss0 = rss_kib(pid);
+    let answered = readdirs(&mut g, o.readdirs);
+    let grown = rss_kib(pid).saturating_sub(rss0);
+    report.check(
+        "readdir-at-offset-0-repeated",
+        if answered + warm < o.readdirs + 20_000 {
+            Err(format!("{answered} of {} answered", o.readdirs))
+        } else if grown > 1024 {
+            Err(format!(
+                "{} READDIRs grew the server by {grown} KiB",
+                o.readdirs
+            ))
+        } else {
+            Ok(format!("{} READDIRs, {grown} KiB more", o.readdirs))
+        }
+        .and_then(|n| alive(&mut g, server).map(|_| n)),
+    );
+    let mut rng = fuzz::Rng::new(o.seed);
+    let rss0 = rss_kib(pid);
+    let back = fuzz::run(&mut g, &mut rng, o.mutations);
+    let grown = rss_kib(pid).saturating_sub(rss0);
+    report.check(
+        "mutated-requests",
+        if back < o.mutations {
+            Err(format!(
+                "{} of {} chains came back (seed {})",
+                back, o.mutations, o.seed
+            ))
+        } else if grown > 64 << 10 {
+            Err(format!("the server grew by {grown} KiB (seed {})", o.seed))
+        } else {
+            Ok(format!(
+                "{back} requests, seed {}, {grown} KiB more",
+                o.seed
+            ))
+        }
+        .and_then(|n| alive(&mut g, server).map(|_| n)),
+    );
+    // The VMM goes away in the middle of requests: the server ends, cleanly.
+    let req = g.fuse(
+        opcode::GETATTR,
+        1,
+        abi::fuse_getattr_in::new_zeroed().as_bytes(),
+    );
+    let reqs = vec![req; 64];
+    let _ = g.batch(REQ, &reqs, 4096, Duration::from_millis(1));
+    drop(g);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ended = loop {
+        match server.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            _ if Instant::now() > deadline => {
+                break Err("still running 10 s after the VMM left".to_string())
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    report.check(
+        "vmm-gone-mid-request",
+        ended.and_then(|s| {
+            if s.success() {
+                Ok(String::new())
+            } else {
+                Err(format!("ended with {s}"))
+            }
+        }),
+    );
+}
+
+/// `n` READDIRs of the root at offset 0, in batches; returns how many were answered.
+fn readdirs(g: &mut Guest, n: usize) -> usize {
+    let r = abi::fuse_read_in {
+        size: 4096,
+        ..FromZeros::new_zeroed()
+    };
+    let mut done = 0;
+    let mut answered = 0;
+    while done < n {
+        let k = 128.min(n - done);
+        let reqs: Vec<Vec<u8>> = (0..k)
+            .map(|_| g.fuse(opcode::READDIR, 1, r.as_bytes()))
+            .collect();
+        let replies = g.batch(REQ, &reqs, 4096, Duration::from_secs(10));
+        if replies.iter().all(Option::is_none) {
+            // The queue is silent: nothing more would come back.
+            break;
+        }
+        answered += replies
+            .iter()
+            .flatten()
+            .filter(|reply| guest::split_reply(reply).is_some_and(|(e, _)| e == 0))
+            .count();
+        done += k;
+    }
+    answered
+}
