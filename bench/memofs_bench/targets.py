@@ -361,6 +361,20 @@ class MemofsUser(Memofs):
         super().__init__(spec, args, workdir)
         self.user = os.environ.get("MEMOFS_BENCH_USER", "nobody")
         self._restore: list[tuple[str, object]] = []
+        self._copy: Path | None = None
+
+    def user_binary(self) -> str:
+        """The binary as the user can run it: a copy in a directory they can reach where they
+        cannot reach the build (a checkout in a private home directory)."""
+        binary = self.binary()
+        if subprocess.run(self._as_user(["test", "-x", binary])).returncode == 0:
+            return binary
+        if self._copy is None:
+            d = Path(tempfile.mkdtemp(prefix="memofs-bench-bin-"))
+            d.chmod(0o755)
+            shutil.copy2(binary, d / "memofs")
+            self._copy = d / "memofs"
+        return str(self._copy)
 
     def _ids(self) -> tuple[int, int]:
         import pwd
@@ -400,6 +414,9 @@ class MemofsUser(Memofs):
                                                  else "\n") + "user_allow_other\n")
 
     def _restore_host(self) -> None:
+        if self._copy is not None:
+            shutil.rmtree(self._copy.parent, ignore_errors=True)
+            self._copy = None
         for what, old in reversed(self._restore):
             if what == "chmod":
                 os.chmod(DEV_FUSE, old)
@@ -417,17 +434,17 @@ class MemofsUser(Memofs):
         # belongs to them: a workload then works in directories it owns, as that user would,
         # and the kernel checks no ACL of a directory owned by somebody else on every walk.
         owner = f"allow_other,uid={os.geteuid()},gid={os.getegid()}"
-        self._run_mount(self._as_user([self.binary(), "mount", "-o", owner, *self.args,
+        self._run_mount(self._as_user([self.user_binary(), "mount", "-o", owner, *self.args,
                                        str(mnt)]))
 
     def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
-        return [self._as_user([self.binary(), "umount", str(mnt)]), ["umount", str(mnt)]]
+        return [self._as_user([self.user_binary(), "umount", str(mnt)]), ["umount", str(mnt)]]
 
     def server_stats(self) -> dict | None:
         if self.mnt is None:
             return None
         try:
-            r = subprocess.run(self._as_user([self.binary(), "stats", "--json", str(self.mnt)]),
+            r = subprocess.run(self._as_user([self.user_binary(), "stats", "--json", str(self.mnt)]),
                                capture_output=True, text=True, timeout=10)
             return json.loads(r.stdout) if r.returncode == 0 else None
         except (OSError, ValueError, BenchError, subprocess.SubprocessError):
