@@ -28,6 +28,11 @@ pub trait Backend: Send + Sync + 'static {
     /// guest that unmounted (its connection ends before its inodes are evicted) or rebooted.
     /// The root stays.
     fn forget_all(&self);
+    /// Every open file and directory handle is gone, with no RELEASE for them: the guest's
+    /// kernel that held them reset or rebooted (a virtio-fs device's DESTROY, a new INIT, a
+    /// reset). What only they kept (the data of files unlinked while open, host
+    /// descriptors) goes now.
+    fn release_all(&self);
     /// Attributes of `ino`.
     fn getattr(&self, ino: Ino) -> Result<Attr>;
     /// Changes attributes (chmod, chown, truncate, utimens).

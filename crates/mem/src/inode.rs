@@ -423,6 +423,11 @@ impl InodeTable {
             .collect()
     }
 
+    /// Drops every open reference; returns how many there were.
+    pub fn close_all(&self, inode: &Inode) -> u32 {
+        inode.opens.swap(0, Ordering::SeqCst)
+    }
+
     /// Drops one open reference.
     pub fn close(&self, inode: &Inode) {
         let _ = inode

@@ -288,6 +288,13 @@ impl KernelFile {
         open.set_count(count);
     }
 
+    /// Every open is gone: the held descriptor goes.
+    pub fn close_all(&self) {
+        let mut open = self.open.lock();
+        open.set_count(0);
+        open.held = None;
+    }
+
     /// One open of the memofs file was released.
     pub fn close(&self) {
         let mut open = self.open.lock();

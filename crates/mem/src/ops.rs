@@ -155,6 +155,17 @@ impl Backend for MemFs {
         }
     }
 
+    fn release_all(&self) {
+        for inode in self.table.all() {
+            if self.table.close_all(&inode) > 0 {
+                if let Some(k) = inode.kernel_file() {
+                    k.close_all();
+                }
+                self.evict_if_dead(&inode);
+            }
+        }
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         Ok(self.table.get(ino)?.attr())
     }

@@ -63,6 +63,12 @@ impl<T> HandleTable<T> {
         self.map.write().remove(&fh).ok_or(Errno::EBADF)
     }
 
+    /// Removes every handle (they close once requests using them are done).
+    pub(crate) fn clear(&self) {
+        let all = std::mem::take(&mut *self.map.write());
+        drop(all);
+    }
+
     /// Open handles.
     pub(crate) fn len(&self) -> usize {
         self.map.read().len()

@@ -28,6 +28,11 @@ impl Backend for PassthroughFs {
         }
     }
 
+    fn release_all(&self) {
+        self.files.clear();
+        self.dirs.clear();
+    }
+
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.attr(&*self.table.get(ino)?)
     }

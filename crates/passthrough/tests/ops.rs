@@ -914,3 +914,29 @@ fn backing_fd_is_the_handles_descriptor() {
     assert!(!fs.with_backing_fd(f.ino, 12345, &mut |_| called = true));
     assert!(!called, "no descriptor for an unknown handle");
 }
+
+#[test]
+fn release_all_closes_every_handle_and_what_only_they_kept() {
+    let (_t, export, fs) = setup("release-all");
+    let baseline = fs.open_fds();
+    let d = fs.mkdir(&ROOT, ROOT_INO, n("d"), 0o755, 0).unwrap();
+    let _dir = fs.opendir(&ROOT, d.ino, libc::O_RDONLY).unwrap();
+    for i in 0..50 {
+        let name = format!("f{i}");
+        let (attr, o) = fs
+            .create(&ROOT, ROOT_INO, n(&name), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(attr.ino, o.fh, 0, b"data").unwrap();
+        fs.unlink(&ROOT, ROOT_INO, n(&name)).unwrap();
+    }
+    assert!(fs.open_fds() >= baseline + 100, "{}", fs.open_fds());
+    fs.release_all();
+    fs.forget_all();
+    // Reaped off the request thread: wait for it.
+    let start = std::time::Instant::now();
+    while fs.open_fds() != baseline && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(fs.open_fds(), baseline, "every descriptor given back");
+    assert_eq!(std::fs::read_dir(&export).unwrap().count(), 1, "only d is left");
+}

@@ -174,8 +174,8 @@ impl<B: Backend> GuestFs<B> {
         }
         if h.opcode == abi::opcode::DESTROY {
             // The guest unmounts: its kernel ends the connection before it evicts its
-            // inodes, so their FORGETs never come.
-            self.backend.forget_all();
+            // inodes or releases its files, so their FORGETs and RELEASEs never come.
+            self.reset();
         }
     }
 
@@ -215,10 +215,31 @@ impl<B: Backend> GuestFs<B> {
             .replace(Arc::new(mounted));
         if earlier.is_some() {
             // A guest that rebooted without unmounting holds none of the earlier mount's
-            // inodes any more.
-            self.backend.forget_all();
+            // inodes or open files any more.
+            self.drop_references();
         }
         out.send(h.unique, 0, &[&negotiated.reply]);
+    }
+}
+
+impl<B: Backend> GuestFs<B> {
+    /// The guest's kernel is gone (it unmounted, or its device was reset): nothing more is
+    /// served until its next INIT, and everything it held is given up.
+    pub fn reset(&self) {
+        let earlier = self
+            .mounted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(earlier);
+        self.drop_references();
+    }
+
+    /// Every lookup reference and open handle of the guest's kernel, given up: the files it
+    /// deleted while it held them go, with their data and host descriptors.
+    fn drop_references(&self) {
+        self.backend.release_all();
+        self.backend.forget_all();
     }
 }
 

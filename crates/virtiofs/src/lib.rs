@@ -142,6 +142,13 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::RESET_DEVICE
+    }
+
+    /// The VMM reset the device (the guest rebooted, or its driver reset it): the guest's
+    /// kernel is gone, and with it every reference and handle it held.
+    fn reset_device(&self) {
+        self.guest_fs.reset();
     }
 
     /// A thread per queue: the high-priority queue's FORGETs never wait behind a request.

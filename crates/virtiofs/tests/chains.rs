@@ -141,6 +141,44 @@ fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
 }
 
 #[test]
+fn files_a_gone_guest_held_open_are_released_with_their_data() {
+    use memofs_core::{Backend, Caller, Errno, ROOT_INO};
+    let c = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    let (s, mem) = (session(), memory());
+    let fs = s.backend().clone();
+    let used = || fs.usage().bytes_used;
+    // Each way the guest's kernel can go: a new INIT (a reboot), DESTROY, a device reset.
+    for end in ["init", "destroy", "reset"] {
+        init(&s, &mem);
+        let empty = used();
+        // Open, unlinked while open, and written: only the open keeps it.
+        let (attr, o) = fs
+            .create(&c, ROOT_INO, "open".as_ref(), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        fs.write(attr.ino, o.fh, 0, &vec![7u8; 1 << 20]).unwrap();
+        fs.unlink(&c, ROOT_INO, "open".as_ref()).unwrap();
+        assert!(used() >= empty + (1 << 20), "{end}: charged while open");
+        match end {
+            "init" => init(&s, &mem),
+            "destroy" => {
+                let destroy = request(abi::opcode::DESTROY, b"");
+                serve(&s, &mem, &destroy, &plain(&destroy, 4096));
+                let lookup = request(abi::opcode::LOOKUP, b"x\0");
+                let (_, reply) = serve(&s, &mem, &lookup, &plain(&lookup, 4096));
+                assert_eq!(out_header(&reply).error, -libc::EIO, "nothing before INIT");
+            }
+            _ => s.reset(),
+        }
+        assert_eq!(fs.getattr(attr.ino), Err(Errno::ESTALE), "{end}: freed");
+        assert_eq!(used(), empty, "{end}: its data given back");
+    }
+}
+
+#[test]
 fn a_request_split_over_many_descriptors_is_read_whole() {
     let (s, mem) = (session(), memory());
     init(&s, &mem);

@@ -129,6 +129,9 @@ impl Backend for Fake {
     fn forget_all(&self) {
         self.note("forget all".to_string());
     }
+    fn release_all(&self) {
+        self.note("release all".to_string());
+    }
     fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.attr_of(ino)
     }
