@@ -938,5 +938,9 @@ fn release_all_closes_every_handle_and_what_only_they_kept() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(fs.open_fds(), baseline, "every descriptor given back");
-    assert_eq!(std::fs::read_dir(&export).unwrap().count(), 1, "only d is left");
+    assert_eq!(
+        std::fs::read_dir(&export).unwrap().count(),
+        1,
+        "only d is left"
+    );
 }
