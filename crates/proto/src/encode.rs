@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use memofs_core::{Attr, DirEntry, Entry, Errno, FileKind, StatFs};
-use memofs_request::{OpenOut, ReplyOut};
+use memofs_request::{Op, OpenOut, ReplyOut};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::abi::{self, fopen};
@@ -17,6 +17,38 @@ use crate::abi::{self, fopen};
 pub trait ReplySink {
     /// Sends one reply.
     fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]);
+}
+
+/// The most bytes a successful reply to `op` may take after its `fuse_out_header`: the size
+/// of its fixed reply, or what it asked for (READ, READDIR, the xattr calls, IOCTL), or the
+/// longest path (READLINK). A transport whose reply room the sender chose (a guest's
+/// descriptor chain) refuses a request before its work when this does not fit: a LOOKUP or
+/// CREATE whose answer is lost would leave references and handles nobody knows of.
+pub fn reply_bound(op: &Op<'_>) -> usize {
+    use std::mem::size_of;
+    let entry = size_of::<abi::fuse_entry_out>();
+    match *op {
+        Op::Lookup { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Symlink { .. }
+        | Op::Link { .. } => entry,
+        Op::Create { .. } | Op::Tmpfile { .. } => entry + size_of::<abi::fuse_open_out>(),
+        Op::Open { .. } | Op::Opendir { .. } => size_of::<abi::fuse_open_out>(),
+        Op::Getattr { .. } | Op::Setattr { .. } => size_of::<abi::fuse_attr_out>(),
+        Op::Statx { .. } => size_of::<abi::fuse_statx_out>(),
+        Op::Statfs => size_of::<abi::fuse_kstatfs>(),
+        Op::Write { .. } | Op::CopyFileRange { .. } => size_of::<abi::fuse_write_out>(),
+        Op::Lseek { .. } => 8,
+        Op::Readlink => libc::PATH_MAX as usize - 1,
+        Op::Read { size, .. } | Op::Readdir { size, .. } => size as usize,
+        Op::Getxattr { size, .. } | Op::Listxattr { size } if size == 0 => {
+            size_of::<abi::fuse_getxattr_out>()
+        }
+        Op::Getxattr { size, .. } | Op::Listxattr { size } => size as usize,
+        Op::Ioctl { out_size, .. } => size_of::<abi::fuse_ioctl_out>() + out_size as usize,
+        _ => 0,
+    }
 }
 
 /// Encodes the reply to one request.

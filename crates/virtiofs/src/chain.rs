@@ -62,7 +62,13 @@ pub fn serve<B: Backend, M: GuestMemory>(
     match read_request(&mut reader, request) {
         Ok(()) => {
             let h = header(request).expect("read_request read a whole header");
-            guest_fs.answer(&h, &request[IN_HEADER..], scratch, reply);
+            guest_fs.answer(
+                &h,
+                &request[IN_HEADER..],
+                writer.available_bytes(),
+                scratch,
+                reply,
+            );
         }
         Err(Some((unique, e))) => Encoder::new(unique, scratch, reply).error(e),
         Err(None) => return 0,

@@ -11,7 +11,7 @@ use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::{Backend, Errno, Ino};
 use memofs_proto::abi;
 use memofs_proto::decode::{decode, Args, Proto};
-use memofs_proto::encode::{Encoder, ReplySink};
+use memofs_proto::encode::{reply_bound, Encoder, ReplySink};
 use memofs_proto::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
@@ -47,6 +47,9 @@ impl Kernel for NoNotify {
         unsupported()
     }
 }
+
+/// The reply's header.
+const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>();
 
 /// The request layer of the guest's current mount, from its INIT.
 struct Mounted<B: Backend> {
@@ -123,11 +126,13 @@ impl<B: Backend> GuestFs<B> {
     }
 
     /// Answers the request `h` with arguments `body` into `out` (left empty for requests
-    /// that take no reply). `scratch` is reused between calls.
+    /// that take no reply), whose chain has `room` bytes for the reply. `scratch` is reused
+    /// between calls.
     pub(crate) fn answer(
         &self,
         h: &abi::fuse_in_header,
         body: &[u8],
+        room: usize,
         scratch: &mut Vec<u8>,
         out: &mut Collected,
     ) {
@@ -160,6 +165,23 @@ impl<B: Backend> GuestFs<B> {
         };
         if asked > MAX_WRITE {
             log::warn!("request for {asked} bytes (opcode {}) refused", h.opcode);
+            Encoder::new(h.unique, scratch, out).error(Errno::EINVAL);
+            return;
+        }
+        // A reply that could not be given back is refused before the work is done: a guest
+        // that learns nothing of a LOOKUP or CREATE would leave its reference or handle
+        // behind.
+        let needed = OUT_HEADER + reply_bound(&req.op);
+        if needed > room
+            && !matches!(
+                req.op,
+                Op::Forget { .. } | Op::BatchForget { .. } | Op::Interrupt { .. }
+            )
+        {
+            log::warn!(
+                "{room} bytes of room for a reply of up to {needed} (opcode {}): refused",
+                h.opcode
+            );
             Encoder::new(h.unique, scratch, out).error(Errno::EINVAL);
             return;
         }

@@ -179,6 +179,36 @@ fn files_a_gone_guest_held_open_are_released_with_their_data() {
 }
 
 #[test]
+fn a_request_whose_answer_would_not_fit_is_refused_before_its_work() {
+    use memofs_core::{Backend, Caller, ROOT_INO};
+    let (s, mem) = (session(), memory());
+    init(&s, &mem);
+    let mut c = abi::fuse_create_in::new_zeroed();
+    c.flags = libc::O_RDWR as u32;
+    c.mode = 0o644;
+    let mut body = c.as_bytes().to_vec();
+    body.extend(b"made\0");
+    let create = request(abi::opcode::CREATE, &body);
+    // Room for the entry, not for the open that follows it.
+    let room = 16 + std::mem::size_of::<abi::fuse_entry_out>() as u32;
+    let (_, reply) = serve(&s, &mem, &create, &plain(&create, room));
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+    let root = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    assert!(
+        s.backend()
+            .lookup(&root, ROOT_INO, "made".as_ref())
+            .is_err(),
+        "nothing was created"
+    );
+    let (_, reply) = serve(&s, &mem, &create, &plain(&create, 4096));
+    assert_eq!(out_header(&reply).error, 0, "with room it is");
+}
+
+#[test]
 fn a_request_split_over_many_descriptors_is_read_whole() {
     let (s, mem) = (session(), memory());
     init(&s, &mem);
