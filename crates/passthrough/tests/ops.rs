@@ -944,3 +944,37 @@ fn release_all_closes_every_handle_and_what_only_they_kept() {
         "only d is left"
     );
 }
+
+#[test]
+fn names_change_at_any_depth() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let (_t, export, fs) = setup("deep");
+    // 5000 nested directories, made on the host one level at a time.
+    let depth = 5000;
+    let mut dir = std::fs::File::open(&export).unwrap();
+    for _ in 0..depth {
+        // SAFETY: mkdirat and openat on a live descriptor with a NUL-terminated name; the
+        // new descriptor is owned at once.
+        let next = unsafe {
+            assert_eq!(libc::mkdirat(dir.as_raw_fd(), c"d".as_ptr(), 0o755), 0);
+            let fd = libc::openat(
+                dir.as_raw_fd(),
+                c"d".as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            );
+            assert!(fd >= 0);
+            OwnedFd::from_raw_fd(fd)
+        };
+        dir = std::fs::File::from(next);
+    }
+    let mut ino = ROOT_INO;
+    for _ in 0..depth {
+        ino = fs.lookup(&ROOT, ino, n("d")).unwrap().ino;
+    }
+    let (attr, o) = fs
+        .create(&ROOT, ino, n("bottom"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    fs.release(attr.ino, o.fh).unwrap();
+    fs.mkdir(&ROOT, ino, n("deeper"), 0o755, 0).unwrap();
+    fs.unlink(&ROOT, ino, n("bottom")).unwrap();
+}
