@@ -35,7 +35,7 @@ use nix::unistd::{chdir, chroot, fork, pivot_root, ForkResult, Pid};
 
 /// `--sandbox`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub enum SandboxMode {
     /// New namespaces, `pivot_root` into the shared directory.
     Namespace,
     /// `chroot` into the shared directory.
@@ -44,13 +44,13 @@ pub enum Mode {
     None,
 }
 
-impl Mode {
+impl SandboxMode {
     /// `--sandbox`'s value (default `namespace`).
-    pub fn parse(s: Option<&str>) -> Result<Mode, String> {
+    pub fn parse(s: Option<&str>) -> Result<SandboxMode, String> {
         match s {
-            None | Some("namespace") => Ok(Mode::Namespace),
-            Some("chroot") => Ok(Mode::Chroot),
-            Some("none") => Ok(Mode::None),
+            None | Some("namespace") => Ok(SandboxMode::Namespace),
+            Some("chroot") => Ok(SandboxMode::Chroot),
+            Some("none") => Ok(SandboxMode::None),
             Some(other) => Err(format!(
                 "--sandbox={other}: the modes are namespace (the default), chroot and none"
             )),
@@ -113,10 +113,10 @@ pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet,
 /// the server is not root of the initial user namespace and makes a user namespace of its
 /// own (mapping its own ids only). `on_end` runs in the parent once the child has ended
 /// (removing the socket files the child no longer sees).
-pub fn enter(mode: Mode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
+pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
     match mode {
-        Mode::None => return Ok(()),
-        Mode::Chroot if unprivileged => {
+        SandboxMode::None => return Ok(()),
+        SandboxMode::Chroot if unprivileged => {
             return Err(
                 "--sandbox=chroot needs root (chroot(2) takes CAP_SYS_CHROOT); as a \
                         user, --sandbox=namespace makes a user namespace instead"
@@ -125,7 +125,7 @@ pub fn enter(mode: Mode, unprivileged: bool, on_end: impl FnOnce()) -> Result<()
         }
         _ => {}
     }
-    if mode == Mode::Namespace {
+    if mode == SandboxMode::Namespace {
         let mut flags = CloneFlags::CLONE_NEWPID;
         if unprivileged {
             flags |= CloneFlags::CLONE_NEWUSER;
@@ -215,13 +215,13 @@ fn supervise(child: Pid) -> i32 {
 /// `before` runs while the host's files are still there (with the new PID namespace's own
 /// `/proc` in `namespace` mode): the backend opens what it keeps open across.
 pub fn confine(
-    mode: Mode,
+    mode: SandboxMode,
     shared_dir: Option<&Path>,
     before: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), String> {
     match mode {
-        Mode::None => before(),
-        Mode::Chroot => {
+        SandboxMode::None => before(),
+        SandboxMode::Chroot => {
             before()?;
             match shared_dir {
                 Some(dir) => chroot(dir).map_err(|e| format!("--sandbox=chroot: {e}"))?,
@@ -229,7 +229,7 @@ pub fn confine(
             }
             chdir("/").map_err(|e| format!("--sandbox=chroot: {e}"))
         }
-        Mode::Namespace => {
+        SandboxMode::Namespace => {
             let ns = |what: &str, e: nix::errno::Errno| format!("--sandbox=namespace: {what}: {e}");
             unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWIPC)
                 .map_err(|e| ns("new mount, network and IPC namespaces", e))?;
@@ -330,10 +330,12 @@ mod tests {
 
     #[test]
     fn modes_parse_as_virtiofsd_names_them() {
-        assert_eq!(Mode::parse(None), Ok(Mode::Namespace));
-        assert_eq!(Mode::parse(Some("chroot")), Ok(Mode::Chroot));
-        assert_eq!(Mode::parse(Some("none")), Ok(Mode::None));
-        assert!(Mode::parse(Some("jail")).unwrap_err().contains("namespace"));
+        assert_eq!(SandboxMode::parse(None), Ok(SandboxMode::Namespace));
+        assert_eq!(SandboxMode::parse(Some("chroot")), Ok(SandboxMode::Chroot));
+        assert_eq!(SandboxMode::parse(Some("none")), Ok(SandboxMode::None));
+        assert!(SandboxMode::parse(Some("jail"))
+            .unwrap_err()
+            .contains("namespace"));
     }
 
     #[test]

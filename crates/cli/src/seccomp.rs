@@ -14,7 +14,7 @@ use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
 
 /// `--seccomp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub enum SeccompMode {
     /// No filter.
     None,
     /// Any other call kills the process.
@@ -25,14 +25,14 @@ pub enum Mode {
     Trap,
 }
 
-impl Mode {
+impl SeccompMode {
     /// `--seccomp`'s value (default `kill`).
-    pub fn parse(s: Option<&str>) -> Result<Mode, String> {
+    pub fn parse(s: Option<&str>) -> Result<SeccompMode, String> {
         match s {
-            None | Some("kill") => Ok(Mode::Kill),
-            Some("none") => Ok(Mode::None),
-            Some("log") => Ok(Mode::Log),
-            Some("trap") => Ok(Mode::Trap),
+            None | Some("kill") => Ok(SeccompMode::Kill),
+            Some("none") => Ok(SeccompMode::None),
+            Some("log") => Ok(SeccompMode::Log),
+            Some("trap") => Ok(SeccompMode::Trap),
             Some(other) => Err(format!(
                 "--seccomp={other}: the modes are kill (the default), log, trap and none"
             )),
@@ -175,12 +175,12 @@ const ALLOWED: &[libc::c_long] = &[
 
 /// Installs the filter `mode` asks for on this thread (and so on every thread it starts
 /// later).
-pub fn install(mode: Mode) -> Result<(), String> {
+pub fn install(mode: SeccompMode) -> Result<(), String> {
     let mismatch = match mode {
-        Mode::None => return Ok(()),
-        Mode::Kill => SeccompAction::KillProcess,
-        Mode::Log => SeccompAction::Log,
-        Mode::Trap => {
+        SeccompMode::None => return Ok(()),
+        SeccompMode::Kill => SeccompAction::KillProcess,
+        SeccompMode::Log => SeccompAction::Log,
+        SeccompMode::Trap => {
             report_sigsys()?;
             SeccompAction::Trap
         }
@@ -245,9 +245,9 @@ mod tests {
 
     #[test]
     fn modes_parse_as_virtiofsd_names_them() {
-        assert_eq!(Mode::parse(None), Ok(Mode::Kill));
-        assert_eq!(Mode::parse(Some("log")), Ok(Mode::Log));
-        assert!(Mode::parse(Some("errno")).is_err());
+        assert_eq!(SeccompMode::parse(None), Ok(SeccompMode::Kill));
+        assert_eq!(SeccompMode::parse(Some("log")), Ok(SeccompMode::Log));
+        assert!(SeccompMode::parse(Some("errno")).is_err());
     }
 
     #[test]

@@ -117,8 +117,8 @@ fn is_socket(fd: RawFd) -> bool {
 struct Setup {
     opts: MountOptions,
     source: Option<PathBuf>,
-    sandbox: sandbox::Mode,
-    seccomp: seccomp::Mode,
+    sandbox: sandbox::SandboxMode,
+    seccomp: seccomp::SeccompMode,
     caps: caps::CapsHashSet,
 }
 
@@ -149,9 +149,10 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
     if let Some(msg) = backends::foreign_option(&options, source.is_some()) {
         return Err(usage(msg));
     }
-    let sandbox = sandbox::Mode::parse(args.sandbox.as_deref().or(legacy.sandbox.as_deref()))
-        .map_err(usage)?;
-    let seccomp = seccomp::Mode::parse(args.seccomp.as_deref()).map_err(usage)?;
+    let sandbox =
+        sandbox::SandboxMode::parse(args.sandbox.as_deref().or(legacy.sandbox.as_deref()))
+            .map_err(usage)?;
+    let seccomp = seccomp::SeccompMode::parse(args.seccomp.as_deref()).map_err(usage)?;
     let caps = sandbox::kept_caps(source.is_some(), args.modcaps.as_deref()).map_err(usage)?;
     let source = match source {
         Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
@@ -241,7 +242,7 @@ fn confined<B: Backend + ConfinedBackend>(
         Ok(())
     })?;
     let (backend, settings) = built.expect("confine runs the build or fails");
-    if setup.sandbox != sandbox::Mode::None {
+    if setup.sandbox != sandbox::SandboxMode::None {
         backend.without_host_paths()?;
     }
     sandbox::restrict(&setup.caps)?;
@@ -308,7 +309,7 @@ fn serve<B: Backend + 'static>(
     // Where the server still sees the host's files (no sandbox) it removes its sockets
     // itself; a sandboxed one leaves that to its supervisor, since those paths now name
     // files of the shared directory.
-    let sandboxed = setup.sandbox != sandbox::Mode::None;
+    let sandboxed = setup.sandbox != sandbox::SandboxMode::None;
     let ends = Arc::new(std::sync::Mutex::new((control, socket)));
     let on_stop = ends.clone();
     // A stop signal (a service manager's) ends the server with its sockets removed.

@@ -48,7 +48,7 @@ use memofs_proto::{abi, init};
 
 /// Why a mount could not be set up, with what the user can do about it.
 #[derive(Debug)]
-pub enum SetupError {
+pub enum MountError {
     /// `/dev/fuse` is missing or cannot be opened.
     NoDevFuse(io::Error),
     /// The mount point does not exist.
@@ -68,29 +68,29 @@ pub enum SetupError {
     CpuLatency(io::Error),
 }
 
-impl fmt::Display for SetupError {
+impl fmt::Display for MountError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SetupError::NoDevFuse(e) if e.kind() == io::ErrorKind::PermissionDenied => write!(
+            MountError::NoDevFuse(e) if e.kind() == io::ErrorKind::PermissionDenied => write!(
                 f,
                 "cannot open /dev/fuse ({e}): only root may use it on this machine; as root, `chmod 0666 /dev/fuse` lets every user mount FUSE filesystems (the mode Debian's fuse3 package gives it)"
             ),
-            SetupError::NoDevFuse(e) => write!(
+            MountError::NoDevFuse(e) => write!(
                 f,
                 "cannot open /dev/fuse ({e}): load the fuse module (modprobe fuse) or, in a container, pass the device through (--device /dev/fuse)"
             ),
-            SetupError::MountpointMissing(p) => write!(f, "mount point {} does not exist (create it with mkdir -p)", p.display()),
-            SetupError::NotADirectory(p) => write!(f, "mount point {} is not a directory", p.display()),
-            SetupError::AlreadyMounted(p) => write!(f, "{} is already a mount point (unmount it first: memofs umount {})", p.display(), p.display()),
-            SetupError::Mountpoint(p, e) => write!(
+            MountError::MountpointMissing(p) => write!(f, "mount point {} does not exist (create it with mkdir -p)", p.display()),
+            MountError::NotADirectory(p) => write!(f, "mount point {} is not a directory", p.display()),
+            MountError::AlreadyMounted(p) => write!(f, "{} is already a mount point (unmount it first: memofs umount {})", p.display(), p.display()),
+            MountError::Mountpoint(p, e) => write!(
                 f,
                 "cannot use mount point {} ({e}); if a memofs server died there, run: memofs umount {}",
                 p.display(),
                 p.display()
             ),
-            SetupError::Mount(e) => write!(f, "mount failed: {e}"),
-            SetupError::Init(e) => write!(f, "FUSE handshake failed: {e}"),
-            SetupError::CpuLatency(e) => write!(
+            MountError::Mount(e) => write!(f, "mount failed: {e}"),
+            MountError::Init(e) => write!(f, "FUSE handshake failed: {e}"),
+            MountError::CpuLatency(e) => write!(
                 f,
                 "cpu_latency=on, but the CPU latency request cannot be made ({}: {e}){}; mount with cpu_latency=auto or off",
                 cpu_latency::DEVICE,
@@ -104,34 +104,34 @@ impl fmt::Display for SetupError {
     }
 }
 
-impl std::error::Error for SetupError {}
+impl std::error::Error for MountError {}
 
 /// Checks the mount point and `/dev/fuse` before anything is mounted; returns the canonical
 /// mount point.
-pub fn preflight(mountpoint: &Path) -> Result<PathBuf, SetupError> {
+pub fn preflight(mountpoint: &Path) -> Result<PathBuf, MountError> {
     let meta = match std::fs::metadata(mountpoint) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(SetupError::MountpointMissing(mountpoint.into()))
+            return Err(MountError::MountpointMissing(mountpoint.into()))
         }
-        Err(e) => return Err(SetupError::Mountpoint(mountpoint.into(), e)),
+        Err(e) => return Err(MountError::Mountpoint(mountpoint.into(), e)),
     };
     if !meta.is_dir() {
-        return Err(SetupError::NotADirectory(mountpoint.into()));
+        return Err(MountError::NotADirectory(mountpoint.into()));
     }
     let canonical = mountpoint
         .canonicalize()
-        .map_err(|e| SetupError::Mountpoint(mountpoint.into(), e))?;
+        .map_err(|e| MountError::Mountpoint(mountpoint.into(), e))?;
     if mountinfo::is_mount_point(&canonical)
-        .map_err(|e| SetupError::Mountpoint(canonical.clone(), e))?
+        .map_err(|e| MountError::Mountpoint(canonical.clone(), e))?
     {
-        return Err(SetupError::AlreadyMounted(canonical));
+        return Err(MountError::AlreadyMounted(canonical));
     }
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/fuse")
-        .map_err(SetupError::NoDevFuse)?;
+        .map_err(MountError::NoDevFuse)?;
     Ok(canonical)
 }
 
@@ -151,9 +151,9 @@ pub struct KernelMount<B: Backend> {
 
 /// Reads the kernel's INIT from `fd` and answers it as `plan` says (with `io_uring=auto`
 /// turned off where this process may not create io_uring instances).
-fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, SetupError> {
+fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, MountError> {
     let mut buf = vec![0u64; 64 * 1024];
-    let init_err = |e: io::Error| SetupError::Init(e.to_string());
+    let init_err = |e: io::Error| MountError::Init(e.to_string());
     // SAFETY: reads into a live buffer of the stated length.
     let n = unsafe {
         let b = buf.as_mut_bytes();
@@ -168,9 +168,9 @@ fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, Set
     }
     let bytes = &buf.as_bytes()[..n as usize];
     let (h, body) = abi::fuse_in_header::read_from_prefix(bytes)
-        .map_err(|_| SetupError::Init("short INIT request".into()))?;
+        .map_err(|_| MountError::Init("short INIT request".into()))?;
     if h.opcode != abi::opcode::INIT {
-        return Err(SetupError::Init(format!(
+        return Err(MountError::Init(format!(
             "expected INIT, got opcode {}",
             h.opcode
         )));
@@ -181,7 +181,7 @@ fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, Set
         if let Some(e) = uring::rings_refused() {
             if plan.io_uring == Want::On {
                 sink.send(h.unique, -libc::EPROTO, &[]);
-                return Err(SetupError::Init(format!(
+                return Err(MountError::Init(format!(
                     "io_uring=on, but this process may not create io_uring instances ({e}; a \
                      container's seccomp profile commonly refuses them): mount with \
                      io_uring=auto or off"
@@ -198,7 +198,7 @@ fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, Set
         }
         Err(e) => {
             sink.send(h.unique, -libc::EPROTO, &[]);
-            Err(SetupError::Init(e.to_string()))
+            Err(MountError::Init(e.to_string()))
         }
     }
 }
@@ -249,8 +249,8 @@ pub fn mount<B: Backend>(
     backend: Arc<B>,
     mountpoint: &Path,
     plan: MountPlan,
-) -> Result<KernelMount<B>, SetupError> {
-    let fd = mount::mount(mountpoint, &plan).map_err(SetupError::Mount)?;
+) -> Result<KernelMount<B>, MountError> {
+    let fd = mount::mount(mountpoint, &plan).map_err(MountError::Mount)?;
     let session = start(backend, mountpoint, plan, fd);
     if session.is_err() {
         let _ = mount::unmount(mountpoint, true);
@@ -263,9 +263,9 @@ fn start<B: Backend>(
     mountpoint: &Path,
     mut plan: MountPlan,
     fd: OwnedFd,
-) -> Result<KernelMount<B>, SetupError> {
+) -> Result<KernelMount<B>, MountError> {
     let negotiated = handshake(&fd, &mut plan)?;
-    let setup = SetupError::Mount;
+    let setup = MountError::Mount;
     let kernel = Arc::new(Connection::new(fd.as_fd()).map_err(setup)?);
     let stats = Arc::new(Stats::new());
     let poll = Arc::new(BusyPoll::new(plan.busy_poll, stats.clone()));
@@ -289,7 +289,7 @@ fn start<B: Backend>(
 }
 
 /// The mount's CPU latency request as `want` says, and what `memofs stats` says of it.
-fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), SetupError> {
+fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), MountError> {
     let without = |why: String| {
         (
             CpuLatency::off(),
@@ -318,7 +318,7 @@ fn cpu_latency(want: Want, stats: &Arc<Stats>) -> Result<(CpuLatency, String), S
                 cpu_latency::DEVICE
             ),
         )),
-        Err(e) if want == Want::On => Err(SetupError::CpuLatency(e)),
+        Err(e) if want == Want::On => Err(MountError::CpuLatency(e)),
         Err(e) => Ok(without(format!("{}: {e}", cpu_latency::DEVICE))),
     }
 }
@@ -423,13 +423,13 @@ mod tests {
 
     #[test]
     fn a_dev_fuse_only_root_may_open_is_not_called_missing() {
-        let denied = SetupError::NoDevFuse(io::Error::from_raw_os_error(libc::EACCES));
+        let denied = MountError::NoDevFuse(io::Error::from_raw_os_error(libc::EACCES));
         let text = denied.to_string();
         assert!(
             text.contains("chmod 0666 /dev/fuse") && !text.contains("modprobe"),
             "{text}"
         );
-        let missing = SetupError::NoDevFuse(io::Error::from_raw_os_error(libc::ENOENT));
+        let missing = MountError::NoDevFuse(io::Error::from_raw_os_error(libc::ENOENT));
         assert!(missing.to_string().contains("modprobe fuse"));
     }
 
