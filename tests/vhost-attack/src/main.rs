@@ -226,15 +226,22 @@ fn main() -> ExitCode {
     };
     let before = scene.state();
     let mut report = Report::default();
-    let socket = scene.dir.join("sock");
-    let mut server = match start(&o.server, &socket, &scene.share) {
-        Ok(c) => c,
-        Err(e) => {
-            report.check("server-starts", Err(e));
-            return finish(report);
-        }
-    };
-    attack(&o, &socket, &mut server, &mut report);
+    for (name, run) in attacks::ATTACKS {
+        report.check(
+            name,
+            session(&o, &scene, |g, _| run(g).map(|()| String::new())),
+        );
+    }
+    report.check("reboots-leave-nothing-behind", session(&o, &scene, reboots));
+    report.check(
+        "readdir-at-offset-0-repeated",
+        session(&o, &scene, |g, pid| readdir_memory(&o, g, pid)),
+    );
+    report.check(
+        "mutated-requests",
+        session(&o, &scene, |g, pid| mutations(&o, g, pid)),
+    );
+    report.check("vmm-gone-mid-request", vmm_gone(&o, &scene));
     report.check("nothing-outside-changed", {
         let after = scene.state();
         if after == before {
@@ -243,8 +250,6 @@ fn main() -> ExitCode {
             Err(format!("before: {before}; after: {after}"))
         }
     });
-    let _ = server.kill();
-    let _ = server.wait();
     finish(report)
 }
 
@@ -257,102 +262,117 @@ fn finish(report: Report) -> ExitCode {
     }
 }
 
-/// The whole attack on one server.
-fn attack(o: &Options, socket: &Path, server: &mut Child, report: &mut Report) {
-    let mut g = match Guest::connect(socket).and_then(|mut g| g.init().map(|()| g)) {
-        Ok(g) => g,
-        Err(e) => return report.check("connect-and-init", Err(e.to_string())),
-    };
-    let pid = server.id();
-    let alive = |g: &mut Guest, server: &mut Child| -> Result<String, String> {
+/// One attack on a server of its own: started, connected to and mounted (INIT) as a guest
+/// would; `attack` runs with the guest and the server's pid; then the server must still be
+/// there and answer a valid request, and it is stopped.
+fn session(
+    o: &Options,
+    scene: &Scene,
+    attack: impl FnOnce(&mut Guest, u32) -> Result<String, String>,
+) -> Result<String, String> {
+    let socket = scene.dir.join("sock");
+    let mut server = start(&o.server, &socket, &scene.share)?;
+    let result = (|| {
+        let mut g = Guest::connect(&socket).map_err(|e| format!("connecting: {e}"))?;
+        g.init().map_err(|e| format!("INIT: {e}"))?;
+        let note = attack(&mut g, server.id())?;
         if let Ok(Some(status)) = server.try_wait() {
             return Err(format!("the server ended: {status}"));
         }
-        if g.answers() {
-            Ok(String::new())
-        } else {
-            Err("no answer to a valid GETATTR afterwards".into())
+        if !g.answers() {
+            return Err("no answer to a valid GETATTR afterwards".into());
         }
-    };
-    for (name, run) in attacks::ATTACKS {
-        let r = run(&mut g).and_then(|()| alive(&mut g, server));
-        report.check(name, r);
+        Ok(note)
+    })();
+    stop(&mut server, &socket);
+    result
+}
+
+/// Stops a server and waits for its socket to go.
+fn stop(server: &mut Child, socket: &Path) {
+    // SIGTERM first, as a service manager stops it, so that it removes its files.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(server.try_wait(), Ok(Some(_))) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
-    report.check(
-        "reboots-leave-nothing-behind",
-        reboots(&mut g, pid).and_then(|n| alive(&mut g, server).map(|_| n)),
-    );
-    // READDIR of the root at offset 0, again and again: memory stays put.
-    let warm = readdirs(&mut g, 20_000);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(socket);
+}
+
+/// READDIR of the root at offset 0, again and again: memory stays put.
+fn readdir_memory(o: &Options, g: &mut Guest, pid: u32) -> Result<String, String> {
+    let warm = readdirs(g, 20_000);
     let rss0 = rss_kib(pid);
-    let answered = readdirs(&mut g, o.readdirs);
+    let answered = readdirs(g, o.readdirs);
     let grown = rss_kib(pid).saturating_sub(rss0);
-    report.check(
-        "readdir-at-offset-0-repeated",
-        if answered + warm < o.readdirs + 20_000 {
-            Err(format!("{answered} of {} answered", o.readdirs))
-        } else if grown > 1024 {
-            Err(format!(
-                "{} READDIRs grew the server by {grown} KiB",
-                o.readdirs
-            ))
-        } else {
-            Ok(format!("{} READDIRs, {grown} KiB more", o.readdirs))
-        }
-        .and_then(|n| alive(&mut g, server).map(|_| n)),
-    );
+    if answered + warm < o.readdirs + 20_000 {
+        Err(format!("{answered} of {} answered", o.readdirs))
+    } else if grown > 1024 {
+        Err(format!(
+            "{} READDIRs grew the server by {grown} KiB",
+            o.readdirs
+        ))
+    } else {
+        Ok(format!("{} READDIRs, {grown} KiB more", o.readdirs))
+    }
+}
+
+/// Mutated requests by the thousand: every chain comes back, memory stays bounded.
+fn mutations(o: &Options, g: &mut Guest, pid: u32) -> Result<String, String> {
     let mut rng = fuzz::Rng::new(o.seed);
     let rss0 = rss_kib(pid);
-    let back = fuzz::run(&mut g, &mut rng, o.mutations);
+    let back = fuzz::run(g, &mut rng, o.mutations);
     let grown = rss_kib(pid).saturating_sub(rss0);
     // A mutated request may have been a DESTROY: a guest's kernel mounts again after one.
     let _ = g.init();
-    report.check(
-        "mutated-requests",
-        if back < o.mutations {
-            Err(format!(
-                "{} of {} chains came back (seed {})",
-                back, o.mutations, o.seed
-            ))
-        } else if grown > 64 << 10 {
-            Err(format!("the server grew by {grown} KiB (seed {})", o.seed))
-        } else {
-            Ok(format!(
-                "{back} requests, seed {}, {grown} KiB more",
-                o.seed
-            ))
-        }
-        .and_then(|n| alive(&mut g, server).map(|_| n)),
-    );
-    // The VMM goes away in the middle of requests: the server ends, cleanly.
-    let req = g.fuse(
-        opcode::GETATTR,
-        1,
-        abi::fuse_getattr_in::new_zeroed().as_bytes(),
-    );
-    let reqs = vec![req; 64];
-    let _ = g.batch(REQ, &reqs, 4096, Duration::from_millis(1));
-    drop(g);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let ended = loop {
-        match server.try_wait() {
-            Ok(Some(status)) => break Ok(status),
-            _ if Instant::now() > deadline => {
-                break Err("still running 10 s after the VMM left".to_string())
+    if back < o.mutations {
+        Err(format!(
+            "{} of {} chains came back (seed {})",
+            back, o.mutations, o.seed
+        ))
+    } else if grown > 64 << 10 {
+        Err(format!("the server grew by {grown} KiB (seed {})", o.seed))
+    } else {
+        Ok(format!(
+            "{back} requests, seed {}, {grown} KiB more",
+            o.seed
+        ))
+    }
+}
+
+/// The VMM goes away in the middle of requests: the server ends, cleanly.
+fn vmm_gone(o: &Options, scene: &Scene) -> Result<String, String> {
+    let socket = scene.dir.join("sock");
+    let mut server = start(&o.server, &socket, &scene.share)?;
+    let ended = (|| {
+        let mut g = Guest::connect(&socket).map_err(|e| format!("connecting: {e}"))?;
+        g.init().map_err(|e| format!("INIT: {e}"))?;
+        let req = g.fuse(
+            opcode::GETATTR,
+            1,
+            abi::fuse_getattr_in::new_zeroed().as_bytes(),
+        );
+        let _ = g.batch(REQ, &vec![req; 64], 4096, Duration::from_millis(1));
+        drop(g);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match server.try_wait() {
+                Ok(Some(s)) if s.success() => return Ok(String::new()),
+                Ok(Some(s)) => return Err(format!("ended with {s}")),
+                _ if Instant::now() > deadline => {
+                    return Err("still running 10 s after the VMM left".to_string())
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
             }
-            _ => std::thread::sleep(Duration::from_millis(20)),
         }
-    };
-    report.check(
-        "vmm-gone-mid-request",
-        ended.and_then(|s| {
-            if s.success() {
-                Ok(String::new())
-            } else {
-                Err(format!("ended with {s}"))
-            }
-        }),
-    );
+    })();
+    stop(&mut server, &socket);
+    ended
 }
 
 /// Descriptors held by `pid` and its descendants.
@@ -428,7 +448,17 @@ fn reboots(g: &mut Guest, pid: u32) -> Result<String, String> {
 
 /// `n` READDIRs of the root at offset 0, in batches; returns how many were answered.
 fn readdirs(g: &mut Guest, n: usize) -> usize {
+    // The root opened as a guest's kernel opens it (a server that declines OPENDIR lists
+    // through handle 0).
+    let open = abi::fuse_open_in::new_zeroed();
+    let fh = match g.call(opcode::OPENDIR, 1, open.as_bytes(), 4096) {
+        Some((0, body)) if body.len() >= 8 => {
+            u64::from_le_bytes(body[..8].try_into().expect("8 bytes"))
+        }
+        _ => 0,
+    };
     let r = abi::fuse_read_in {
+        fh,
         size: 4096,
         ..FromZeros::new_zeroed()
     };
@@ -439,7 +469,8 @@ fn readdirs(g: &mut Guest, n: usize) -> usize {
         let reqs: Vec<Vec<u8>> = (0..k)
             .map(|_| g.fuse(opcode::READDIR, 1, r.as_bytes()))
             .collect();
-        let replies = g.batch(REQ, &reqs, 4096, Duration::from_secs(10));
+        // Room for the header and the listing's 4096 bytes, as a guest's kernel gives it.
+        let replies = g.batch(REQ, &reqs, 4096 + 16, Duration::from_secs(10));
         if replies.iter().all(Option::is_none) {
             // The queue is silent: nothing more would come back.
             break;
