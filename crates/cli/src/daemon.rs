@@ -133,7 +133,7 @@ pub fn detach_session() {
 }
 
 /// The signals that stop the server.
-fn stop_signals() -> SigSet {
+pub fn stop_signals() -> SigSet {
     let mut set = SigSet::empty();
     for s in [
         Signal::SIGINT,

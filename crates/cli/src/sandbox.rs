@@ -183,16 +183,8 @@ fn map_own_ids() -> Result<(), String> {
 
 /// The parent's loop: stop signals go to the child; returns the child's exit code.
 fn supervise(child: Pid) -> i32 {
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGCHLD,
-    ] {
-        set.add(s);
-    }
+    let mut set = crate::daemon::stop_signals();
+    set.add(Signal::SIGCHLD);
     let _ = set.thread_block();
     loop {
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {

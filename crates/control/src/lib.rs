@@ -512,9 +512,14 @@ fn listen_on_file(dev: u64) -> io::Result<(UnixListener, Listening)> {
     listen_at(socket_path(uid, dev))
 }
 
-/// A private socket file at `path`, replacing a stale one.
+/// A private socket file at `path` in a private directory, replacing a stale one.
 fn listen_at(path: PathBuf) -> io::Result<(UnixListener, Listening)> {
     private_dir(path.parent().expect("a socket path has a directory"))?;
+    replace_socket(path)
+}
+
+/// A private socket file at `path`, replacing a stale one.
+fn replace_socket(path: PathBuf) -> io::Result<(UnixListener, Listening)> {
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -597,14 +602,7 @@ pub fn bind_device(vhost_socket: &Path) -> io::Result<(UnixListener, Control)> {
     let uid = nix::unistd::geteuid().as_raw();
     let (listener, at) = listen_at(device_socket_path(uid, id)).or_else(|e| {
         log::debug!("no control socket in the runtime directory ({e}): one beside the device's");
-        let path = beside(vhost_socket);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let listener = bind_private(&path)?;
-        let ino = std::fs::symlink_metadata(&path)?.ino();
-        Ok((listener, Listening::File(path, ino)))
+        replace_socket(beside(vhost_socket))
     })?;
     Ok((listener, Control { at }))
 }

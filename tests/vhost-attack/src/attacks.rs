@@ -33,6 +33,16 @@ pub const ATTACKS: &[Attack] = &[
     ("avail-index-jumps-ahead", avail_jump),
 ];
 
+/// A descriptor: `addr`, `len`, `flags`, `next`.
+fn desc(addr: u64, len: u32, flags: u16, next: u16) -> Desc {
+    Desc {
+        addr,
+        len,
+        flags,
+        next,
+    }
+}
+
 /// `name` with its NUL, as FUSE carries names.
 fn cstr(name: &[u8]) -> Vec<u8> {
     let mut v = name.to_vec();
@@ -172,15 +182,7 @@ fn forget_unknown(g: &mut Guest) -> Result<(), String> {
 }
 
 fn rename_out(g: &mut Guest) -> Result<(), String> {
-    let c = abi::fuse_create_in {
-        flags: libc::O_RDWR as u32,
-        mode: 0o644,
-        umask: 0,
-        open_flags: 0,
-    };
-    let mut body = c.as_bytes().to_vec();
-    body.extend(cstr(b"victim"));
-    g.call(opcode::CREATE, 1, &body, 4096);
+    let _ = g.create("victim");
     let r = abi::fuse_rename_in { newdir: 1 };
     let mut body = r.as_bytes().to_vec();
     body.extend(cstr(b"victim"));
@@ -210,25 +212,7 @@ fn rename_out(g: &mut Guest) -> Result<(), String> {
 }
 
 fn huge_offsets(g: &mut Guest) -> Result<(), String> {
-    let c = abi::fuse_create_in {
-        flags: libc::O_RDWR as u32,
-        mode: 0o644,
-        umask: 0,
-        open_flags: 0,
-    };
-    let mut body = c.as_bytes().to_vec();
-    body.extend(cstr(b"big"));
-    let Some((0, reply)) = g.call(opcode::CREATE, 1, &body, 4096) else {
-        return Err("CREATE big failed".into());
-    };
-    let node = abi::fuse_entry_out::read_from_prefix(&reply)
-        .map_err(|_| "short CREATE reply")?
-        .0
-        .nodeid;
-    let fh = abi::fuse_open_out::read_from_prefix(&reply[128..])
-        .map_err(|_| "short CREATE reply")?
-        .0
-        .fh;
+    let (node, fh) = g.create("big").map_err(|e| format!("CREATE big: {e}"))?;
     for (offset, size) in [
         (u64::MAX - 10, 4096u32),
         (i64::MAX as u64, 1),
@@ -319,62 +303,13 @@ fn outside_memory(g: &mut Guest) -> Result<(), String> {
     let len = lookup_at(g, AT);
     let beyond = MEM_SIZE as u64 + 4096;
     for descs in [
+        vec![desc(beyond, len, NEXT, 1), desc(OUT, 4096, WRITE, 0)],
+        vec![desc(AT, len, NEXT, 1), desc(beyond, 4096, WRITE, 0)],
         vec![
-            Desc {
-                addr: beyond,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
+            desc(MEM_SIZE as u64 - 8, len, NEXT, 1),
+            desc(OUT, 4096, WRITE, 0),
         ],
-        vec![
-            Desc {
-                addr: AT,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: beyond,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
-        vec![
-            Desc {
-                addr: MEM_SIZE as u64 - 8,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
-        vec![
-            Desc {
-                addr: u64::MAX - 8,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
+        vec![desc(u64::MAX - 8, len, NEXT, 1), desc(OUT, 4096, WRITE, 0)],
     ] {
         if let Some(n) = chain(g, &descs) {
             if n > 0 {
@@ -389,87 +324,18 @@ fn outside_memory(g: &mut Guest) -> Result<(), String> {
 
 fn zero_length(g: &mut Guest) -> Result<(), String> {
     let len = lookup_at(g, AT);
-    chain(
-        g,
-        &[
-            Desc {
-                addr: AT,
-                len: 0,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
-    );
-    chain(
-        g,
-        &[
-            Desc {
-                addr: AT,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 0,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
-    );
-    chain(
-        g,
-        &[Desc {
-            addr: AT,
-            len,
-            flags: 0,
-            next: 0,
-        }],
-    );
+    chain(g, &[desc(AT, 0, NEXT, 1), desc(OUT, 4096, WRITE, 0)]);
+    chain(g, &[desc(AT, len, NEXT, 1), desc(OUT, 0, WRITE, 0)]);
+    chain(g, &[desc(AT, len, 0, 0)]);
     Ok(())
 }
 
 fn near_4g(g: &mut Guest) -> Result<(), String> {
     lookup_at(g, AT);
+    chain(g, &[desc(AT, u32::MAX, NEXT, 1), desc(OUT, 4096, WRITE, 0)]);
     chain(
         g,
-        &[
-            Desc {
-                addr: AT,
-                len: u32::MAX,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
-    );
-    chain(
-        g,
-        &[
-            Desc {
-                addr: AT,
-                len: 64,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: u32::MAX - 16,
-                flags: WRITE,
-                next: 0,
-            },
-        ],
+        &[desc(AT, 64, NEXT, 1), desc(OUT, u32::MAX - 16, WRITE, 0)],
     );
     Ok(())
 }
@@ -477,23 +343,7 @@ fn near_4g(g: &mut Guest) -> Result<(), String> {
 fn wrong_direction(g: &mut Guest) -> Result<(), String> {
     let len = lookup_at(g, AT);
     // The request in a writable descriptor, the room in a readable one.
-    if let Some(n) = chain(
-        g,
-        &[
-            Desc {
-                addr: AT,
-                len,
-                flags: WRITE | NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: 0,
-                next: 0,
-            },
-        ],
-    ) {
+    if let Some(n) = chain(g, &[desc(AT, len, WRITE | NEXT, 1), desc(OUT, 4096, 0, 0)]) {
         if n > 0 {
             let reply = g.read(AT, n as usize);
             if split_reply(&reply).is_some_and(|(e, _)| e == 0) {
@@ -502,23 +352,7 @@ fn wrong_direction(g: &mut Guest) -> Result<(), String> {
         }
     }
     // Readable after writable.
-    chain(
-        g,
-        &[
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE | NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: AT,
-                len,
-                flags: 0,
-                next: 0,
-            },
-        ],
-    );
+    chain(g, &[desc(OUT, 4096, WRITE | NEXT, 1), desc(AT, len, 0, 0)]);
     Ok(())
 }
 
@@ -526,77 +360,22 @@ fn looping_chain(g: &mut Guest) -> Result<(), String> {
     let len = lookup_at(g, AT);
     chain(
         g,
-        &[
-            Desc {
-                addr: AT,
-                len,
-                flags: NEXT,
-                next: 1,
-            },
-            Desc {
-                addr: OUT,
-                len: 4096,
-                flags: WRITE | NEXT,
-                next: 0,
-            },
-        ],
+        &[desc(AT, len, NEXT, 1), desc(OUT, 4096, WRITE | NEXT, 0)],
     );
-    chain(
-        g,
-        &[Desc {
-            addr: AT,
-            len,
-            flags: NEXT,
-            next: 0,
-        }],
-    );
-    chain(
-        g,
-        &[Desc {
-            addr: AT,
-            len,
-            flags: NEXT,
-            next: QSIZE + 5,
-        }],
-    );
+    chain(g, &[desc(AT, len, NEXT, 0)]);
+    chain(g, &[desc(AT, len, NEXT, QSIZE + 5)]);
     Ok(())
 }
 
 fn looping_indirect(g: &mut Guest) -> Result<(), String> {
     let len = lookup_at(g, AT);
-    let table = g.indirect(&[
-        Desc {
-            addr: AT,
-            len,
-            flags: NEXT,
-            next: 1,
-        },
-        Desc {
-            addr: OUT,
-            len: 4096,
-            flags: WRITE | NEXT,
-            next: 0,
-        },
-    ]);
+    let table = g.indirect(&[desc(AT, len, NEXT, 1), desc(OUT, 4096, WRITE | NEXT, 0)]);
     chain(g, &[table]);
     // An indirect table naming another.
-    let nested = g.indirect(&[Desc {
-        addr: 0x1_8000,
-        len: 32,
-        flags: crate::guest::INDIRECT_F,
-        next: 0,
-    }]);
+    let nested = g.indirect(&[desc(0x1_8000, 32, crate::guest::INDIRECT_F, 0)]);
     chain(g, &[nested]);
     // An indirect table of absurd length.
-    chain(
-        g,
-        &[Desc {
-            addr: 0x1_8000,
-            len: !15,
-            flags: crate::guest::INDIRECT_F,
-            next: 0,
-        }],
-    );
+    chain(g, &[desc(0x1_8000, !15, crate::guest::INDIRECT_F, 0)]);
     Ok(())
 }
 

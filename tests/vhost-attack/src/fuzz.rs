@@ -251,13 +251,8 @@ fn mutate(rng: &mut Rng, req: &[u8]) -> Vec<u8> {
 pub fn run(g: &mut Guest, rng: &mut Rng, count: usize) -> usize {
     let mut nodes = Vec::new();
     // A small tree first, so that the corpus names real nodes.
-    let c = abi::fuse_create_in {
-        flags: 2,
-        mode: 0o644,
-        ..FromZeros::new_zeroed()
-    };
-    if let Some((0, r)) = g.call(opcode::CREATE, 1, &with_name(&c, &["f"]), 4096) {
-        nodes.push(u64::from_le_bytes(r[..8].try_into().expect("8 bytes")));
+    if let Ok((node, _)) = g.create("f") {
+        nodes.push(node);
     }
     let d = abi::fuse_mkdir_in {
         mode: 0o755,

@@ -402,6 +402,27 @@ impl Guest {
         self.request(&req, room).and_then(|r| split_reply(&r))
     }
 
+    /// CREATE of `name` (read-write, 0644) in the root: its node id and handle, or the
+    /// error (0 when the server did not answer).
+    pub fn create(&mut self, name: &str) -> Result<(u64, u64), i32> {
+        let c = abi::fuse_create_in {
+            flags: libc::O_RDWR as u32,
+            mode: 0o644,
+            ..FromZeros::new_zeroed()
+        };
+        let mut body = c.as_bytes().to_vec();
+        body.extend(name.as_bytes());
+        body.push(0);
+        match self.call(abi::opcode::CREATE, 1, &body, 4096) {
+            Some((0, r)) if r.len() >= 144 => Ok((
+                u64::from_le_bytes(r[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(r[128..136].try_into().expect("8 bytes")),
+            )),
+            Some((e, _)) => Err(e),
+            None => Err(0),
+        }
+    }
+
     /// INIT, as a guest's kernel starts.
     pub fn init(&mut self) -> io::Result<()> {
         let mut i = abi::fuse_init_in::new_zeroed();

@@ -161,17 +161,8 @@ fn start(server: &[String], socket: &Path, share: &Path) -> Result<Child, String
     Ok(child)
 }
 
-/// Resident memory of `pid` and its descendants, in KiB (a sandboxed server serves from a
-/// child).
-fn rss_kib(pid: u32) -> u64 {
-    let own = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0);
+/// `of(pid)` summed over `pid` and its descendants (a sandboxed server serves from a child).
+fn over_tree(pid: u32, of: &dyn Fn(u32) -> u64) -> u64 {
     let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
@@ -182,9 +173,30 @@ fn rss_kib(pid: u32) -> u64 {
                 .filter_map(|p| p.parse::<u32>().ok())
                 .collect::<Vec<_>>()
         })
-        .map(rss_kib)
+        .map(|child| over_tree(child, of))
         .sum();
-    own + children
+    of(pid) + children
+}
+
+/// Resident memory of `pid` and its descendants, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    over_tree(pid, &|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            })
+            .unwrap_or(0)
+    })
+}
+
+/// Descriptors held by `pid` and its descendants.
+fn fds(pid: u32) -> u64 {
+    over_tree(pid, &|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
+    })
 }
 
 /// Counts results and prints them.
@@ -375,24 +387,6 @@ fn vmm_gone(o: &Options, scene: &Scene) -> Result<String, String> {
     ended
 }
 
-/// Descriptors held by `pid` and its descendants.
-fn fds(pid: u32) -> u64 {
-    let own = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
-    let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| {
-            c.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-                .collect::<Vec<_>>()
-        })
-        .map(fds)
-        .sum();
-    own + children
-}
-
 /// A guest that reboots 20 times (a new INIT each time, as a rebooted kernel sends) while it
 /// holds files open that it has deleted and written: after the last, the server holds as
 /// many descriptors and as much memory as after the first (within 5%).
@@ -401,19 +395,10 @@ fn reboots(g: &mut Guest, pid: u32) -> Result<String, String> {
     for round in 0..20 {
         g.init().map_err(|e| format!("INIT {round}: {e}"))?;
         for i in 0..8 {
-            let name = format!("held{i}\0");
-            let c = abi::fuse_create_in {
-                flags: libc::O_RDWR as u32,
-                mode: 0o644,
-                ..FromZeros::new_zeroed()
-            };
-            let mut body = c.as_bytes().to_vec();
-            body.extend(name.as_bytes());
-            let Some((0, reply)) = g.call(opcode::CREATE, 1, &body, 4096) else {
-                return Err(format!("CREATE in round {round} failed"));
-            };
-            let node = u64::from_le_bytes(reply[..8].try_into().expect("8 bytes"));
-            let fh = u64::from_le_bytes(reply[128..136].try_into().expect("8 bytes"));
+            let name = format!("held{i}");
+            let (node, fh) = g
+                .create(&name)
+                .map_err(|e| format!("CREATE in round {round}: {e}"))?;
             let w = abi::fuse_write_in {
                 fh,
                 size: 128 << 10,
@@ -422,7 +407,7 @@ fn reboots(g: &mut Guest, pid: u32) -> Result<String, String> {
             let mut body = w.as_bytes().to_vec();
             body.extend(vec![round as u8; 128 << 10]);
             g.call(opcode::WRITE, node, &body, 4096);
-            g.call(opcode::UNLINK, 1, name.as_bytes(), 4096);
+            g.call(opcode::UNLINK, 1, format!("{name}\0").as_bytes(), 4096);
         }
         if round == 0 {
             // Measured at the second INIT: the first boot's files are then released.
