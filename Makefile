@@ -156,14 +156,11 @@ no-leftovers:
 	bash scripts/no-leftovers.sh check $(TEST_STAMP)
 
 # A malicious virtio-fs guest (tests/vhost-attack) on the real socket of `memofs virtiofsd`:
-# the mem backend, a shared directory sandboxed as by default, and one without the sandbox
-# (the server's own checks alone must keep the guest inside).
-ATTACK := target/debug/memofs-vhost-attack
+# the mem backend and a shared directory, sandboxed as by default, a shared directory without
+# the sandbox (the server's own checks alone must keep the guest inside), and both served by
+# a plain user (scripts/attack.sh).
 attack:
-	$(CARGO) build -p memofs -p memofs-vhost-attack
-	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@
-	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@
-	$(ATTACK) -- target/debug/memofs virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@ --sandbox=none
+	CARGO=$(CARGO) bash scripts/attack.sh
 
 test: test-start setup lint unit memcheck e2e conformance attack package-test pytest vm-test-ci no-leftovers
 
