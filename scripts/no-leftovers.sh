@@ -40,6 +40,9 @@ for dir in /proc/[0-9]*; do
     # The fields after the command name, which may hold spaces: field 22 is the start time.
     rest=${stat##*) }
     read -r -a f <<<"$rest"
+    # An exited process its parent has not reaped yet (PID 1 here may never reap orphans)
+    # holds nothing and can be ended by nobody.
+    [ "${f[0]}" = Z ] && continue
     started=$((f[19] / hz))
     uid=$(awk '/^Uid:/ { print $2 }' "$dir/status" 2>/dev/null) || continue
     if [ -n "${test_uid[$uid]:-}" ]; then
@@ -51,7 +54,7 @@ done
 
 ((${#left[@]})) || { echo "no-leftovers: no process of the tests is left"; exit 0; }
 for pid in "${left[@]}"; do
-    echo "no-leftovers: process $pid (user $(stat -c %U "/proc/$pid" 2>/dev/null), $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)) outlived the tests" >&2
+    echo "no-leftovers: process $pid ($(cat "/proc/$pid/comm" 2>/dev/null), user $(stat -c %U "/proc/$pid" 2>/dev/null), parent $(awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null): $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)) outlived the tests" >&2
 done
 kill -KILL "${left[@]}" 2>/dev/null || true
 exit 1
