@@ -34,5 +34,6 @@ tmp=$(mktemp -d /tmp/memofs-attack-user.XXXXXX)
 chown nobody:nogroup "$tmp"
 run env TMPDIR="$tmp" "${as_user[@]}" "$attack" -- "$memofs" virtiofsd --socket-path @SOCKET@
 run env TMPDIR="$tmp" "${as_user[@]}" "$attack" -- "$memofs" virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@
+run env TMPDIR="$tmp" "${as_user[@]}" "$attack" -- "$memofs" virtiofsd --socket-path @SOCKET@ --shared-dir @SHARE@ --sandbox=none
 rm -rf "$tmp"
 exit $failed

@@ -302,8 +302,14 @@ fn chroot_empty() -> Result<(), String> {
 pub fn restrict(keep: &CapsHashSet) -> Result<(), String> {
     let err =
         |what: &str, e: caps::errors::CapsError| format!("dropping capabilities ({what}): {e}");
+    // Without CAP_SETPCAP (a plain user outside a namespace of its own) the bounding set
+    // stays: with no_new_privs, nothing the server runs could gain what it bounds.
+    let setpcap = caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).unwrap_or(false);
     for cap in caps::all() {
-        if !keep.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
+        if setpcap
+            && !keep.contains(&cap)
+            && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false)
+        {
             caps::drop(None, CapSet::Bounding, cap).map_err(|e| err("bounding set", e))?;
         }
     }
