@@ -29,7 +29,7 @@ use std::path::Path;
 use caps::{CapSet, Capability, CapsHashSet};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{unshare, CloneFlags};
-use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{chdir, chroot, fork, pivot_root, ForkResult, Pid};
 
@@ -110,8 +110,7 @@ pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet,
 
 /// Enters the namespaces of `namespace` mode, or only forks for `chroot`: returns in the
 /// child that serves; the parent supervises it and exits with its status. `unprivileged`:
-/// the server is not root of the initial user namespace and makes a user namespace of its
-/// own (mapping its own ids only). `on_end` runs in the parent once the child has ended
+/// the server is not root, and makes a user namespace of its own (mapping its own ids only). `on_end` runs in the parent once the child has ended
 /// (removing the socket files the child no longer sees).
 pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
     match mode {
@@ -145,15 +144,10 @@ pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Re
             map_own_ids()?;
         }
     }
-    // SIGCHLD waits with the stop signals in the parent's loop (see `supervise`).
-    let mut chld = SigSet::empty();
-    chld.add(Signal::SIGCHLD);
-    let _ = chld.thread_block();
     // SAFETY: no thread has been started (see the module documentation): the child is a
     // whole copy of this single-threaded process and may do anything the parent could.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
-            let _ = chld.thread_unblock();
             // The server ends with its supervisor (the process the VMM watches).
             let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
             Ok(())
@@ -181,7 +175,8 @@ fn map_own_ids() -> Result<(), String> {
     write("gid_map", format!("{gid} {gid} 1"))
 }
 
-/// The parent's loop: stop signals go to the child; returns the child's exit code.
+/// The parent's loop: stop signals go to the child; returns the child's exit code. A child
+/// that ended before SIGCHLD was blocked here is found by the first `waitpid`.
 fn supervise(child: Pid) -> i32 {
     let mut set = crate::daemon::stop_signals();
     set.add(Signal::SIGCHLD);

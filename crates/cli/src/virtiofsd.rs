@@ -198,7 +198,6 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     // Past here a sandboxed server runs in a child; this process waits for it and then
     // removes the socket files, which the child no longer sees.
     let unprivileged = !nix::unistd::geteuid().is_root();
-    let cleanup = socket.as_ref().map(|s| s.path().to_path_buf());
     if let Err(e) = sandbox::enter(setup.sandbox, unprivileged, || {
         if let Some(s) = &socket {
             s.remove();
@@ -207,9 +206,9 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         return fail(EXIT_FAILURE, e);
     }
     // The control socket is bound while the host's files are in sight, answered from inside.
-    let control = cleanup
-        .as_deref()
-        .and_then(|path| match memofs_control::bind_device(path) {
+    let control = socket
+        .as_ref()
+        .and_then(|s| match memofs_control::bind_device(s.path()) {
             Ok(c) => Some(c),
             Err(e) => {
                 log::warn!("memofs stats will not work for this device: {e}");

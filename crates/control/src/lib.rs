@@ -401,9 +401,7 @@ impl Control {
             Listening::File(..) => None,
         }
     }
-}
 
-impl Control {
     /// Ends without removing the socket file: for a server that no longer sees the host's
     /// files (a sandbox), where its path may name another file; someone outside removes it
     /// ([`remove_device_socket`]).

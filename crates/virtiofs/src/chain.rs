@@ -19,7 +19,7 @@ use memofs_request::ReplyOut;
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
-use crate::guest::{header, Collected, GuestFs};
+use crate::guest::{header, Collected, GuestFs, OUT_HEADER};
 
 /// The largest request read out of a chain: the largest WRITE the guest may send (INIT
 /// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
@@ -27,7 +27,6 @@ use crate::guest::{header, Collected, GuestFs};
 pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
 
 const IN_HEADER: usize = std::mem::size_of::<abi::fuse_in_header>();
-const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>();
 
 /// Buffers one queue's requests reuse.
 #[derive(Default)]

@@ -49,7 +49,7 @@ impl Kernel for NoNotify {
 }
 
 /// The reply's header.
-const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>();
+pub(crate) const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>();
 
 /// The request layer of the guest's current mount, from its INIT.
 struct Mounted<B: Backend> {
@@ -68,7 +68,7 @@ impl ReplySink for Collected {
     fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
         let body: usize = parts.iter().map(|p| p.len()).sum();
         let mut h = abi::fuse_out_header::new_zeroed();
-        h.len = (std::mem::size_of::<abi::fuse_out_header>() + body) as u32;
+        h.len = (OUT_HEADER + body) as u32;
         h.error = error;
         h.unique = unique;
         self.bytes.clear();
@@ -242,9 +242,7 @@ impl<B: Backend> GuestFs<B> {
         }
         out.send(h.unique, 0, &[&negotiated.reply]);
     }
-}
 
-impl<B: Backend> GuestFs<B> {
     /// The guest's kernel is gone (it unmounted, or its device was reset): nothing more is
     /// served until its next INIT, and everything it held is given up.
     pub fn reset(&self) {
