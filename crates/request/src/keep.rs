@@ -49,7 +49,7 @@ struct Refresh {
 struct Due {
     at: HashMap<Ino, Instant>,
     heap: BinaryHeap<Reverse<(Instant, Ino)>>,
-    /// The refresh thread has ended (its invalidator is gone): nothing more is kept.
+    /// The keeper is gone: the refresh thread ends, and nothing more is kept.
     ended: bool,
 }
 
