@@ -35,7 +35,11 @@
 //! ([`Waker`]), because only that thread submits to its ring. Requests the request layer lets
 //! a transport answer first ([`Op::answered_first`]: RELEASE) go to those threads too, after
 //! their answer is committed, so the work need not take the CPU of the caller, who is
-//! already on to its next file (over `/dev/fuse` it runs on another thread anyway).
+//! already on to its next file (over `/dev/fuse` it runs on another thread anyway). At most
+//! [`LATER_MAX`] of them wait there at once: a release still to do holds the open's
+//! descriptors, and when those threads fall behind (a loaded machine runs the queue threads
+//! first) an opener that keeps going would spend the descriptor budget on files it closed
+//! long ago. Past that the queue's thread does the release itself before answering.
 //!
 //! The kernel may write into a queue's buffers for as long as it holds one of its ring
 //! entries, so the ring and the buffers have one owner ([`Entries`]) that closes the ring
@@ -44,6 +48,7 @@
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,6 +75,15 @@ const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// A payload buffer: the largest request or reply (`max(8192, max_write, max_pages * 4096)`).
 const PAYLOAD: usize = MAX_WRITE as usize;
+/// Counts a request answered first as done when dropped (also if its work panics).
+struct LaterDone<'a>(&'a AtomicUsize);
+
+impl Drop for LaterDone<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The `user_data` of the eventfd poll that brings answers from other threads.
 const WAKE: u64 = u64::MAX;
 
@@ -181,6 +195,10 @@ impl ReplySink for Staged {
     }
 }
 
+/// Releases answered first whose work may wait on the blocking threads at once (see the
+/// module documentation).
+const LATER_MAX: usize = 32;
+
 /// The io_uring channel of one mount.
 pub struct UringChannel<B: Backend> {
     server: Arc<Server<B>>,
@@ -188,6 +206,8 @@ pub struct UringChannel<B: Backend> {
     /// A duplicate of the session's `/dev/fuse` descriptor, which ring commands name.
     dev: OwnedFd,
     blocking: Blocking,
+    /// Releases answered first and not yet done (at most [`LATER_MAX`]).
+    later: AtomicUsize,
     /// Whether the queues' busy polling pays off (see [`crate::busy_poll`]).
     payoff: Arc<Payoff>,
     latency: Arc<CpuLatency>,
@@ -480,6 +500,7 @@ impl<B: Backend> UringChannel<B> {
             proto,
             dev,
             blocking: Blocking::default(),
+            later: AtomicUsize::new(0),
             payoff: Arc::default(),
             latency,
         }
@@ -627,7 +648,7 @@ impl<B: Backend> UringChannel<B> {
             let Some(req) = self.decoded(&h, args, scratch, &mut sink) else {
                 return Some(commit_id);
             };
-            if req.op.answered_first() {
+            if req.op.answered_first() && self.take_later() {
                 sink.send(h.unique, 0, &[]);
                 self.later(h, header.op_in);
                 return Some(commit_id);
@@ -662,11 +683,22 @@ impl<B: Backend> UringChannel<B> {
         }
     }
 
+    /// Counts one more request answered first, unless [`LATER_MAX`] are still to do.
+    fn take_later(&self) -> bool {
+        let n = self.later.fetch_add(1, Ordering::AcqRel);
+        if n >= LATER_MAX {
+            self.later.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
     /// Handles an already answered request (`h`, its per-opcode struct `op_in`) on a
-    /// blocking thread.
+    /// blocking thread; counted by [`Self::take_later`].
     fn later(self: &Arc<Self>, h: abi::fuse_in_header, op_in: [u8; 128]) {
         let me = self.clone();
         self.blocking.run(move || {
+            let _done = LaterDone(&me.later);
             let mut scratch = Vec::new();
             let args = Args::split(&op_in, &[]);
             if let Some(req) = me.decoded(&h, args, &mut scratch, &mut Discard) {

@@ -127,6 +127,29 @@ pub fn settled(m: &Mount, name: &str) -> u64 {
     }
 }
 
+/// Waits until the kernel has released every file it opened on `m` (RELEASEs as many as
+/// OPENs, CREATEs and TMPFILEs), for at most 20 s; panics if it never does. A descriptor
+/// outlives its `close(2)` while a child another thread just forked still shares it (until
+/// that child's exec); a test whose next open depends on earlier opens being gone waits here.
+pub fn opens_released(m: &Mount) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let opened = ["OPEN", "CREATE", "TMPFILE"]
+            .iter()
+            .map(|op| counter(m, op))
+            .sum::<u64>();
+        let released = counter(m, "RELEASE");
+        if released >= opened {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{opened} opens, {released} releases after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// `memofs stats --json MOUNTPOINT`, raw.
 pub fn stats_json(mnt: &Path) -> Result<String, String> {
     let out = memofs(&["stats", "--json", mnt.to_str().expect("utf-8 mount point")]);

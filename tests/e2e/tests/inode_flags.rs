@@ -7,6 +7,7 @@ use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
+use memofs_e2e::checks::opens_released;
 use memofs_e2e::sys::{self, Ts};
 use memofs_e2e::{assert_errno, is_root, ok, skip, tool, which, Mount};
 
@@ -83,6 +84,9 @@ fn append_only_files_take_only_appends() {
     let f = m.join("log");
     ok!(fs::write(&f, b"one\n"));
     ok!(sys::set_flags(&f, APPEND));
+    // The opens above were served through the kernel's passthrough; beside one still open
+    // the kernel refuses the opens of an append-only file (see `a_user_can_only_append`).
+    opens_released(&m);
     assert_errno!(open_rw(&f, false), libc::EPERM);
     assert_errno!(sys::truncate(&f, 0), libc::EPERM);
     {
@@ -105,6 +109,35 @@ fn append_only_files_take_only_appends() {
     ok!(fs::write(d.join("new"), b""));
     assert_errno!(fs::remove_file(d.join("new")), libc::EPERM);
     ok!(sys::set_flags(&d, 0));
+    ok!(sys::set_flags(&f, 0));
+}
+
+/// An open from before `chattr +a` that the kernel serves through FUSE passthrough keeps
+/// the file's later opens out while it stays open: those are served through the server (to
+/// keep writers appending), and the kernel refuses to mix the two on one inode (`EIO`,
+/// docs/guide.md). Once it is closed they work; where file data is not kernel-backed they
+/// always do.
+#[test]
+fn an_open_from_before_chattr_a_keeps_new_opens_out_until_closed() {
+    let m = need_mount!();
+    let f = m.join("log");
+    ok!(fs::write(&f, b"one\n"));
+    let early = ok!(fs::File::open(&f));
+    ok!(sys::set_flags(&f, APPEND));
+    let append = open_rw(&f, true);
+    if memofs_e2e::checks::not_kernel_backed(&m).is_none() {
+        assert_errno!(append, libc::EIO);
+        assert_errno!(fs::File::open(&f), libc::EIO);
+    } else {
+        ok!(append);
+    }
+    drop(early);
+    opens_released(&m);
+    ok!(std::io::Write::write_all(
+        &mut ok!(open_rw(&f, true)),
+        b"two\n"
+    ));
+    assert_eq!(ok!(fs::read(&f)), b"one\ntwo\n");
     ok!(sys::set_flags(&f, 0));
 }
 
@@ -204,7 +237,12 @@ fn write_through_shared_mapping(f: &fs::File) -> std::io::Result<()> {
 /// cleared (tmpfs refuses the `fcntl` with `EPERM`; on a FUSE mount, where the kernel cannot
 /// know the flag, the write fails with `EPERM` on the mem backend and is placed at the end
 /// on an export, by the host). Returns what the file holds then.
-fn a_user_can_only_append(p: &Path, before: &[u8]) -> Vec<u8> {
+///
+/// Every open of `p` before this must be released: opens of an append-only file are served
+/// through the server, and the kernel refuses those (`EIO`) while an open through its
+/// passthrough, from before the flag was set, is still there (docs/guide.md).
+fn a_user_can_only_append(m: &Mount, p: &Path, before: &[u8]) -> Vec<u8> {
+    opens_released(m);
     let _reader = ok!(fs::File::open(p), "a reader's open of the append-only file");
     use std::os::fd::AsRawFd;
     let (p, before) = (p.to_path_buf(), before.to_vec());
@@ -257,7 +295,7 @@ fn append_only_files_take_a_users_appends_and_nothing_else() {
     ok!(fs::write(&f, vec![b'a'; 5000]));
     ok!(fs::set_permissions(&f, fs::Permissions::from_mode(0o666)));
     ok!(sys::set_flags(&f, APPEND));
-    let now = a_user_can_only_append(&f, &[b'a'; 5000]);
+    let now = a_user_can_only_append(&m, &f, &[b'a'; 5000]);
     assert!(!now.ends_with(b"OVER"), "the mem backend refuses the write");
     ok!(sys::set_flags(&f, 0));
 }
@@ -280,7 +318,7 @@ fn append_only_host_files_take_a_users_appends_through_an_export_and_nothing_els
     let m =
         Mount::try_memofs_source(host.path(), &["allow_other"]).unwrap_or_else(|e| panic!("{e}"));
     let v = m.join("shared.log");
-    let mut now = a_user_can_only_append(&v, &[b'a'; 5000]);
+    let mut now = a_user_can_only_append(&m, &v, &[b'a'; 5000]);
     // Appended on the host meanwhile: a user's next append through the mount lands after it.
     ok!(ok!(OpenOptions::new().append(true).open(&h)).write_all_at(b"host\n", 0));
     memofs_e2e::user::as_user(4001, 4001, &[], move || {
