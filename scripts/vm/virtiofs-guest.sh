@@ -2,8 +2,10 @@
 # /init of the virtio-fs guest (scripts/vm/virtiofs.sh): mounts the two memofs virtio-fs
 # devices the host started (`mem`: the mem backend; `share`: a host directory through the
 # passthrough backend), checks them through ordinary system calls, and writes `PASS name` /
-# `FAIL name: why` lines and `@@` markers for the host to the second serial port.
-/bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share
+# `FAIL name: why` lines and `@@` markers for the host to the second serial port. Two more
+# devices take the options VM managers pass: `ro` (a host directory, --readonly) and `ids`
+# (a host directory, --translate-uid/--translate-gid).
+/bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share /ro /ids
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -56,6 +58,48 @@ for d in /mem /share; do
     check "$t-unlink" rm -rf $d/dir $d/big $d/a
     same "$t-empty-again" "$(ls -A $d | wc -l)" 0
 done
+
+# The read-only share: what is there reads, every change is refused.
+refused() { # NAME COMMAND...: PASS if the command fails with EROFS
+    name=$1
+    shift
+    if out=$("$@" 2>&1); then
+        echo "FAIL $name: it worked"
+    else
+        case "$out" in
+        *"Read-only file system"*) echo "PASS $name" ;;
+        *) echo "FAIL $name: $out" ;;
+        esac
+    fi
+}
+check mount-ro mount -t virtiofs ro /ro
+same ro-read "$(cat /ro/kept 2>&1)" "kept on the host"
+refused ro-append sh -c 'echo more >>/ro/kept'
+refused ro-truncate truncate -s 0 /ro/kept
+refused ro-create touch /ro/new
+refused ro-mkdir mkdir /ro/dir
+refused ro-symlink ln -s kept /ro/link
+refused ro-rename mv /ro/kept /ro/moved
+refused ro-unlink rm /ro/kept
+refused ro-chmod chmod 600 /ro/kept
+refused ro-touch touch /ro/kept
+if command -v setfattr >/dev/null; then refused ro-setfattr setfattr -n user.x -v 1 /ro/kept; fi
+same ro-still-there "$(cat /ro/kept 2>&1)" "kept on the host"
+
+# Translated ids (guest 1000 is host 101000, guest 3000 may not be used): a guest user's
+# file lands on the host with the mapped owner and shows the guest's ids back.
+check mount-ids mount -t virtiofs ids /ids
+check ids-user-creates su user -c 'echo mine >/ids/by-user'
+same ids-guest-owner "$(stat -c %u:%g /ids/by-user 2>&1)" 1000:1000
+same ids-host-file-shown "$(stat -c %u:%g /ids/host-owned 2>&1)" 1000:1000
+check ids-chown-mapped chown 1000:1000 /ids/by-root
+same ids-chown-shown "$(stat -c %u:%g /ids/by-root 2>&1)" 1000:1000
+if out=$(chown 3000 /ids/by-root 2>&1); then
+    echo "FAIL ids-forbidden-owner: chown to a forbidden id worked"
+else
+    case "$out" in *"not permitted"*) echo "PASS ids-forbidden-owner" ;; *) echo "FAIL ids-forbidden-owner: $out" ;; esac
+fi
+echo "@@ IDS DONE"
 
 # A guest that unmounts and mounts again (a new INIT) finds the mem backend's files.
 echo kept >/mem/kept

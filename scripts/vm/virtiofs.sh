@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
-# (TCG) with two vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend)
-# and `share` (a host directory, the passthrough backend), guest memory shared through
-# memory-backend-memfd. The guest (scripts/vm/virtiofs-guest.sh) checks both through
-# ordinary system calls; the host counts the requests of the seed's loop (`memofs stats` on
+# (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
+# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly) and `ids`
+# (one with translated ids), guest memory shared through memory-backend-memfd. The guest
+# (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host checks
+# what the read-only and translated shares hold afterwards, counts the requests of the seed's loop (`memofs stats` on
 # the device's socket), changes the shared directory under the guest, kills the VM in the
 # middle of writes and checks that the servers end cleanly and that what the guest synced
 # is on the host. Prints PASS/FAIL/SKIP lines and `vm-virtiofs-ID: N passed, N failed, N
@@ -105,7 +106,13 @@ run_one() {
     find_kernel "$id" || return $(($? == 2 ? 0 : 1))
     out=$top/target/vm/virtiofs-$id
     rm -rf "$out"
-    mkdir -p "$out/root"/{bin,dev,proc,sys,tmp,etc} "$out/share"
+    mkdir -p "$out/root"/{bin,dev,proc,sys,tmp,etc} "$out/share" "$out/ro" "$out/ids"
+    # The read-only share's file, and the translated share: writable by the host id guest
+    # 1000 maps to, with a file of that host id's and one of root's.
+    echo "kept on the host" >"$out/ro/kept"
+    chmod 1777 "$out/ids"
+    touch "$out/ids/host-owned" "$out/ids/by-root"
+    chown 101000:101000 "$out/ids/host-owned"
     cp "$(command -v busybox)" "$out/root/bin/busybox"
     cp "$here/virtiofs-guest.sh" "$out/root/init"
     chmod 755 "$out/root/init"
@@ -136,8 +143,8 @@ run_one() {
             *) cp "$ko" "$out/root/lib/modules/$n-$m.ko" ;;
         esac
     done
-    printf 'root:x:0:0:root:/:/bin/sh\ndaemon:x:1:1::/:/bin/false\nnobody:x:65534:65534::/:/bin/false\n' >"$out/root/etc/passwd"
-    printf 'root:x:0:\ndaemon:x:1:\nnogroup:x:65534:\n' >"$out/root/etc/group"
+    printf 'root:x:0:0:root:/:/bin/sh\ndaemon:x:1:1::/:/bin/false\nuser:x:1000:1000::/:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n' >"$out/root/etc/passwd"
+    printf 'root:x:0:\ndaemon:x:1:\nuser:x:1000:\nnogroup:x:65534:\n' >"$out/root/etc/group"
     (cd "$out/root" && find . | cpio -o -H newc --quiet) >"$out/initrd.cpio"
     : >"$out/output.log"
 
@@ -147,13 +154,20 @@ run_one() {
     local mem_pid=$!
     (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
+    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly >"$out/ro.log" 2>&1 &
+    local ro_pid=$!
+    "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
+        --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \
+        --translate-uid forbid-guest:3000:1 >"$out/ids.log" 2>&1 &
+    local ids_pid=$!
     # Nothing outlives the run, however it ends.
     # (Expanded now: these are this run's.)
     # shellcheck disable=SC2064
-    trap "kill -KILL $mem_pid $share_pid 2>/dev/null || true; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null || true" EXIT
-    wait_socket "$out/mem.sock" && wait_socket "$out/share.sock" || {
+    trap "kill -KILL $mem_pid $share_pid $ro_pid $ids_pid 2>/dev/null || true; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null || true" EXIT
+    wait_socket "$out/mem.sock" && wait_socket "$out/share.sock" && wait_socket "$out/ro.sock" &&
+        wait_socket "$out/ids.sock" || {
         echo "FAIL vm-virtiofs $id: the servers did not listen"
-        kill $mem_pid $share_pid 2>/dev/null
+        kill $mem_pid $share_pid $ro_pid $ids_pid 2>/dev/null
         echo "vm-virtiofs-$id: 0 passed, 1 failed, 0 skipped"
         return 1
     }
@@ -168,6 +182,10 @@ run_one() {
         -device vhost-user-fs-pci,queue-size=1024,num-request-queues=2,chardev=c0,tag=mem \
         -chardev socket,id=c1,path="$out/share.sock" \
         -device vhost-user-fs-pci,queue-size=1024,chardev=c1,tag=share \
+        -chardev socket,id=c2,path="$out/ro.sock" \
+        -device vhost-user-fs-pci,queue-size=1024,chardev=c2,tag=ro \
+        -chardev socket,id=c3,path="$out/ids.sock" \
+        -device vhost-user-fs-pci,queue-size=1024,chardev=c3,tag=ids \
         -kernel "$kernel" -initrd "$out/initrd.cpio" \
         -append "console=ttyS0 panic=-1 loglevel=4" \
         -serial "file:$out/console.log" -serial "file:$out/output.log" \
@@ -175,6 +193,20 @@ run_one() {
     local qemu=$!
     # Kills the guest: QEMU itself, not only the `timeout` watching it.
     kill_guest() { pkill -KILL -P "$qemu" 2>/dev/null || true; kill -KILL "$qemu" 2>/dev/null || true; }
+    # What the read-only and translated shares hold on the host once the guest is done.
+    if wait_for "$out/output.log" "$limit" "^@@ IDS DONE$"; then
+        local ro_now owners
+        ro_now=$(cd "$out/ro" && ls -A | tr '\n' ' ')$(cat "$out/ro/kept")
+        if [ "$ro_now" = "kept kept on the host" ]; then echo "PASS ro-host-unchanged"; else echo "FAIL ro-host-unchanged: $ro_now"; fi >>"$host"
+        owners=$(stat -c %u:%g "$out/ids/by-user" "$out/ids/by-root" 2>&1 | tr '\n' ' ')
+        if [ "$owners" = "101000:101000 101000:101000 " ]; then
+            echo "PASS ids-host-owners"
+        else
+            echo "FAIL ids-host-owners: by-user, by-root: $owners"
+        fi >>"$host"
+    else
+        echo "FAIL ro-ids: the guest never got to them" >>"$host"
+    fi
     # A guest's root tried what only the host's root may do: the host file is as it was.
     if wait_for "$out/output.log" "$limit" "^@@ GUARDED$"; then
         guarded "$out" >>"$host"
@@ -230,8 +262,8 @@ run_one() {
     fi
     wait $qemu 2>/dev/null || true
     local status pid name
-    for name in mem share; do
-        pid=$([ $name = mem ] && echo $mem_pid || echo $share_pid)
+    for name in mem share ro ids; do
+        case $name in mem) pid=$mem_pid ;; share) pid=$share_pid ;; ro) pid=$ro_pid ;; ids) pid=$ids_pid ;; esac
         status=0
         timeout 30 tail --pid="$pid" -f /dev/null || { kill -KILL "$pid" 2>/dev/null; status=timeout; }
         [ "$status" = timeout ] || { wait "$pid"; status=$?; } || true

@@ -47,7 +47,7 @@ pub enum Command {
     Invalidate(TargetArgs),
     /// Serve memofs to a virtual machine as a vhost-user-fs device (virtio-fs), taking
     /// virtiofsd's command line
-    Virtiofsd(VirtiofsdArgs),
+    Virtiofsd(Box<VirtiofsdArgs>),
     /// Write the man pages, shell completions and option table into DIR (used by `make install`)
     #[command(hide = true)]
     Generate {
@@ -62,8 +62,8 @@ pub enum Command {
     override_usage = "memofs virtiofsd --socket-path PATH [--shared-dir DIR] [-o OPT[,OPT...]]\n       memofs virtiofsd --fd FD [...]\n       memofs-virtiofsd ... (the same, under virtiofsd's own name)"
 )]
 pub struct VirtiofsdArgs {
-    /// The vhost-user socket to listen on; the VMM connects to it
-    #[arg(long = "socket-path", value_name = "PATH")]
+    /// The vhost-user socket to listen on; the VMM connects to it (--socket: the same)
+    #[arg(long = "socket-path", alias = "socket", value_name = "PATH")]
     pub socket_path: Option<PathBuf>,
     /// A vhost-user socket already listening, as an inherited descriptor (libvirt's way)
     #[arg(long = "fd", value_name = "FD")]
@@ -80,7 +80,8 @@ pub struct VirtiofsdArgs {
     /// cache=MODE, xattr, no_xattr, posix_lock, no_posix_lock, flock, no_flock
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
     pub options: Vec<String>,
-    /// Accepted for virtiofsd's callers: each queue is served by a thread of its own
+    /// 0 (virtiofsd's default): requests are served on their queue's thread, which is how
+    /// memofs serves them; a pool of N threads is not supported
     #[arg(long = "thread-pool-size", value_name = "N")]
     pub thread_pool_size: Option<usize>,
     /// What the server sees of the host: namespace (the default: new namespaces whose root
@@ -100,27 +101,42 @@ pub struct VirtiofsdArgs {
     /// may connect)
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
-    /// Not supported (refused with an error): mounts below the shared directory are
-    /// crossed, and the guest sees their files with the shared directory's device number
-    #[arg(long = "announce-submounts")]
-    pub announce_submounts: bool,
-    /// Accepted for virtiofsd's callers: extended attributes are always supported
+    /// Do not tell the guest which directories are mount points (what memofs does: mounts
+    /// below the shared directory are crossed with the shared directory's device number)
+    #[arg(long = "no-announce-submounts")]
+    pub no_announce_submounts: bool,
+    /// Extended attributes (always on)
     #[arg(long = "xattr")]
     pub xattr: bool,
-    /// Accepted for virtiofsd's callers: POSIX ACLs are on wherever the backend keeps them
-    #[arg(long = "posix-acl")]
-    pub posix_acl: bool,
-    /// Not supported (refused with an error): mount read-only in the guest instead
+    /// POSIX ACLs: never, auto (where the backend keeps them; the default, and without a
+    /// value: always) or always (fail to start without them)
+    #[arg(long = "posix-acl", value_name = "never|auto|always", require_equals = true, num_args = 0..=1, default_missing_value = "always")]
+    pub posix_acl: Option<String>,
+    /// Let the server clear setuid, setgid and capabilities on writes and truncates
+    /// (FUSE_HANDLE_KILLPRIV_V2; always on)
+    #[arg(long = "killpriv-v2")]
+    pub killpriv_v2: bool,
+    /// Raise the server's descriptor limit to N (default: as started)
+    #[arg(long = "rlimit-nofile", value_name = "N")]
+    pub rlimit_nofile: Option<u64>,
+    /// Stay in the foreground (the server always does)
+    #[arg(short = 'f')]
+    pub foreground: bool,
+    /// Translate user ids between guest and host, as TYPE:A:B:COUNT (virtiofsd's rules:
+    /// map, guest, host, squash-guest, squash-host; forbid-guest:A:COUNT); repeatable
+    #[arg(long = "translate-uid", value_name = "TYPE:A:B:COUNT")]
+    pub translate_uid: Vec<String>,
+    /// The same for group ids
+    #[arg(long = "translate-gid", value_name = "TYPE:A:B:COUNT")]
+    pub translate_gid: Vec<String>,
+    /// Share read-only (as -o ro): every request that would change something is refused
+    /// (EROFS)
     #[arg(long = "readonly")]
     pub readonly: bool,
     /// How much to log to standard error: off, error, warn, info, debug or trace (as
     /// virtiofsd; MEMOFS_LOG and -o debug also set it)
     #[arg(long = "log-level", value_name = "LEVEL", value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
     pub log_level: Option<String>,
-    /// Accepted for virtiofsd's callers: messages go to standard error, which a service
-    /// manager keeps
-    #[arg(long = "syslog")]
-    pub syslog: bool,
     /// Debug messages (virtiofsd's -d; as --log-level debug)
     #[arg(short = 'd')]
     pub debug: bool,
@@ -277,6 +293,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     } else {
         mount_fuse_form(&cmd, args)
     };
+    if args.get(1).is_some_and(|a| a == "virtiofsd") {
+        if let Some(msg) = crate::virtiofsd::refused_option(&args[2..]) {
+            return Err(command().error(clap::error::ErrorKind::ArgumentConflict, msg));
+        }
+    }
     let matches = cmd.try_get_matches_from(args)?;
     Cli::from_arg_matches(&matches)
 }

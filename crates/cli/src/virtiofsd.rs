@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use memofs_control::StatsSource;
-use memofs_core::options::{parse_options, MountOptions};
+use memofs_core::idmap::IdMaps;
+use memofs_core::options::{parse_options, MountOptions, Want};
 use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::Backend;
 use memofs_mem::MemFs;
@@ -120,23 +121,117 @@ struct Setup {
     sandbox: sandbox::SandboxMode,
     seccomp: seccomp::SeccompMode,
     caps: caps::CapsHashSet,
+    ids: IdMaps,
+    acl: Want,
+}
+
+/// virtiofsd's options memofs does not take, each with why (docs/guide.md has the table of
+/// all of them).
+const REFUSED: &[(&str, &str)] = &[
+    ("--tag", "the tag is the VMM's to set (QEMU: tag= on vhost-user-fs-pci); this device has no configuration space of its own"),
+    ("--announce-submounts", "mounts below the shared directory are crossed, and the guest sees their files with the shared directory's device number"),
+    ("--uid-map", "the namespace sandbox maps only the server's own ids; --translate-uid gives guest ids other host ids"),
+    ("--gid-map", "the namespace sandbox maps only the server's own ids; --translate-gid gives guest ids other host ids"),
+    ("--xattrmap", "extended attribute names are not mapped: the guest's reach the backend as they are"),
+    ("--security-label", "new files get no security label from the guest (FUSE_SECURITY_CTX is not taken)"),
+    ("--inode-file-handles", "memofs keeps a descriptor per inode and reopens cold ones from their file handles where it can (docs/guide.md)"),
+    ("--allow-mmap", "shared mappings are refused only where -o direct_io asks (and on append-only files)"),
+    ("--no-readdirplus", "directories are always listed with READDIRPLUS"),
+    ("--writeback", "the writeback cache is off over virtio-fs: pages whose writeback failed could not be dropped from the guest's cache"),
+    ("--allow-direct-io", "the guest's O_DIRECT opens are served as its other opens"),
+    ("--no-killpriv-v2", "the server always clears setuid, setgid and capabilities itself (FUSE_HANDLE_KILLPRIV_V2)"),
+    ("--preserve-noatime", "a guest's O_NOATIME reaches the backend as it is"),
+    ("--syslog", "messages go to standard error (--log-level), which a service manager keeps"),
+    ("--migration-mode", NO_MIGRATION),
+    ("--migration-on-error", NO_MIGRATION),
+    ("--migration-verify-handles", NO_MIGRATION),
+    ("--migration-confirm-paths", NO_MIGRATION),
+];
+
+const NO_MIGRATION: &str = "no live migration: the device offers no back-end state transfer";
+
+/// The first option of `args` (a `virtiofsd` command line after the subcommand) that memofs
+/// refuses, as the message to print.
+pub fn refused_option(args: &[std::ffi::OsString]) -> Option<String> {
+    let mut value_next = false;
+    for a in args.iter().map_while(|a| a.to_str().filter(|a| *a != "--")) {
+        if std::mem::take(&mut value_next) {
+            continue;
+        }
+        let name = a.split_once('=').map_or(a, |(n, _)| n);
+        if let Some((flag, why)) = REFUSED.iter().find(|(flag, _)| *flag == name) {
+            return Some(format!("{flag} is not supported: {why}"));
+        }
+        // The value of an option that takes one is not an option.
+        value_next = !a.contains('=') && TAKES_VALUE.contains(&a);
+    }
+    None
+}
+
+/// The options of `memofs virtiofsd` that take a value as the next argument.
+const TAKES_VALUE: &[&str] = &[
+    "--socket-path",
+    "--socket",
+    "--fd",
+    "--shared-dir",
+    "--cache",
+    "-o",
+    "--thread-pool-size",
+    "--sandbox",
+    "--seccomp",
+    "--modcaps",
+    "--socket-group",
+    "--log-level",
+    "--translate-uid",
+    "--translate-gid",
+    "--rlimit-nofile",
+];
+
+/// `--translate-uid` and `--translate-gid`, checked.
+fn id_maps(args: &VirtiofsdArgs) -> Result<IdMaps, String> {
+    let mut ids = IdMaps::default();
+    for (rules, map, flag) in [
+        (&args.translate_uid, &mut ids.uid, "--translate-uid"),
+        (&args.translate_gid, &mut ids.gid, "--translate-gid"),
+    ] {
+        for rule in rules {
+            map.push(rule).map_err(|e| format!("{flag} {e}"))?;
+        }
+    }
+    Ok(ids)
+}
+
+/// `--posix-acl=`: never, auto or always; always cannot be had with translated ids.
+fn acl(args: &VirtiofsdArgs, ids: &IdMaps) -> Result<Want, String> {
+    let want = match args.posix_acl.as_deref() {
+        None | Some("auto") => Want::Auto,
+        Some("never") => Want::Off,
+        Some("always") => Want::On,
+        Some(other) => return Err(format!("--posix-acl={other}: say never, auto or always")),
+    };
+    if want == Want::On && !ids.is_identity() {
+        return Err(
+            "--posix-acl cannot be used with --translate-uid or --translate-gid: an ACL \
+                    names ids inside its value, which are not translated"
+                .into(),
+        );
+    }
+    Ok(want)
 }
 
 fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
     let usage = |e: String| (EXIT_USAGE, e);
-    if args.readonly {
+    if args.thread_pool_size.is_some_and(|n| n > 0) {
         return Err(usage(
-            "--readonly is not supported: mount read-only in the guest (mount -o ro)".into(),
-        ));
-    }
-    if args.announce_submounts {
-        return Err(usage(
-            "--announce-submounts is not supported: mounts below the shared directory are \
-             crossed, and the guest sees their files with the shared directory's device number"
+            "--thread-pool-size is not supported but as 0: each request queue is served on a \
+             thread of its own"
                 .into(),
         ));
     }
     let (mut options, legacy) = split_options(&args.options);
+    if args.readonly {
+        options.push("ro".into());
+    }
     let source = args.shared_dir.clone().or(legacy.source);
     // The guest cannot be told of host changes: a shared directory gets short timeouts
     // unless asked otherwise; the mem backend, which only the guest changes, keeps names.
@@ -154,6 +249,8 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
             .map_err(usage)?;
     let seccomp = seccomp::SeccompMode::parse(args.seccomp.as_deref()).map_err(usage)?;
     let caps = sandbox::kept_caps(source.is_some(), args.modcaps.as_deref()).map_err(usage)?;
+    let ids = id_maps(args).map_err(usage)?;
+    let acl = acl(args, &ids).map_err(usage)?;
     let source = match source {
         Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
         None => None,
@@ -164,6 +261,8 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         sandbox,
         seccomp,
         caps,
+        ids,
+        acl,
     })
 }
 
@@ -188,6 +287,14 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         None => BackendKind::Mem,
     };
     let mut plan = MountPlan::new(&setup.opts, kind, backends::privileged());
+    plan.ids = setup.ids.clone();
+    plan.acl = setup.acl;
+    if let Some(n) = args.rlimit_nofile {
+        let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
+        if let Err(e) = set {
+            return fail(EXIT_FAILURE, format!("--rlimit-nofile {n}: {e}"));
+        }
+    }
     if let Err(e) = plan.without_notifications() {
         return fail(EXIT_USAGE, e);
     }
@@ -277,6 +384,12 @@ fn serve<B: Backend + 'static>(
     setup: &Setup,
     socket: Option<SocketFile>,
 ) -> ExitCode {
+    if plan.acl == Want::On && !plan.posix_acl {
+        return fail(
+            EXIT_FAILURE,
+            "--posix-acl=always: this backend keeps no POSIX ACLs here",
+        );
+    }
     let guest_fs = GuestFs::new(backend.clone(), plan, Arc::new(Stats::default()));
     let mut settings = backends::plan_settings(guest_fs.plan());
     settings.push(("transport".into(), "virtio-fs (vhost-user-fs)".into()));
@@ -390,6 +503,109 @@ mod tests {
                 sandbox: Some("chroot".into()),
             }
         );
+    }
+
+    fn args(extra: &[&str]) -> VirtiofsdArgs {
+        use clap::Parser;
+        let mut argv = vec!["memofs", "virtiofsd", "--socket-path", "/tmp/x.sock"];
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Virtiofsd(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn readonly_and_translated_ids_reach_the_setup_and_bad_ones_are_refused() {
+        let s = setup(&args(&[
+            "--readonly",
+            "--translate-uid",
+            "map:1000:101000:5",
+        ]))
+        .unwrap();
+        assert!(s
+            .opts
+            .kernel_flags
+            .contains(&memofs_core::options::KernelFlag::ReadOnly));
+        assert_eq!(s.ids.uid.to_host(1004), Ok(101_004));
+        assert!(s.ids.gid.is_identity());
+        for (extra, says) in [
+            (
+                &["--translate-gid", "map:1:2"][..],
+                "--translate-gid 'map:1:2'",
+            ),
+            (
+                &["--posix-acl", "--translate-uid", "squash-guest:0:1000:10"][..],
+                "--posix-acl cannot be used",
+            ),
+            (&["--posix-acl=sometimes"][..], "say never, auto or always"),
+            (
+                &["--thread-pool-size", "4"][..],
+                "--thread-pool-size is not supported",
+            ),
+        ] {
+            match setup(&args(extra)) {
+                Err((code, msg)) => {
+                    assert_eq!(code, EXIT_USAGE);
+                    assert!(msg.contains(says), "{extra:?}: {msg}");
+                }
+                Ok(_) => panic!("{extra:?} was taken"),
+            }
+        }
+    }
+
+    #[test]
+    fn virtiofsds_options_memofs_does_not_take_are_refused_with_a_reason() {
+        let refused = |argv: &[&str]| {
+            crate::cli::parse(argv.iter().map(Into::into).collect())
+                .err()
+                .map(|e| e.to_string())
+        };
+        for (argv, says) in [
+            (
+                &["memofs", "virtiofsd", "--socket-path", "/s", "--tag=fs"][..],
+                "--tag is not supported: the tag is the VMM's",
+            ),
+            (
+                &[
+                    "memofs-virtiofsd",
+                    "--socket-path",
+                    "/s",
+                    "--migration-mode",
+                    "file-handles",
+                ][..],
+                "no live migration",
+            ),
+            (
+                &["memofs", "virtiofsd", "--uid-map", ":0:100000:65536:"][..],
+                "--uid-map is not supported",
+            ),
+        ] {
+            let msg = refused(argv).unwrap_or_else(|| panic!("{argv:?} was taken"));
+            assert!(msg.contains(says), "{argv:?}: {msg}");
+        }
+        let taken = [
+            "memofs",
+            "virtiofsd",
+            "--socket",
+            "/s",
+            "--posix-acl=never",
+            "-f",
+            "--killpriv-v2",
+            "--thread-pool-size=0",
+            "--no-announce-submounts",
+        ];
+        assert!(refused(&taken).is_none(), "{:?}", refused(&taken));
+        // An option's value is not an option.
+        let argv = [
+            "--socket-path",
+            "--tag",
+            "--cache=always",
+            "-o",
+            "--xattrmap",
+        ];
+        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+        assert_eq!(refused_option(&argv), None);
     }
 
     #[test]

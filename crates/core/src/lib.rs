@@ -15,6 +15,7 @@
 pub mod atime;
 pub mod cache;
 pub mod errno;
+pub mod idmap;
 pub mod invalidate;
 pub mod mountinfo;
 pub mod ops;

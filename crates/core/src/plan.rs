@@ -17,8 +17,9 @@
 
 use std::time::Duration;
 
-use crate::atime::AtimePolicy;
+use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::CachePolicy;
+use crate::idmap::IdMaps;
 use crate::options::{HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
 
@@ -85,6 +86,11 @@ pub struct MountPlan {
     pub kernel_flags: Vec<KernelFlag>,
     /// Source shown in the mount table.
     pub fsname: String,
+    /// How the ids of requests and replies translate (a guest's, over virtio-fs).
+    pub ids: IdMaps,
+    /// POSIX ACLs asked for: `Auto` where the backend keeps them, `Off` none (the kernel
+    /// gets none, requests for ACL attributes are refused), `On` required.
+    pub acl: Want,
 }
 
 impl MountPlan {
@@ -101,7 +107,16 @@ impl MountPlan {
         MountPlan {
             backend,
             cache: opts.cache,
-            atime: opts.atime,
+            // Nothing on a read-only mount changes, atime neither (as the kernel's
+            // `touch_atime` skips read-only mounts).
+            atime: if opts.kernel_flags.contains(&KernelFlag::ReadOnly) {
+                AtimePolicy {
+                    mode: AtimeMode::Noatime,
+                    nodiratime: true,
+                }
+            } else {
+                opts.atime
+            },
             kernel_data,
             huge: opts.huge,
             watch: opts.watch,
@@ -121,7 +136,22 @@ impl MountPlan {
             allow_other: opts.allow_other,
             kernel_flags: opts.kernel_flags.clone(),
             fsname: opts.fsname.clone(),
+            ids: IdMaps::default(),
+            acl: Want::Auto,
         }
+    }
+
+    /// Read-only (`ro`): the kernel refuses changes on a mount it was told is read-only,
+    /// and the request layer refuses every request that would change something (`EROFS`),
+    /// for a transport whose kernel was not told (a guest's, over virtio-fs).
+    pub fn read_only(&self) -> bool {
+        self.kernel_flags.contains(&KernelFlag::ReadOnly)
+    }
+
+    /// Whether ACLs are refused: asked off, or ids are translated (an ACL names ids inside
+    /// its value, which the request layer does not translate).
+    pub fn acls_refused(&self) -> bool {
+        self.acl == Want::Off || !self.ids.is_identity()
     }
 
     /// Completes the plan with what the built backend can do.
@@ -129,7 +159,7 @@ impl MountPlan {
         if !caps.backing_fds {
             self.passthrough = Passthrough::Off;
         }
-        self.posix_acl = caps.posix_acl;
+        self.posix_acl = caps.posix_acl && !self.acls_refused();
         self.sole_writer = caps.sole_writer;
     }
 
@@ -224,6 +254,12 @@ impl MountPlan {
                 v.push(("watch", format!("{:?}", self.watch).to_lowercase()))
             }
         }
+        if self.read_only() {
+            v.push(("read_only", "true".to_string()));
+        }
+        if !self.ids.is_identity() {
+            v.push(("ids", "translated".to_string()));
+        }
         v
     }
 }
@@ -232,6 +268,33 @@ impl MountPlan {
 mod tests {
     use super::*;
     use crate::options::parse_options;
+
+    #[test]
+    fn read_only_mounts_leave_atime_alone_and_translated_ids_take_no_acls() {
+        let caps = Capabilities {
+            posix_acl: true,
+            ..Capabilities::default()
+        };
+        let ro = plan(&["ro", "strictatime"], BackendKind::Mem, true, caps);
+        assert!(ro.read_only());
+        assert_eq!(ro.atime.mode, AtimeMode::Noatime);
+        assert!(ro.posix_acl);
+        let mut p = MountPlan::new(
+            &parse_options::<&str>(&[], 8 << 30).unwrap(),
+            BackendKind::Mem,
+            true,
+        );
+        assert!(!p.read_only());
+        p.ids.uid.push("map:0:1000:1").unwrap();
+        p.adopt(caps);
+        assert!(!p.posix_acl);
+        assert!(p.describe().contains(&("ids", "translated".to_string())));
+        let mut never = plan(&[], BackendKind::Mem, true, caps);
+        assert!(never.posix_acl && !never.acls_refused());
+        never.acl = Want::Off;
+        never.adopt(caps);
+        assert!(!never.posix_acl && never.acls_refused());
+    }
 
     fn plan(opts: &[&str], backend: BackendKind, root: bool, caps: Capabilities) -> MountPlan {
         let o = parse_options(opts, 8 << 30).unwrap();

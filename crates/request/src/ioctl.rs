@@ -50,6 +50,11 @@ fn u32_at(data: &[u8], at: usize) -> Result<u32> {
     Ok(u32::from_ne_bytes(bytes.try_into().expect("4 bytes")))
 }
 
+/// Whether `cmd` changes the inode (refused on a read-only mount).
+pub(crate) fn modifies(cmd: u32) -> bool {
+    matches!(cmd, FS_IOC_SETFLAGS | FS_IOC_FSSETXATTR)
+}
+
 /// Runs the ioctl `cmd` with input `data` on inode `ino`; returns the output bytes.
 pub(crate) fn ioctl<B: Backend + ?Sized>(
     backend: &B,

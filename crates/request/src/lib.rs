@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod backing;
+mod ids;
 pub mod invalidate;
 pub mod ioctl;
 mod keep;

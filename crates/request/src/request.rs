@@ -353,6 +353,34 @@ impl Op<'_> {
         )
     }
 
+    /// Whether the request changes the filesystem: names, attributes, extended attributes,
+    /// data, inode flags; an open for writing or truncating. A read-only mount refuses these
+    /// (`EROFS`).
+    pub fn modifies(&self) -> bool {
+        match *self {
+            Op::Setattr { .. }
+            | Op::Symlink { .. }
+            | Op::Mknod { .. }
+            | Op::Mkdir { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::Rename { .. }
+            | Op::Link { .. }
+            | Op::Setxattr { .. }
+            | Op::Removexattr { .. }
+            | Op::Create { .. }
+            | Op::Tmpfile { .. }
+            | Op::Write { .. }
+            | Op::Fallocate { .. }
+            | Op::CopyFileRange { .. } => true,
+            Op::Open { flags, .. } => {
+                flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+            }
+            Op::Ioctl { cmd, .. } => crate::ioctl::modifies(cmd),
+            _ => false,
+        }
+    }
+
     /// Whether a transport may answer the request before it is handled, and handle it off
     /// the caller's path: RELEASE, which the kernel sends in the background when a file's
     /// last descriptor closes, waiting for no answer and ignoring errors. A later request on

@@ -2,6 +2,7 @@
 //! STATFS, ACCESS; and extended attributes.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Result, SetAttr, TimeSet};
 
@@ -25,10 +26,10 @@ impl<B: Backend> Server<B> {
         let b = &*self.backend;
         match *op {
             Op::Getattr { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.attr(&a, self.attr_timeout(&a))
+                out.attr(&self.guest_attr(&a), self.attr_timeout(&a))
             }),
             Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.statx(&a, self.attr_timeout(&a))
+                out.statx(&self.guest_attr(&a), self.attr_timeout(&a))
             }),
             Op::Setattr {
                 ref set,
@@ -36,7 +37,9 @@ impl<B: Backend> Server<B> {
             } => {
                 let r = self.setattr(caller, ino, set, kill_suidgid);
                 self.moved_times_if(&r, ino);
-                answer(out, r, |out, a| out.attr(&a, self.attr_timeout(&a)))
+                answer(out, r, |out, a| {
+                    out.attr(&self.guest_attr(&a), self.attr_timeout(&a))
+                })
             }
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
             Op::Statfs => answer(out, b.statfs(), |out, s| out.statfs(&s)),
@@ -46,10 +49,21 @@ impl<B: Backend> Server<B> {
         }
     }
 
+    /// `attr` as the kernel is shown it (the guest's owners).
+    fn guest_attr(&self, attr: &Attr) -> Attr {
+        crate::ids::guest_attr(&self.plan.ids, attr)
+    }
+
     /// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.
     pub(super) fn xattrs(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         let b = &*self.backend;
+        let refused = |name: &OsStr| crate::ids::refused_xattr(&self.plan, name.as_bytes());
         match *op {
+            Op::Setxattr { name, .. } | Op::Getxattr { name, .. } | Op::Removexattr { name }
+                if refused(name) =>
+            {
+                out.error(Errno::EOPNOTSUPP)
+            }
             Op::Setxattr {
                 name,
                 value,
@@ -75,6 +89,7 @@ impl<B: Backend> Server<B> {
     fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr, kill: bool) -> Result<Attr> {
         let b = &*self.backend;
         let mut set = *set;
+        crate::ids::host_setattr(&self.plan.ids, &mut set)?;
         if set
             == (SetAttr {
                 fh: set.fh,

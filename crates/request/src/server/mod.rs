@@ -181,7 +181,10 @@ impl<B: Backend> Server<B> {
                 return self.blocking(&out, move |b| b.fsyncdir(ino, fh, datasync));
             }
             Op::Syncfs => return self.blocking(&out, |b| b.syncfs()),
-            op => self.dispatch(req.nodeid, &req.caller, op, &mut out),
+            op => match crate::ids::host_caller(&self.plan.ids, &req.caller) {
+                Ok(caller) => self.dispatch(req.nodeid, &caller, op, &mut out),
+                Err(e) => out.error(e),
+            },
         }
         Handled::Done
     }
@@ -216,7 +219,9 @@ impl<B: Backend> Server<B> {
     /// may not fit): the caller tells the backend once it does.
     fn entry_unsent(&self, attr: Attr) -> Entry {
         let unseen = self.backend.attr_unseen_changes(&attr);
-        self.plan.cache.entry(attr, unseen)
+        let mut e = self.plan.cache.entry(attr, unseen);
+        e.attr = e.attr.map(|a| crate::ids::guest_attr(&self.plan.ids, &a));
+        e
     }
 
     /// How long the kernel may keep `attr` (which a reply is about to give it).
@@ -264,6 +269,9 @@ impl<B: Backend> Server<B> {
     /// Every request but those [`Server::handle`] takes itself, to the family that gives it
     /// meaning.
     fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        if self.plan.read_only() && op.modifies() {
+            return out.error(Errno::EROFS);
+        }
         match op {
             Op::Lookup { .. }
             | Op::Symlink { .. }
