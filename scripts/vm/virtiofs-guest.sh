@@ -99,6 +99,17 @@ if out=$(chown 3000 /ids/by-root 2>&1); then
 else
     case "$out" in *"not permitted"*) echo "PASS ids-forbidden-owner" ;; *) echo "FAIL ids-forbidden-owner: $out" ;; esac
 fi
+# Mapped extended attribute names (security.* lives as user.virtiofs.security.* on the host).
+if command -v setfattr >/dev/null && command -v getfattr >/dev/null; then
+    check xattrmap-set setfattr -n security.memofs -v guest /ids/by-root
+    same xattrmap-get "$(getfattr --absolute-names --only-values -n security.memofs /ids/by-root 2>&1)" guest
+    same xattrmap-host-attr-shown "$(getfattr --absolute-names --only-values -n user.plain /ids/host-owned 2>&1)" host
+    if out=$(setfattr -n user.virtiofs.x -v 1 /ids/by-root 2>&1); then
+        echo "FAIL xattrmap-target-refused: the guest set a mapped name directly"
+    else
+        case "$out" in *"not permitted"*) echo "PASS xattrmap-target-refused" ;; *) echo "FAIL xattrmap-target-refused: $out" ;; esac
+    fi
+fi
 echo "@@ IDS DONE"
 
 # A guest that unmounts and mounts again (a new INIT) finds the mem backend's files.

@@ -2,7 +2,7 @@
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
 # (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
 # `share` (a host directory, the passthrough backend), `ro` (one shared --readonly) and `ids`
-# (one with translated ids), guest memory shared through memory-backend-memfd. The guest
+# (one with translated ids and mapped extended attribute names), guest memory shared through memory-backend-memfd. The guest
 # (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host checks
 # what the read-only and translated shares hold afterwards, counts the requests of the seed's loop (`memofs stats` on
 # the device's socket), changes the shared directory under the guest, kills the VM in the
@@ -113,6 +113,7 @@ run_one() {
     chmod 1777 "$out/ids"
     touch "$out/ids/host-owned" "$out/ids/by-root"
     chown 101000:101000 "$out/ids/host-owned"
+    setfattr -n user.plain -v host "$out/ids/host-owned"
     cp "$(command -v busybox)" "$out/root/bin/busybox"
     cp "$here/virtiofs-guest.sh" "$out/root/init"
     chmod 755 "$out/root/init"
@@ -126,7 +127,7 @@ run_one() {
     fi
     # What a guest's root tries on host files (busybox has neither): setfattr and chattr.
     local tool
-    for tool in setfattr chattr; do
+    for tool in setfattr getfattr chattr; do
         if command -v "$tool" >/dev/null; then install_binary "$out/root" "$(command -v "$tool")" "bin/$tool"; fi
     done
     # The modules virtio-fs needs, where this kernel has them as modules (6.1), numbered in
@@ -158,7 +159,7 @@ run_one() {
     local ro_pid=$!
     "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
         --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \
-        --translate-uid forbid-guest:3000:1 >"$out/ids.log" 2>&1 &
+        --translate-uid forbid-guest:3000:1 --xattrmap ':map:security.:user.virtiofs.:' >"$out/ids.log" 2>&1 &
     local ids_pid=$!
     # Nothing outlives the run, however it ends.
     # (Expanded now: these are this run's.)
@@ -204,6 +205,15 @@ run_one() {
         else
             echo "FAIL ids-host-owners: by-user, by-root: $owners"
         fi >>"$host"
+        if command -v getfattr >/dev/null; then
+            local mapped
+            mapped=$(getfattr --absolute-names --only-values -n user.virtiofs.security.memofs "$out/ids/by-root" 2>&1)
+            if [ "$mapped" = guest ] && ! getfattr --absolute-names -n security.memofs "$out/ids/by-root" >/dev/null 2>&1; then
+                echo "PASS xattrmap-host-name"
+            else
+                echo "FAIL xattrmap-host-name: user.virtiofs.security.memofs is '$mapped'"
+            fi >>"$host"
+        fi
     else
         echo "FAIL ro-ids: the guest never got to them" >>"$host"
     fi

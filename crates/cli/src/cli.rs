@@ -129,6 +129,10 @@ pub struct VirtiofsdArgs {
     /// The same for group ids
     #[arg(long = "translate-gid", value_name = "TYPE:A:B:COUNT")]
     pub translate_gid: Vec<String>,
+    /// Map extended attribute names between guest and host with virtiofsd's rules, e.g.
+    /// ':map:security.selinux:trusted.virtiofs.:' (docs/guide.md)
+    #[arg(long = "xattrmap", value_name = "RULES")]
+    pub xattrmap: Option<String>,
     /// Share read-only (as -o ro): every request that would change something is refused
     /// (EROFS)
     #[arg(long = "readonly")]

@@ -11,6 +11,7 @@ use memofs_control::StatsSource;
 use memofs_core::idmap::IdMaps;
 use memofs_core::options::{parse_options, MountOptions, Want};
 use memofs_core::plan::{BackendKind, MountPlan};
+use memofs_core::xattrmap::XattrMap;
 use memofs_core::Backend;
 use memofs_mem::MemFs;
 use memofs_passthrough::PassthroughFs;
@@ -33,10 +34,11 @@ struct Legacy {
     source: Option<PathBuf>,
     cache: Option<String>,
     sandbox: Option<String>,
+    xattrmap: Option<String>,
 }
 
 /// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`, where
-/// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; and what memofs does
+/// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; `xattrmap=`; and what memofs does
 /// anyway: `xattr`, `posix_lock`, `flock`, or has no use for: `no_xattr`, `no_posix_lock`,
 /// `no_flock`).
 fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
@@ -47,6 +49,7 @@ fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
             Some(("source", dir)) => legacy.source = Some(dir.into()),
             Some(("cache", mode)) => legacy.cache = Some(mode.into()),
             Some(("sandbox", mode)) => legacy.sandbox = Some(mode.into()),
+            Some(("xattrmap", map)) => legacy.xattrmap = Some(map.into()),
             None if matches!(
                 o.as_str(),
                 "xattr" | "no_xattr" | "posix_lock" | "no_posix_lock" | "flock" | "no_flock"
@@ -123,6 +126,7 @@ struct Setup {
     caps: caps::CapsHashSet,
     ids: IdMaps,
     acl: Want,
+    xattrs: Option<XattrMap>,
 }
 
 /// virtiofsd's options memofs does not take, each with why (docs/guide.md has the table of
@@ -132,7 +136,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("--announce-submounts", "mounts below the shared directory are crossed, and the guest sees their files with the shared directory's device number"),
     ("--uid-map", "the namespace sandbox maps only the server's own ids; --translate-uid gives guest ids other host ids"),
     ("--gid-map", "the namespace sandbox maps only the server's own ids; --translate-gid gives guest ids other host ids"),
-    ("--xattrmap", "extended attribute names are not mapped: the guest's reach the backend as they are"),
     ("--security-label", "new files get no security label from the guest (FUSE_SECURITY_CTX is not taken)"),
     ("--inode-file-handles", "memofs keeps a descriptor per inode and reopens cold ones from their file handles where it can (docs/guide.md)"),
     ("--allow-mmap", "shared mappings are refused only where -o direct_io asks (and on append-only files)"),
@@ -185,6 +188,7 @@ const TAKES_VALUE: &[&str] = &[
     "--translate-uid",
     "--translate-gid",
     "--rlimit-nofile",
+    "--xattrmap",
 ];
 
 /// `--translate-uid` and `--translate-gid`, checked.
@@ -251,6 +255,10 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
     let caps = sandbox::kept_caps(source.is_some(), args.modcaps.as_deref()).map_err(usage)?;
     let ids = id_maps(args).map_err(usage)?;
     let acl = acl(args, &ids).map_err(usage)?;
+    let xattrs = match args.xattrmap.as_deref().or(legacy.xattrmap.as_deref()) {
+        Some(map) => Some(XattrMap::parse(map).map_err(|e| usage(format!("--xattrmap: {e}")))?),
+        None => None,
+    };
     let source = match source {
         Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
         None => None,
@@ -263,6 +271,7 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         caps,
         ids,
         acl,
+        xattrs,
     })
 }
 
@@ -289,6 +298,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     let mut plan = MountPlan::new(&setup.opts, kind, backends::privileged());
     plan.ids = setup.ids.clone();
     plan.acl = setup.acl;
+    plan.xattrs = setup.xattrs.clone();
     if let Some(n) = args.rlimit_nofile {
         let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
         if let Err(e) = set {
@@ -501,6 +511,7 @@ mod tests {
                 source: Some("/srv/a,b".into()),
                 cache: Some("always".into()),
                 sandbox: Some("chroot".into()),
+                xattrmap: None,
             }
         );
     }
@@ -521,8 +532,11 @@ mod tests {
             "--readonly",
             "--translate-uid",
             "map:1000:101000:5",
+            "-o",
+            "xattrmap=:map:security.:trusted.vm.:",
         ]))
         .unwrap();
+        assert!(s.xattrs.is_some());
         assert!(s
             .opts
             .kernel_flags
@@ -539,6 +553,10 @@ mod tests {
                 "--posix-acl cannot be used",
             ),
             (&["--posix-acl=sometimes"][..], "say never, auto or always"),
+            (
+                &["--xattrmap", ":ok:all:::swap"][..],
+                "--xattrmap: rule 2: ends before its type",
+            ),
             (
                 &["--thread-pool-size", "4"][..],
                 "--thread-pool-size is not supported",

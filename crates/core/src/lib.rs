@@ -23,6 +23,7 @@ pub mod options;
 pub mod plan;
 pub mod time;
 pub mod types;
+pub mod xattrmap;
 
 pub use atime::AtimePolicy;
 pub use cache::CachePolicy;

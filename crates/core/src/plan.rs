@@ -22,6 +22,7 @@ use crate::cache::CachePolicy;
 use crate::idmap::IdMaps;
 use crate::options::{HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
+use crate::xattrmap::XattrMap;
 
 /// Which backend serves the mount.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +89,9 @@ pub struct MountPlan {
     pub fsname: String,
     /// How the ids of requests and replies translate (a guest's, over virtio-fs).
     pub ids: IdMaps,
+    /// How extended attribute names map between the kernel's and the backend's (a guest's
+    /// `--xattrmap`).
+    pub xattrs: Option<XattrMap>,
     /// POSIX ACLs asked for: `Auto` where the backend keeps them, `Off` none (the kernel
     /// gets none, requests for ACL attributes are refused), `On` required.
     pub acl: Want,
@@ -138,6 +142,7 @@ impl MountPlan {
             fsname: opts.fsname.clone(),
             ids: IdMaps::default(),
             acl: Want::Auto,
+            xattrs: None,
         }
     }
 

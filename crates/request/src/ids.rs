@@ -1,10 +1,9 @@
 //! The guest's ids and the host's ([`memofs_core::idmap`]): a request's caller and the
 //! owners a `chown` sets come in as the guest's and are translated to the host's before the
 //! backend sees them; every owner a reply shows goes out as the guest's. ACLs, which name
-//! ids inside their values, are refused while ids are translated (and where asked off).
+//! ids inside their values, are refused meanwhile ([`crate::xattrs`]).
 
 use memofs_core::idmap::IdMaps;
-use memofs_core::plan::MountPlan;
 use memofs_core::{Attr, Caller, Result, SetAttr};
 
 /// The caller as the host knows it; `EPERM` for an id a rule forbids.
@@ -34,12 +33,6 @@ pub(crate) fn guest_attr(ids: &IdMaps, attr: &Attr) -> Attr {
         gid: ids.gid.to_guest(attr.gid),
         ..*attr
     }
-}
-
-/// Whether extended attribute `name` is refused: an ACL where the plan refuses them
-/// ([`memofs_core::plan::MountPlan::acls_refused`]).
-pub(crate) fn refused_xattr(plan: &MountPlan, name: &[u8]) -> bool {
-    plan.acls_refused() && name.starts_with(b"system.posix_acl_")
 }
 
 #[cfg(test)]
@@ -106,11 +99,5 @@ mod tests {
         };
         let g = guest_attr(&ids, &a);
         assert_eq!((g.uid, g.gid), (1003, 50));
-        let opts = memofs_core::options::parse_options::<&str>(&[], 1 << 30).unwrap();
-        let mut plan = MountPlan::new(&opts, memofs_core::plan::BackendKind::Mem, true);
-        assert!(!refused_xattr(&plan, b"system.posix_acl_access"));
-        plan.ids = ids;
-        assert!(refused_xattr(&plan, b"system.posix_acl_access"));
-        assert!(!refused_xattr(&plan, b"user.x"));
     }
 }

@@ -32,6 +32,7 @@ pub mod reply;
 pub mod request;
 mod server;
 pub mod stats;
+mod xattrs;
 
 pub use kernel::Kernel;
 pub use reply::{OpenOut, ReplyOut};

@@ -11,8 +11,8 @@ use std::ffi::OsStr;
 
 use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Result, SetAttr};
 
-/// The name of file capabilities.
-const CAPS: &str = "security.capability";
+/// The name of file capabilities (as a guest names them: see [`crate::xattrs`]).
+pub(crate) const CAPS: &str = "security.capability";
 
 /// Whether `caller` counts as privileged for keeping setuid/setgid (the kernel's
 /// `CAP_FSETID`, approximated by uid 0: FUSE requests do not carry capabilities).
@@ -30,19 +30,31 @@ pub fn killed_mode(mode: u32) -> u32 {
     new
 }
 
-/// Clears setuid/setgid (see [`killed_mode`]) and `security.capability` on regular file
-/// `ino`. Returns true if anything changed.
-pub fn kill_suidgid<B: Backend>(backend: &B, caller: &Caller, ino: Ino) -> Result<bool> {
+/// Clears setuid/setgid (see [`killed_mode`]) and file capabilities (`caps`: their name on
+/// the backend, `None` where there can be none) on regular file `ino`. Returns true if
+/// anything changed.
+pub fn kill_suidgid<B: Backend>(
+    backend: &B,
+    caller: &Caller,
+    ino: Ino,
+    caps: Option<&OsStr>,
+) -> Result<bool> {
     let attr = backend.getattr(ino)?;
     if attr.kind != FileKind::Regular {
         return Ok(false);
     }
-    kill_privs(backend, caller, &attr)
+    kill_privs(backend, caller, &attr, caps)
 }
 
-/// Clears setuid/setgid (see [`killed_mode`]) and `security.capability` on the inode whose
-/// attributes are `attr`, whatever its kind. Returns true if anything changed.
-pub fn kill_privs<B: Backend>(backend: &B, caller: &Caller, attr: &Attr) -> Result<bool> {
+/// Clears setuid/setgid (see [`killed_mode`]) and file capabilities (`caps`, as for
+/// [`kill_suidgid`]) on the inode whose attributes are `attr`, whatever its kind. Returns
+/// true if anything changed.
+pub fn kill_privs<B: Backend>(
+    backend: &B,
+    caller: &Caller,
+    attr: &Attr,
+    caps: Option<&OsStr>,
+) -> Result<bool> {
     let ino = attr.ino;
     let mode = attr.perm as u32;
     let new = killed_mode(mode);
@@ -55,11 +67,14 @@ pub fn kill_privs<B: Backend>(backend: &B, caller: &Caller, attr: &Attr) -> Resu
         backend.setattr(caller, ino, &set)?;
         changed = true;
     }
+    let Some(caps) = caps else {
+        return Ok(changed);
+    };
     // Asked first, and removed only if there: removing is a change an append-only or
     // immutable file refuses even when there is nothing to remove.
-    match backend.getxattr(ino, OsStr::new(CAPS)) {
+    match backend.getxattr(ino, caps) {
         Ok(_) => {
-            backend.removexattr(caller, ino, OsStr::new(CAPS))?;
+            backend.removexattr(caller, ino, caps)?;
             changed = true;
         }
         Err(e) if e == Errno::ENODATA || e == Errno::EOPNOTSUPP => {}

@@ -2,7 +2,6 @@
 //! STATFS, ACCESS; and extended attributes.
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Result, SetAttr, TimeSet};
 
@@ -57,23 +56,24 @@ impl<B: Backend> Server<B> {
     /// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.
     pub(super) fn xattrs(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         let b = &*self.backend;
-        let refused = |name: &OsStr| crate::ids::refused_xattr(&self.plan, name.as_bytes());
+        let host_name = |name| crate::xattrs::host_name(&self.plan, name);
         match *op {
-            Op::Setxattr { name, .. } | Op::Getxattr { name, .. } | Op::Removexattr { name }
-                if refused(name) =>
-            {
-                out.error(Errno::EOPNOTSUPP)
-            }
             Op::Setxattr {
                 name,
                 value,
                 flags,
                 acl_kill_sgid,
-            } => self.setxattr(caller, ino, (name, value, flags), acl_kill_sgid, out),
-            Op::Getxattr { name, size } => xattr_reply(out, size, b.getxattr(ino, name)),
+            } => match host_name(name) {
+                Ok(name) => self.setxattr(caller, ino, (&name, value, flags), acl_kill_sgid, out),
+                Err(e) => out.error(e),
+            },
+            Op::Getxattr { name, size } => {
+                let r = host_name(name).and_then(|name| b.getxattr(ino, &name));
+                xattr_reply(out, size, r)
+            }
             Op::Listxattr { size } => self.listxattr(caller, ino, size, out),
             Op::Removexattr { name } => {
-                let r = b.removexattr(caller, ino, name);
+                let r = host_name(name).and_then(|name| b.removexattr(caller, ino, &name));
                 self.moved_times_if(&r, ino);
                 answer(out, r, |out, ()| out.empty())
             }
@@ -116,9 +116,9 @@ impl<B: Backend> Server<B> {
         let attr = b.setattr(caller, ino, &set)?;
         let chown = set.uid.is_some() || set.gid.is_some();
         let killed = if chown && attr.kind != FileKind::Directory {
-            kill_privs(b, caller, &attr)?
+            kill_privs(b, caller, &attr, self.caps.as_deref())?
         } else {
-            kill && kill_suidgid(b, caller, ino)?
+            kill && kill_suidgid(b, caller, ino, self.caps.as_deref())?
         };
         if killed {
             b.getattr(ino)
@@ -173,7 +173,8 @@ impl<B: Backend> Server<B> {
     }
 
     fn listxattr(&self, caller: &Caller, ino: Ino, size: u32, out: &mut dyn ReplyOut) {
-        let r = self.backend.listxattr(ino).map(|mut list| {
+        let r = self.backend.listxattr(ino).map(|list| {
+            let mut list = crate::xattrs::guest_list(&self.plan, list);
             if !privileged(caller) {
                 list = list
                     .split_inclusive(|&b| b == 0)

@@ -67,6 +67,8 @@ pub struct Server<B: Backend> {
     backings: Backings,
     /// The abstract socket name of the control socket, where it has no file of its own.
     control_address: std::sync::OnceLock<Vec<u8>>,
+    /// The backend's name for file capabilities (see [`crate::xattrs::caps_name`]).
+    caps: Option<std::ffi::OsString>,
 }
 
 /// Answers `out` with `r`'s error, or calls `ok` with its value.
@@ -83,6 +85,7 @@ impl<B: Backend> Server<B> {
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
         let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
         let keeper = Keeper::new(plan.atime);
+        let caps = crate::xattrs::caps_name(&plan);
         Server {
             backend,
             plan,
@@ -94,6 +97,7 @@ impl<B: Backend> Server<B> {
             keeper,
             backings: Backings::default(),
             control_address: std::sync::OnceLock::new(),
+            caps,
         }
     }
 
@@ -249,7 +253,7 @@ impl<B: Backend> Server<B> {
     /// the request that asked for it, as the kernel fails a write whose privileges it cannot
     /// drop.
     fn kill_privs(&self, due: bool, caller: &Caller, ino: Ino) -> Result<()> {
-        if due && kill_suidgid(&*self.backend, caller, ino)? {
+        if due && kill_suidgid(&*self.backend, caller, ino, self.caps.as_deref())? {
             if let Some(inv) = &self.invalidator {
                 inv.inode(ino);
             }
