@@ -85,6 +85,11 @@ refused ro-chmod chmod 600 /ro/kept
 refused ro-touch touch /ro/kept
 if command -v setfattr >/dev/null; then refused ro-setfattr setfattr -n user.x -v 1 /ro/kept; fi
 same ro-still-there "$(cat /ro/kept 2>&1)" "kept on the host"
+# The filesystem mounted below it on the host (--announce-submounts): a device of its own.
+same submount-read "$(cat /ro/sub/inner 2>&1)" "in a submount"
+dev_top=$(stat -c %d /ro)
+dev_sub=$(stat -c %d /ro/sub)
+if [ -n "$dev_sub" ] && [ "$dev_top" != "$dev_sub" ]; then echo "PASS submount-own-device"; else echo "FAIL submount-own-device: /ro $dev_top, /ro/sub $dev_sub"; fi
 
 # Translated ids (guest 1000 is host 101000, guest 3000 may not be used): a guest user's
 # file lands on the host with the mapped owner and shows the guest's ids back.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
 # (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
-# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly) and `ids`
+# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly, with a
+# filesystem mounted below it announced to the guest) and `ids`
 # (one with translated ids and mapped extended attribute names), guest memory shared through memory-backend-memfd. The guest
 # (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host checks
 # what the read-only and translated shares hold afterwards, counts the requests of the seed's loop (`memofs stats` on
@@ -105,11 +106,16 @@ run_one() {
     local id=$1 out
     find_kernel "$id" || return $(($? == 2 ? 0 : 1))
     out=$top/target/vm/virtiofs-$id
+    umount -l "$out/ro/sub" 2>/dev/null || true
     rm -rf "$out"
     mkdir -p "$out/root"/{bin,dev,proc,sys,tmp,etc} "$out/share" "$out/ro" "$out/ids"
     # The read-only share's file, and the translated share: writable by the host id guest
     # 1000 maps to, with a file of that host id's and one of root's.
     echo "kept on the host" >"$out/ro/kept"
+    # A filesystem mounted below the read-only share, announced to the guest.
+    mkdir "$out/ro/sub"
+    mount -t tmpfs -o size=1m memofs-vm-sub "$out/ro/sub"
+    echo "in a submount" >"$out/ro/sub/inner"
     chmod 1777 "$out/ids"
     touch "$out/ids/host-owned" "$out/ids/by-root"
     chown 101000:101000 "$out/ids/host-owned"
@@ -155,7 +161,7 @@ run_one() {
     local mem_pid=$!
     (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
-    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly >"$out/ro.log" 2>&1 &
+    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts >"$out/ro.log" 2>&1 &
     local ro_pid=$!
     "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
         --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \
@@ -164,7 +170,7 @@ run_one() {
     # Nothing outlives the run, however it ends.
     # (Expanded now: these are this run's.)
     # shellcheck disable=SC2064
-    trap "kill -KILL $mem_pid $share_pid $ro_pid $ids_pid 2>/dev/null || true; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null || true" EXIT
+    trap "kill -KILL $mem_pid $share_pid $ro_pid $ids_pid 2>/dev/null || true; pkill -KILL -f '$out/initrd.cpio' 2>/dev/null || true; umount -l '$out/ro/sub' 2>/dev/null || true" EXIT
     wait_socket "$out/mem.sock" && wait_socket "$out/share.sock" && wait_socket "$out/ro.sock" &&
         wait_socket "$out/ids.sock" || {
         echo "FAIL vm-virtiofs $id: the servers did not listen"
@@ -198,7 +204,7 @@ run_one() {
     if wait_for "$out/output.log" "$limit" "^@@ IDS DONE$"; then
         local ro_now owners
         ro_now=$(cd "$out/ro" && ls -A | tr '\n' ' ')$(cat "$out/ro/kept")
-        if [ "$ro_now" = "kept kept on the host" ]; then echo "PASS ro-host-unchanged"; else echo "FAIL ro-host-unchanged: $ro_now"; fi >>"$host"
+        if [ "$ro_now" = "kept sub kept on the host" ]; then echo "PASS ro-host-unchanged"; else echo "FAIL ro-host-unchanged: $ro_now"; fi >>"$host"
         owners=$(stat -c %u:%g "$out/ids/by-user" "$out/ids/by-root" 2>&1 | tr '\n' ' ')
         if [ "$owners" = "101000:101000 101000:101000 " ]; then
             echo "PASS ids-host-owners"
@@ -283,6 +289,7 @@ run_one() {
             echo "FAIL server-$name-ends-cleanly: status $status; log: $(tail -n 3 "$out/$name.log")" >>"$host"
         fi
     done
+    umount -l "$out/ro/sub" 2>/dev/null || true
     tr -d '\r' <"$out/output.log" >"$out/guest.log"
     cat "$out/guest.log" "$host" | grep -E '^(PASS|FAIL|SKIP)' |
         sed "s/^\(PASS\|FAIL\|SKIP\) /\1 virtiofs-$id /"

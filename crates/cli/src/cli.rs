@@ -101,9 +101,13 @@ pub struct VirtiofsdArgs {
     /// may connect)
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
-    /// Do not tell the guest which directories are mount points (what memofs does: mounts
-    /// below the shared directory are crossed with the shared directory's device number)
-    #[arg(long = "no-announce-submounts")]
+    /// Tell the guest which directories are mount points of other filesystems (each then
+    /// has a device number of its own in the guest)
+    #[arg(long = "announce-submounts", overrides_with = "no_announce_submounts")]
+    pub announce_submounts: bool,
+    /// Do not (the default): the guest sees the files of mounts below the shared directory
+    /// with the shared directory's device number
+    #[arg(long = "no-announce-submounts", overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
     /// Extended attributes (always on)
     #[arg(long = "xattr")]

@@ -133,7 +133,6 @@ struct Setup {
 /// all of them).
 const REFUSED: &[(&str, &str)] = &[
     ("--tag", "the tag is the VMM's to set (QEMU: tag= on vhost-user-fs-pci); this device has no configuration space of its own"),
-    ("--announce-submounts", "mounts below the shared directory are crossed, and the guest sees their files with the shared directory's device number"),
     ("--uid-map", "the namespace sandbox maps only the server's own ids; --translate-uid gives guest ids other host ids"),
     ("--gid-map", "the namespace sandbox maps only the server's own ids; --translate-gid gives guest ids other host ids"),
     ("--security-label", "new files get no security label from the guest (FUSE_SECURITY_CTX is not taken)"),
@@ -299,6 +298,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     plan.ids = setup.ids.clone();
     plan.acl = setup.acl;
     plan.xattrs = setup.xattrs.clone();
+    plan.announce_submounts = args.announce_submounts;
     if let Some(n) = args.rlimit_nofile {
         let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
         if let Err(e) = set {

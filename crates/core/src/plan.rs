@@ -92,6 +92,9 @@ pub struct MountPlan {
     /// How extended attribute names map between the kernel's and the backend's (a guest's
     /// `--xattrmap`).
     pub xattrs: Option<XattrMap>,
+    /// Tell the kernel which directories are mount points of other filesystems (a guest's
+    /// `--announce-submounts`): each then has its own device number there.
+    pub announce_submounts: bool,
     /// POSIX ACLs asked for: `Auto` where the backend keeps them, `Off` none (the kernel
     /// gets none, requests for ACL attributes are refused), `On` required.
     pub acl: Want,
@@ -143,6 +146,7 @@ impl MountPlan {
             ids: IdMaps::default(),
             acl: Want::Auto,
             xattrs: None,
+            announce_submounts: false,
         }
     }
 
@@ -264,6 +268,9 @@ impl MountPlan {
         }
         if !self.ids.is_identity() {
             v.push(("ids", "translated".to_string()));
+        }
+        if self.announce_submounts {
+            v.push(("submounts", "announced".to_string()));
         }
         v
     }

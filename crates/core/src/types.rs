@@ -109,6 +109,9 @@ pub struct Attr {
     pub rdev: u32,
     /// Preferred I/O size.
     pub blksize: u32,
+    /// A directory where another filesystem is mounted (an export's submount), which a
+    /// guest that asked for them is told of (`FUSE_ATTR_SUBMOUNT`).
+    pub mount_root: bool,
 }
 
 /// A reply to a lookup-like request: the attributes (or none, for a negative entry) with how

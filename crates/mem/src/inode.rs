@@ -159,6 +159,7 @@ impl Inode {
                 _ => 0,
             },
             blksize: 4096,
+            mount_root: false,
         }
     }
 

@@ -3,7 +3,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use memofs_core::{Attr, Errno, FileKind, Ino, Result, SetAttr, TimeSet, Timestamp};
+use memofs_core::{Attr, Errno, FileKind, Ino, Result, SetAttr, TimeSet, Timestamp, ROOT_INO};
 
 use crate::fd::ProcSelf;
 use crate::inode::Inode;
@@ -29,6 +29,11 @@ pub(crate) fn host_dev(rdev: u32) -> libc::dev_t {
 /// Our attributes for host attributes `st`, under our number `ino`.
 pub(crate) fn attr_of(ino: Ino, st: &libc::statx) -> Result<Attr> {
     let mode = u32::from(st.stx_mode);
+    let kind = FileKind::from_mode(mode).ok_or(Errno::EIO)?;
+    let mount_root = kind == FileKind::Directory
+        && ino != ROOT_INO
+        && st.stx_attributes_mask & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0
+        && st.stx_attributes & libc::STATX_ATTR_MOUNT_ROOT as u64 != 0;
     Ok(Attr {
         ino,
         generation: 0,
@@ -42,13 +47,14 @@ pub(crate) fn attr_of(ino: Ino, st: &libc::statx) -> Result<Attr> {
         } else {
             Timestamp::default()
         },
-        kind: FileKind::from_mode(mode).ok_or(Errno::EIO)?,
+        kind,
         perm: (mode & 0o7777) as u16,
         nlink: st.stx_nlink,
         uid: st.stx_uid,
         gid: st.stx_gid,
         rdev: fuse_dev(st.stx_rdev_major, st.stx_rdev_minor),
         blksize: st.stx_blksize,
+        mount_root,
     })
 }
 

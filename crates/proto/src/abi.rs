@@ -80,6 +80,7 @@ pub mod init {
     pub const ABORT_ERROR: u64 = 1 << 21;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
+    pub const SUBMOUNTS: u64 = 1 << 27;
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const SETXATTR_EXT: u64 = 1 << 29;
     pub const INIT_EXT: u64 = 1 << 30;
@@ -115,6 +116,9 @@ pub mod fopen {
 
 /// `fuse_getattr_in.getattr_flags`: `fh` is valid.
 pub const GETATTR_FH: u32 = 1 << 0;
+
+/// `fuse_attr.flags`: the directory is the root of another filesystem (a submount).
+pub const FUSE_ATTR_SUBMOUNT: u32 = 1 << 0;
 /// `fuse_write_in.write_flags`: the kernel's writeback of cached pages.
 pub const WRITE_CACHE: u32 = 1 << 0;
 /// `fuse_write_in.write_flags`: clear setuid/setgid.

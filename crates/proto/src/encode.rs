@@ -92,7 +92,11 @@ pub fn fuse_attr(a: &Attr) -> abi::fuse_attr {
         gid: a.gid,
         rdev: a.rdev,
         blksize: a.blksize,
-        flags: 0,
+        flags: if a.mount_root {
+            abi::FUSE_ATTR_SUBMOUNT
+        } else {
+            0
+        },
     }
 }
 
@@ -350,6 +354,7 @@ mod tests {
             gid: 2,
             rdev: 0,
             blksize: 4096,
+            mount_root: false,
         }
     }
 

@@ -193,6 +193,9 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.io_uring != Want::Off {
         wanted |= init::OVER_IO_URING;
     }
+    if plan.announce_submounts {
+        wanted |= init::SUBMOUNTS;
+    }
     let flags = wanted & offered;
     let has = |f| flags & f != 0;
     if plan.passthrough == Passthrough::Required && !has(init::PASSTHROUGH) {
@@ -229,6 +232,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
             dont_mask: has(init::DONT_MASK),
             posix_acl: has(init::POSIX_ACL),
             inc_epoch: minor >= 44,
+            submounts: has(init::SUBMOUNTS),
         },
         proto: Proto {
             setxattr_ext: has(init::SETXATTR_EXT),

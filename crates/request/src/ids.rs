@@ -96,6 +96,7 @@ mod tests {
             gid: 50,
             rdev: 0,
             blksize: 4096,
+            mount_root: false,
         };
         let g = guest_attr(&ids, &a);
         assert_eq!((g.uid, g.gid), (1003, 50));

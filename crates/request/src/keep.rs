@@ -225,6 +225,7 @@ mod tests {
             gid: 0,
             rdev: 0,
             blksize: 4096,
+            mount_root: false,
         }
     }
 

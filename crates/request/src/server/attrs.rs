@@ -25,10 +25,10 @@ impl<B: Backend> Server<B> {
         let b = &*self.backend;
         match *op {
             Op::Getattr { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.attr(&self.guest_attr(&a), self.attr_timeout(&a))
+                out.attr(&self.shown_attr(&a), self.attr_timeout(&a))
             }),
             Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.statx(&self.guest_attr(&a), self.attr_timeout(&a))
+                out.statx(&self.shown_attr(&a), self.attr_timeout(&a))
             }),
             Op::Setattr {
                 ref set,
@@ -37,7 +37,7 @@ impl<B: Backend> Server<B> {
                 let r = self.setattr(caller, ino, set, kill_suidgid);
                 self.moved_times_if(&r, ino);
                 answer(out, r, |out, a| {
-                    out.attr(&self.guest_attr(&a), self.attr_timeout(&a))
+                    out.attr(&self.shown_attr(&a), self.attr_timeout(&a))
                 })
             }
             Op::Readlink => answer(out, b.readlink(ino), |out, t| out.data(&t)),
@@ -48,9 +48,13 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    /// `attr` as the kernel is shown it (the guest's owners).
-    fn guest_attr(&self, attr: &Attr) -> Attr {
-        crate::ids::guest_attr(&self.plan.ids, attr)
+    /// `attr` as the kernel is shown it: the guest's owners, and a mount root flagged only
+    /// where the kernel asked for submounts.
+    pub(super) fn shown_attr(&self, attr: &Attr) -> Attr {
+        Attr {
+            mount_root: attr.mount_root && self.granted.submounts,
+            ..crate::ids::guest_attr(&self.plan.ids, attr)
+        }
     }
 
     /// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.

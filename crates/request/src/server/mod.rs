@@ -40,6 +40,8 @@ pub struct Granted {
     pub posix_acl: bool,
     /// `FUSE_NOTIFY_INC_EPOCH` exists (protocol 7.44, Linux 6.16+).
     pub inc_epoch: bool,
+    /// Directories where another filesystem is mounted may be flagged (`FUSE_SUBMOUNTS`).
+    pub submounts: bool,
 }
 
 /// How a request was handled.
@@ -224,7 +226,7 @@ impl<B: Backend> Server<B> {
     fn entry_unsent(&self, attr: Attr) -> Entry {
         let unseen = self.backend.attr_unseen_changes(&attr);
         let mut e = self.plan.cache.entry(attr, unseen);
-        e.attr = e.attr.map(|a| crate::ids::guest_attr(&self.plan.ids, &a));
+        e.attr = e.attr.map(|a| self.shown_attr(&a));
         e
     }
 

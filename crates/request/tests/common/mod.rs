@@ -43,6 +43,7 @@ pub fn attr(ino: Ino, perm: u16) -> Attr {
         gid: 0,
         rdev: 0,
         blksize: 4096,
+        mount_root: false,
     }
 }
 
