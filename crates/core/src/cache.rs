@@ -16,6 +16,10 @@
 //! | `never`  | 0             | 0            | 0                |
 //! | `auto`   | 1             | 1            | 1                |
 //! | `always` | 3600          | 3600         | 3600             |
+//! | `metadata` | 3600        | 3600         | 3600             |
+//!
+//! `metadata` (virtiofsd's) keeps names and attributes as `always` does, but no file data:
+//! it also sets `direct_io`, so every read and write of a file reaches the server.
 //!
 //! The mem backend defaults to `always`: the server is the only writer and every change
 //! reaches it through the kernel, which updates or drops its own cached entries for the
@@ -35,15 +39,18 @@ pub enum CacheMode {
     Auto,
     /// Long (1 h) timeouts; coherence comes from invalidations.
     Always,
+    /// `Always`'s timeouts, and no file data kept by the kernel (`direct_io`).
+    Metadata,
 }
 
 impl CacheMode {
-    /// Parses `never`, `auto` or `always`.
+    /// Parses `never`, `auto`, `always` or `metadata`.
     pub fn parse(s: &str) -> Option<CacheMode> {
         match s {
             "never" | "none" => Some(CacheMode::Never),
             "auto" => Some(CacheMode::Auto),
             "always" => Some(CacheMode::Always),
+            "metadata" => Some(CacheMode::Metadata),
             _ => None,
         }
     }
@@ -54,6 +61,7 @@ impl CacheMode {
             CacheMode::Never => "never",
             CacheMode::Auto => "auto",
             CacheMode::Always => "always",
+            CacheMode::Metadata => "metadata",
         }
     }
 
@@ -62,7 +70,7 @@ impl CacheMode {
         match self {
             CacheMode::Never => Duration::ZERO,
             CacheMode::Auto => Duration::from_secs(1),
-            CacheMode::Always => Duration::from_secs(3600),
+            CacheMode::Always | CacheMode::Metadata => Duration::from_secs(3600),
         }
     }
 }

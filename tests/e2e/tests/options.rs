@@ -207,6 +207,7 @@ fn data_is_right_under_every_cache_mode() {
         &["cache=never"][..],
         &["cache=auto"],
         &["cache=always"],
+        &["cache=metadata"],
         &["writeback=on"],
         &["direct_io"],
         &["threads=1"],
@@ -215,6 +216,27 @@ fn data_is_right_under_every_cache_mode() {
         let m = Mount::mem(opts);
         exercise_data(&m);
     }
+}
+
+/// `cache=metadata` (virtiofsd's): names and attributes kept as under `always`, file data
+/// not at all: each read of a file served through the server reaches it.
+#[test]
+fn cache_metadata_keeps_attributes_and_no_file_data() {
+    require_mount!();
+    let m = Mount::mem(&["cache=metadata", "passthrough=off"]);
+    ok!(fs::write(m.join("f"), vec![7u8; 8192]));
+    ok!(fs::metadata(m.join("f")));
+    let counter = |name| memofs_e2e::checks::settled(&m, name);
+    let (reads, getattrs) = (counter("READ"), counter("GETATTR"));
+    for _ in 0..5 {
+        assert_eq!(ok!(fs::read(m.join("f"))).len(), 8192);
+        ok!(fs::metadata(m.join("f")));
+    }
+    assert!(
+        counter("READ") >= reads + 5,
+        "every read reached the server"
+    );
+    assert_eq!(counter("GETATTR"), getattrs, "attributes were kept");
 }
 
 #[test]

@@ -288,6 +288,18 @@ mod tests {
     const RAM: u64 = 8 << 30;
 
     #[test]
+    fn cache_metadata_keeps_names_for_long_and_no_file_data() {
+        let o = parse_options(&["cache=metadata"], RAM).unwrap();
+        assert_eq!(o.cache.attr_timeout, std::time::Duration::from_secs(3600));
+        assert!(o.direct_io);
+        assert!(!parse_options(&["cache=always"], RAM).unwrap().direct_io);
+        let e = parse_options(&["cache=sometimes"], RAM)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("never, auto, always or metadata"), "{e}");
+    }
+
+    #[test]
     fn defaults_match_the_docs() {
         let o = parse_options::<&str>(&[], RAM).unwrap();
         assert_eq!(o.size, RAM / 2);

@@ -284,16 +284,19 @@ pub(super) static OPTIONS: &[Spec] = &[
         },
     },
     Spec {
-        syntax: "cache=never|auto|always",
+        syntax: "cache=never|auto|always|metadata",
         names: &["cache"],
         prefixes: &[],
         scope: Scope::Any,
         default: || DEFAULT_CACHE_MODE.name().into(),
-        help: "preset for the three timeouts below (never 0 s, auto 1 s, always 3600 s)",
+        help: "preset for the three timeouts below (never 0 s, auto 1 s, always 3600 s; metadata: always's, and direct_io)",
         apply: |p, g| {
             let mode = CacheMode::parse(g.need()?)
-                .ok_or_else(|| err(g.text, "expected never, auto or always"))?;
+                .ok_or_else(|| err(g.text, "expected never, auto, always or metadata"))?;
             p.cache_mode = Some(mode);
+            if mode == CacheMode::Metadata {
+                p.o.direct_io = true;
+            }
             Ok(())
         },
     },
