@@ -197,7 +197,7 @@ class Runner:
             desc.update(round=rnd, workload=w.name, client_affinity=sorted(os.sched_getaffinity(0)))
             info["mounts"].append(desc)
             for part in w.parts:
-                if part.needs_source and target.backing is None:
+                if part.needs_source and target.source() is None:
                     continue    # e.g. host-side changes on a target with no host directory
                 if (w.name, part.name) not in self.skipped_parts:
                     self._part(w, part, spec, mnt, rnd, target)
@@ -218,7 +218,7 @@ class Runner:
                 mounts.set_affinity_all_threads(pid, self.server_cpus)
 
     def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int, target) -> None:
-        ctx = Context(mnt=mnt, params=self.params[w.name], source=target.backing,
+        ctx = Context(mnt=mnt, params=self.params[w.name], source=target.source(),
                       status=lambda s: self.console.status(
                           f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"),
                       stats=target.server_stats)

@@ -33,7 +33,13 @@ class Target:
         self.spec, self.args, self.workdir = spec, args, workdir
         self.mnt: Path | None = None
         self.backing: Path | None = None
+        # The host directory the mount exports, if not the whole backing tmpfs.
+        self.export: Path | None = None
         self.notes: list[str] = []
+
+    def source(self) -> Path | None:
+        """The host directory behind the mount, if any."""
+        return self.export or self.backing
 
     # -- to be provided by kinds -----------------------------------------------------------
     def check(self) -> None:
@@ -102,6 +108,7 @@ class Target:
                 self.notes += mounts.unmount(self.backing, [])
                 _rmdir(self.backing)
                 self.backing = None
+                self.export = None
 
     def __enter__(self) -> Path:
         return self.mount()
@@ -344,6 +351,17 @@ class MemofsPassthrough(Memofs):
                          str(mnt)])
 
 
+class MemofsPassthroughSub(Memofs):
+    kind = "memofs-ptsub"
+    summary = ("memofs's passthrough backend exporting a directory inside a fresh tmpfs, as a "
+               "share inside a larger filesystem is (`memofs mount [ARGS] DIR/export MNT`)")
+
+    def _mount(self, mnt: Path) -> None:
+        self.export = self._backing_tmpfs() / "export"
+        self.export.mkdir()
+        self._run_mount([self.binary(), "mount", *self.args, str(self.export), str(mnt)])
+
+
 FUSE_CONF = Path("/etc/fuse.conf")
 DEV_FUSE = Path("/dev/fuse")
 
@@ -472,7 +490,8 @@ def _alive(pid: int) -> bool:
     return st.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough, MemofsUser,
+KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough,
+                                                       MemofsPassthroughSub, MemofsUser,
                                                        Tmpfs, PassthroughLL, PassthroughHP,
                                                        Bindfs)}
 

@@ -70,11 +70,21 @@ impl PassthroughFs {
     }
 
     /// Whether walking up from the directory `start` reaches the export root (`ENOENT` if it
-    /// reaches the host's `/` first: the directory is not in the export). A directory tree
-    /// has no cycles, so the walk ends, at any depth (as tmpfs, the export sets no limit on
-    /// nesting); it costs two system calls per level.
+    /// reaches the host's `/` first: the directory is not in the export).
+    ///
+    /// On the server's private copy of the source's mount, whose root is the export root,
+    /// the kernel answers in one `openat(start, "..")`: it refuses (`ENOENT`) to go up from
+    /// a directory that is no longer below its mount's root (`path_connected`, a walk of
+    /// the directory's ancestors in memory), so the cost does not grow with depth. On the
+    /// host's own mount the server walks up itself: a directory tree has no cycles, so the
+    /// walk ends, at any depth (as tmpfs, the export sets no limit on nesting), at two
+    /// system calls per level.
     fn walks_up_to_root(&self, start: BorrowedFd<'_>) -> Result<()> {
         let flags = PATH_FLAGS | libc::O_DIRECTORY;
+        if self.export.private {
+            sys::at::openat(start, c"..", flags)?;
+            return Ok(());
+        }
         let root = self.table.root().host;
         let mut cur = sys::at::openat(start, c".", flags)?;
         loop {

@@ -612,6 +612,38 @@ fn nothing_is_made_in_a_directory_moved_out_of_the_export() {
     });
 }
 
+/// The same for a directory deep below one a host user moves out: the whole branch has left
+/// the export, whatever the depth; moved back, it works again.
+#[test]
+fn nothing_is_made_deep_below_a_directory_moved_out_of_the_export() {
+    require_mount!();
+    let host = Mount::tmpfs(&["size=16m"]);
+    let (src, out) = (host.join("src"), host.join("out"));
+    let deep: std::path::PathBuf = (0..64).map(|i| format!("d{i}")).collect();
+    ok!(fs::create_dir_all(src.join(&deep)));
+    ok!(fs::create_dir(&out));
+    let m = Mount::try_memofs_source(&src, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let held = ok!(fs::File::open(m.join(&deep)));
+    let at = |name: &str| {
+        use std::os::fd::AsRawFd;
+        format!("/proc/self/fd/{}/{name}", held.as_raw_fd())
+    };
+    ok!(fs::write(at("before"), b"in"));
+    ok!(fs::rename(src.join("d0"), out.join("d0")));
+    assert_errno!(fs::write(at("new"), b"n"), libc::ENOENT);
+    assert_errno!(fs::create_dir(at("newdir")), libc::ENOENT);
+    assert_errno!(fs::remove_file(at("before")), libc::ENOENT);
+    let outside = out.join(&deep);
+    let mut names: Vec<String> = ok!(fs::read_dir(&outside))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["before"], "nothing changed outside the export");
+    ok!(fs::rename(out.join("d0"), src.join("d0")));
+    ok!(fs::write(at("new"), b"n"));
+    assert!(src.join(&deep).join("new").exists());
+}
+
 /// A plain user holds a root-owned file open for writing through the export; root then makes
 /// it setuid, on the host or through the mount; the user's next write clears the bit, as a
 /// write by an unprivileged user does on the host (else the user could plant a setuid-root
