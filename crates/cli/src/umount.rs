@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use crate::cli::UmountArgs;
@@ -50,6 +50,54 @@ pub fn main(args: &UmountArgs) -> ExitCode {
         }
         ExitCode::SUCCESS
     };
+    match unmount(&path, lazy) {
+        Ok(()) => done(),
+        Err(Failed::Busy) if server_gone(&path) => {
+            // Nothing can serve it again: detach it, and say who still holds it.
+            let holders = holders(&path);
+            if let Err(e) = unmount(&path, true) {
+                return fail(EXIT_FAILURE, e.describe(&path, &holders));
+            }
+            eprintln!(
+                "memofs: {}: its server is gone; detached it, still held by {}: their writes \
+                 fail or go nowhere",
+                path.display(),
+                holders.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_FAILURE, e.describe(&path, &holders(&path))),
+    }
+}
+
+/// Why an unmount failed.
+enum Failed {
+    /// Files are open or a process is inside.
+    Busy,
+    /// Anything else, said.
+    Other(String),
+}
+
+impl Failed {
+    fn describe(&self, path: &Path, holders: &[String]) -> String {
+        match self {
+            Failed::Busy => format!(
+                "{} is busy ({}); retry, or use 'memofs umount -l' to detach it now",
+                path.display(),
+                if holders.is_empty() {
+                    "files open or a process inside".to_string()
+                } else {
+                    format!("held by {}", holders.join(", "))
+                }
+            ),
+            Failed::Other(e) => e.clone(),
+        }
+    }
+}
+
+/// Unmounts `path` (detaching it if `lazy`): as root with umount2, otherwise through
+/// fusermount3.
+fn unmount(path: &Path, lazy: bool) -> Result<(), Failed> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         let mut cmd = Command::new("fusermount3");
@@ -57,29 +105,77 @@ pub fn main(args: &UmountArgs) -> ExitCode {
         if lazy {
             cmd.arg("-z");
         }
-        return match cmd.arg("--").arg(&path).status() {
-            Ok(s) if s.success() => done(),
-            Ok(_) => ExitCode::from(EXIT_FAILURE),
-            Err(e) => fail(
-                EXIT_FAILURE,
-                format!("cannot run fusermount3 ({e}): as root, apt-get install fuse3"),
-            ),
+        let out = cmd.arg("--").arg(path).stderr(Stdio::piped()).output();
+        return match out {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => {
+                let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                if err.contains("busy") {
+                    Err(Failed::Busy)
+                } else {
+                    Err(Failed::Other(err))
+                }
+            }
+            Err(e) => Err(Failed::Other(format!(
+                "cannot run fusermount3 ({e}): as root, apt-get install fuse3"
+            ))),
         };
     }
     let c = CString::new(path.as_os_str().as_bytes()).expect("paths have no NUL");
     let flags = if lazy { libc::MNT_DETACH } else { 0 };
     // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
     if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        return done();
+        return Ok(());
     }
     let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EBUSY) {
-        return fail(EXIT_FAILURE, format!("{} is busy (files open or a process inside); retry, or use 'memofs umount -l' to detach it now", path.display()));
+    match err.raw_os_error() {
+        Some(libc::EBUSY) => Err(Failed::Busy),
+        _ => Err(Failed::Other(format!(
+            "cannot unmount {}: {err}",
+            path.display()
+        ))),
     }
-    fail(
-        EXIT_FAILURE,
-        format!("cannot unmount {}: {err}", path.display()),
-    )
+}
+
+/// Whether the mount at `path` has lost its server for good (its connection is gone).
+fn server_gone(path: &Path) -> bool {
+    std::fs::metadata(path).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+/// The processes with a file, working directory or root on the mount at `path`, as
+/// `PID (COMMAND)`; those this user may not look into are not seen.
+fn holders(path: &Path) -> Vec<String> {
+    let inside = |p: &Path| p == path || p.starts_with(path);
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let dir = entry.path();
+        let links = ["cwd", "root"]
+            .into_iter()
+            .filter_map(|l| std::fs::read_link(dir.join(l)).ok())
+            .chain(
+                std::fs::read_dir(dir.join("fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok()),
+            );
+        let mut links = links;
+        if links.any(|l| inside(&l)) {
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            out.push(format!("{pid} ({})", comm.trim()));
+        }
+    }
+    out
 }
 
 /// The server of a mount, to wait for once it is unmounted: `memofs umount` returns only

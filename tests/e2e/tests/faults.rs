@@ -130,6 +130,50 @@ fn sigkill_under_load_gives_enotconn_and_umount_recovers() {
     );
 }
 
+/// A writer keeps a file open under the writeback cache when the server is killed: the
+/// kernel takes its writes into the page cache without asking the (dead) connection, so they
+/// may go on succeeding, and only `fsync` reports the loss. `memofs umount` clears the mount
+/// anyway: the mount is busy and its server gone, so it detaches it and names who holds it.
+#[test]
+fn umount_clears_a_dead_mount_a_writer_still_holds() {
+    require_mount!();
+    let base = TempDir::new("memofs-e2e-faults-");
+    let mnt = base.path().join("mnt");
+    ok!(fs::create_dir(&mnt));
+    let _guard = UnmountGuard(mnt.clone());
+    let mut m = Mount::try_memofs_on(&mnt, &["writeback=on", "passthrough=off"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut f = ok!(File::create(mnt.join("log")));
+    ok!(f.write_all(b"before\n"));
+    m.signal_server(libc::SIGKILL);
+    assert!(m.wait_server(HANG).is_some(), "server survived SIGKILL");
+    // What the writer sees is the kernel's: each write either lands in the page cache or
+    // fails with ENOTCONN; it never hangs. The loss shows at fsync at the latest.
+    let f = with_timeout(HANG, move || {
+        let _ = f.write_all(b"after\n");
+        f
+    })
+    .expect("a write into the dead mount hangs");
+    let synced = with_timeout(HANG, move || (f.sync_all(), f)).expect("fsync hangs");
+    assert!(synced.0.is_err(), "fsync on a dead mount reported success");
+    let held = synced.1;
+    let out = memofs(&["umount", mnt.to_str().unwrap()]);
+    assert!(
+        out.success(),
+        "{}",
+        out.describe("memofs umount of a dead, held mount")
+    );
+    assert!(!is_mounted(&mnt), "memofs umount left the dead mount");
+    let me = format!("{} (", std::process::id());
+    assert!(
+        out.stderr.contains("server is gone") && out.stderr.contains(&me),
+        "the message names the holder: {}",
+        out.stderr
+    );
+    drop(held);
+    drop(m);
+}
+
 #[test]
 fn fsynced_data_survives_a_server_kill_on_the_passthrough_backend() {
     require_mount!();
