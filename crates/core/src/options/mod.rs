@@ -278,7 +278,7 @@ pub fn parse_options<S: AsRef<str>>(
             (spec.apply)(&mut p, &table::Given { text, key, value })?;
         }
     }
-    Ok(p.finish())
+    p.finish()
 }
 
 #[cfg(test)]
@@ -293,6 +293,10 @@ mod tests {
         assert_eq!(o.cache.attr_timeout, std::time::Duration::from_secs(3600));
         assert!(o.direct_io);
         assert!(!parse_options(&["cache=always"], RAM).unwrap().direct_io);
+        let e = parse_options(&["cache=metadata", "writeback=on"], RAM)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("direct writes never move them"), "{e}");
         let e = parse_options(&["cache=sometimes"], RAM)
             .unwrap_err()
             .to_string();

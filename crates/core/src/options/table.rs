@@ -110,10 +110,19 @@ impl Parsing {
         }
     }
 
-    /// The options, with the timeouts resolved against the preset.
-    pub fn finish(mut self) -> MountOptions {
+    /// The options, with the timeouts resolved against the preset; refuses `writeback=on`
+    /// with `direct_io` (also from `cache=metadata`): under the writeback cache the kernel
+    /// keeps a file's mtime and ctime itself, and a direct write never moves them.
+    pub fn finish(mut self) -> Result<MountOptions, OptionError> {
+        if self.o.writeback == Want::On && self.o.direct_io {
+            return Err(err(
+                "writeback=on",
+                "not with direct_io (or cache=metadata): under the writeback cache the kernel \
+                 keeps files' mtime and ctime itself, and direct writes never move them",
+            ));
+        }
         self.o.cache = CachePolicy::derive(self.cache_mode, self.entry, self.attr, self.negative);
-        self.o
+        Ok(self.o)
     }
 }
 
@@ -372,7 +381,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         default: || "auto".into(),
-        help: "kernel writeback cache: writes gather in the kernel's page cache and reach the server up to 1 MiB at a time, a full mount's ENOSPC then at fsync or close; auto: on for the mem backend's page store, off with passthrough, for host exports and over virtio-fs",
+        help: "kernel writeback cache: writes gather in the kernel's page cache and reach the server up to 1 MiB at a time, a full mount's ENOSPC then at fsync or close; auto: on for the mem backend's page store, off with passthrough, for host exports and over virtio-fs; on is refused with direct_io",
         apply: |p, g| {
             p.o.writeback = match g.value {
                 None => Want::On,
