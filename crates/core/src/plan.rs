@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::atime::{AtimeMode, AtimePolicy};
-use crate::cache::CachePolicy;
+use crate::cache::{CacheMode, CachePolicy};
 use crate::idmap::IdMaps;
 use crate::options::{HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
@@ -95,6 +95,9 @@ pub struct MountPlan {
     /// Tell the kernel which directories are mount points of other filesystems (a guest's
     /// `--announce-submounts`): each then has its own device number there.
     pub announce_submounts: bool,
+    /// Whether the mount's options set the cache timeouts (else [`MountPlan::adopt`] may
+    /// shorten them).
+    cache_given: bool,
     /// POSIX ACLs asked for: `Auto` where the backend keeps them, `Off` none (the kernel
     /// gets none, requests for ACL attributes are refused), `On` required.
     pub acl: Want,
@@ -145,6 +148,7 @@ impl MountPlan {
             fsname: opts.fsname.clone(),
             ids: IdMaps::default(),
             acl: Want::Auto,
+            cache_given: opts.cache_given,
             xattrs: None,
             announce_submounts: false,
         }
@@ -169,6 +173,11 @@ impl MountPlan {
             self.passthrough = Passthrough::Off;
         }
         self.posix_acl = caps.posix_acl && !self.acls_refused();
+        // Others change such a backend where no watcher sees it: unless the mount said
+        // otherwise, the kernel keeps names, misses and attributes for `cache=auto`'s second.
+        if caps.unseen_writers && !self.cache_given {
+            self.cache = CachePolicy::derive(Some(CacheMode::Auto), None, None, None);
+        }
         self.sole_writer = caps.sole_writer;
     }
 
@@ -319,7 +328,36 @@ mod tests {
         backing_fds: true,
         sole_writer: true,
         posix_acl: true,
+        unseen_writers: false,
     };
+
+    #[test]
+    fn a_backend_others_change_unseen_gets_short_timeouts_unless_the_mount_set_them() {
+        let remote = Capabilities {
+            sole_writer: false,
+            unseen_writers: true,
+            ..KERNEL
+        };
+        let second = Duration::from_secs(1);
+        let p = plan(&[], BackendKind::Passthrough, true, remote);
+        assert_eq!(p.cache.negative_timeout, second);
+        assert_eq!(p.cache.entry_timeout, second);
+        let p = plan(&["cache=always"], BackendKind::Passthrough, true, remote);
+        assert_eq!(p.cache.negative_timeout, Duration::from_secs(3600));
+        let p = plan(
+            &["negative_timeout=30"],
+            BackendKind::Passthrough,
+            true,
+            remote,
+        );
+        assert_eq!(p.cache.negative_timeout, Duration::from_secs(30));
+        let local = Capabilities {
+            sole_writer: false,
+            ..KERNEL
+        };
+        let p = plan(&[], BackendKind::Passthrough, true, local);
+        assert_eq!(p.cache.negative_timeout, Duration::from_secs(3600));
+    }
 
     #[test]
     fn mem_data_goes_to_the_kernel_only_for_root_and_the_plain_data_path() {

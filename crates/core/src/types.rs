@@ -242,6 +242,10 @@ pub struct Capabilities {
     /// default ACL instead of taking the umask, chmod updates the ACL. The kernel then
     /// enforces them (FUSE_POSIX_ACL).
     pub posix_acl: bool,
+    /// Others change the backend's files where no watcher here can see it (a network,
+    /// cluster or FUSE filesystem underneath, changed from other machines): what the kernel
+    /// caches must not outlive a short timeout unless the mount asked otherwise.
+    pub unseen_writers: bool,
 }
 
 /// `renameat2` flags understood by backends.

@@ -622,6 +622,7 @@ impl Backend for MemFs {
             backing_fds: self.store.is_some(),
             sole_writer: true,
             posix_acl: true,
+            unseen_writers: false,
         }
     }
 

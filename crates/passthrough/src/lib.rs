@@ -193,6 +193,7 @@ impl PassthroughFs {
         // it (`PassthroughFs::exported_dir`).
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
         let source = ExportMount::inspect(fd.as_fd());
+        let remote = sys::io::fstatfs(fd.as_fd()).is_ok_and(|st| watch::is_remote(st.f_type));
         let whole_filesystem = fanotify && source.filesystem_root;
         let alone = source.alone && source.local;
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
@@ -232,6 +233,7 @@ impl PassthroughFs {
                 private,
                 whole_filesystem,
                 sealed: whole_filesystem && alone && private,
+                remote,
             },
             names_stay_inside: source.filesystem_root && source.alone && private,
             watcher: Mutex::new(None),

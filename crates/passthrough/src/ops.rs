@@ -306,6 +306,7 @@ impl Backend for PassthroughFs {
             backing_fds: true,
             sole_writer: false,
             posix_acl: host_acls,
+            unseen_writers: self.export.remote,
         }
     }
 

@@ -292,6 +292,7 @@ mod tests {
             backing_fds: true,
             sole_writer: true,
             posix_acl: false,
+            unseen_writers: false,
         };
         let n = negotiate(&kernel(45, ALL), &plan(&[], caps)).unwrap();
         assert!(n.granted.passthrough && !n.granted.writeback && !n.granted.posix_acl);

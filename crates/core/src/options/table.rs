@@ -86,6 +86,7 @@ impl Parsing {
                 allow_other: false,
                 fsname: DEFAULT_FSNAME.into(),
                 cache: CachePolicy::default(),
+                cache_given: false,
                 atime: AtimePolicy {
                     mode: super::DEFAULT_ATIME,
                     nodiratime: false,
@@ -121,6 +122,10 @@ impl Parsing {
                  keeps files' mtime and ctime itself, and direct writes never move them",
             ));
         }
+        self.o.cache_given = self.cache_mode.is_some()
+            || self.entry.is_some()
+            || self.attr.is_some()
+            || self.negative.is_some();
         self.o.cache = CachePolicy::derive(self.cache_mode, self.entry, self.attr, self.negative);
         Ok(self.o)
     }

@@ -102,6 +102,9 @@ pub(crate) struct ExportMount {
     /// writes no watcher sees), nothing was mounted below it when the server started, and
     /// the server's private copy will never gain a mount (it receives no propagation).
     pub sealed: bool,
+    /// The source is on a filesystem others change behind this host's kernel
+    /// ([`is_remote`]): no watcher here sees their changes.
+    pub remote: bool,
 }
 
 /// Filesystems whose every change is made by this host's kernel (`statfs` `f_type`).
@@ -112,6 +115,28 @@ const LOCAL_FILESYSTEMS: [libc::c_long; 5] = [
     libc::BTRFS_SUPER_MAGIC,
     libc::F2FS_SUPER_MAGIC,
 ];
+
+/// Filesystems that other machines (or a userspace server) change behind this host's
+/// kernel (`statfs` `f_type`): FUSE (SeaweedFS, JuiceFS, GlusterFS, sshfs...), NFS, SMB (two),
+/// CephFS, 9P, AFS, OCFS2, GFS2, Lustre.
+const REMOTE_FILESYSTEMS: [libc::c_long; 11] = [
+    0x6573_5546,
+    0x6969,
+    0xFF53_4D42,
+    0xFE53_4D42,
+    0x00C3_6400,
+    0x0102_1997,
+    0x5346_414F,
+    0x7461_636F,
+    0x0116_1970,
+    0x0BD0_0BD0,
+    0x517B,
+];
+
+/// Whether `f_type` is a filesystem changed behind this host's kernel ([`REMOTE_FILESYSTEMS`]).
+pub(crate) fn is_remote(f_type: libc::c_long) -> bool {
+    REMOTE_FILESYSTEMS.contains(&f_type)
+}
 
 /// Whether `f_type` (from `statfs`) is a filesystem whose every change this host's kernel
 /// makes.

@@ -336,6 +336,7 @@ impl Backend for Fake {
             backing_fds: self.lends_fd,
             sole_writer: self.sole_writer,
             posix_acl: true,
+            unseen_writers: false,
         }
     }
     fn name_changes_reported(&self) -> bool {
