@@ -69,7 +69,7 @@ start() {
         >"$dir/server.log" 2>&1 </dev/null &
     echo $! >>"$dir/pids"
     echo "127.0.0.1:$filer" >"$dir/filer"
-    wait_until 60 curl -sf -o /dev/null "http://127.0.0.1:$filer/" || {
+    wait_until 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$filer/', timeout=2)" || {
         echo "seaweedfs: the filer did not answer within 60 s (log: $dir/server.log)" >&2
         return 1
     }
