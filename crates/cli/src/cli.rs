@@ -290,7 +290,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
         .first()
         .map(|a| Path::new(a).file_name().unwrap_or_default().to_owned())
         .unwrap_or_default();
-    let cmd = command();
+    let mut cmd = command();
     let args = if program == "mount.memofs" || program == "mount.fuse.memofs" {
         helper_args(&cmd, &args[1..])?
     } else if program == "memofs-virtiofsd" {
@@ -302,8 +302,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
         mount_fuse_form(&cmd, args)
     };
     if args.get(1).is_some_and(|a| a == "virtiofsd") {
-        if let Some(msg) = crate::virtiofsd::refused_option(&args[2..]) {
-            return Err(command().error(clap::error::ErrorKind::ArgumentConflict, msg));
+        let virtiofsd = cmd.find_subcommand("virtiofsd").expect("declared");
+        if let Some(msg) = crate::virtiofsd::refused_option(virtiofsd, &args[2..]) {
+            return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
         }
     }
     let matches = cmd.try_get_matches_from(args)?;

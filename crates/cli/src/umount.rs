@@ -56,7 +56,7 @@ pub fn main(args: &UmountArgs) -> ExitCode {
             // Nothing can serve it again: detach it, and say who still holds it.
             let holders = holders(&path);
             if let Err(e) = unmount(&path, true) {
-                return fail(EXIT_FAILURE, e.describe(&path, &holders));
+                return fail(EXIT_FAILURE, e.describe(&path));
             }
             eprintln!(
                 "memofs: {}: its server is gone; detached it, still held by {}: their writes \
@@ -66,7 +66,7 @@ pub fn main(args: &UmountArgs) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => fail(EXIT_FAILURE, e.describe(&path, &holders(&path))),
+        Err(e) => fail(EXIT_FAILURE, e.describe(&path)),
     }
 }
 
@@ -79,17 +79,21 @@ enum Failed {
 }
 
 impl Failed {
-    fn describe(&self, path: &Path, holders: &[String]) -> String {
+    /// The message for the mount at `path`; a busy one names who holds it.
+    fn describe(&self, path: &Path) -> String {
         match self {
-            Failed::Busy => format!(
-                "{} is busy ({}); retry, or use 'memofs umount -l' to detach it now",
-                path.display(),
-                if holders.is_empty() {
-                    "files open or a process inside".to_string()
-                } else {
-                    format!("held by {}", holders.join(", "))
-                }
-            ),
+            Failed::Busy => {
+                let holders = holders(path);
+                format!(
+                    "{} is busy ({}); retry, or use 'memofs umount -l' to detach it now",
+                    path.display(),
+                    if holders.is_empty() {
+                        "files open or a process inside".to_string()
+                    } else {
+                        format!("held by {}", holders.join(", "))
+                    }
+                )
+            }
             Failed::Other(e) => e.clone(),
         }
     }
@@ -145,7 +149,6 @@ fn server_gone(path: &Path) -> bool {
 /// The processes with a file, working directory or root on the mount at `path`, as
 /// `PID (COMMAND)`; those this user may not look into are not seen.
 fn holders(path: &Path) -> Vec<String> {
-    let inside = |p: &Path| p == path || p.starts_with(path);
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -159,7 +162,7 @@ fn holders(path: &Path) -> Vec<String> {
             continue;
         };
         let dir = entry.path();
-        let links = ["cwd", "root"]
+        let mut links = ["cwd", "root"]
             .into_iter()
             .filter_map(|l| std::fs::read_link(dir.join(l)).ok())
             .chain(
@@ -169,8 +172,7 @@ fn holders(path: &Path) -> Vec<String> {
                     .flatten()
                     .filter_map(|fd| std::fs::read_link(fd.path()).ok()),
             );
-        let mut links = links;
-        if links.any(|l| inside(&l)) {
+        if links.any(|l| l.starts_with(path)) {
             let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
             out.push(format!("{pid} ({})", comm.trim()));
         }

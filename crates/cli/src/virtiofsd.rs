@@ -153,8 +153,24 @@ const REFUSED: &[(&str, &str)] = &[
 const NO_MIGRATION: &str = "no live migration: the device offers no back-end state transfer";
 
 /// The first option of `args` (a `virtiofsd` command line after the subcommand) that memofs
-/// refuses, as the message to print.
-pub fn refused_option(args: &[std::ffi::OsString]) -> Option<String> {
+/// refuses, as the message to print. `virtiofsd` is the subcommand's declaration, which says
+/// which options take the next argument as their value.
+pub fn refused_option(virtiofsd: &clap::Command, args: &[std::ffi::OsString]) -> Option<String> {
+    let takes_value = |a: &str| {
+        let (long, short) = match a.strip_prefix("--") {
+            Some(l) => (Some(l), None),
+            None => (
+                None,
+                a.strip_prefix('-').and_then(|s| s.parse::<char>().ok()),
+            ),
+        };
+        virtiofsd.get_arguments().any(|arg| {
+            let named = long.is_some_and(|l| {
+                arg.get_long() == Some(l) || arg.get_all_aliases().is_some_and(|x| x.contains(&l))
+            }) || short.is_some_and(|s| arg.get_short() == Some(s));
+            named && arg.get_action().takes_values()
+        })
+    };
     let mut value_next = false;
     for a in args.iter().map_while(|a| a.to_str().filter(|a| *a != "--")) {
         if std::mem::take(&mut value_next) {
@@ -165,30 +181,10 @@ pub fn refused_option(args: &[std::ffi::OsString]) -> Option<String> {
             return Some(format!("{flag} is not supported: {why}"));
         }
         // The value of an option that takes one is not an option.
-        value_next = !a.contains('=') && TAKES_VALUE.contains(&a);
+        value_next = !a.contains('=') && takes_value(a);
     }
     None
 }
-
-/// The options of `memofs virtiofsd` that take a value as the next argument.
-const TAKES_VALUE: &[&str] = &[
-    "--socket-path",
-    "--socket",
-    "--fd",
-    "--shared-dir",
-    "--cache",
-    "-o",
-    "--thread-pool-size",
-    "--sandbox",
-    "--seccomp",
-    "--modcaps",
-    "--socket-group",
-    "--log-level",
-    "--translate-uid",
-    "--translate-gid",
-    "--rlimit-nofile",
-    "--xattrmap",
-];
 
 /// `--translate-uid` and `--translate-gid`, checked.
 fn id_maps(args: &VirtiofsdArgs) -> Result<IdMaps, String> {
@@ -615,15 +611,23 @@ mod tests {
         ];
         assert!(refused(&taken).is_none(), "{:?}", refused(&taken));
         // An option's value is not an option.
-        let argv = [
+        let cmd = crate::cli::command();
+        let virtiofsd = cmd.find_subcommand("virtiofsd").expect("declared");
+        let first = |argv: &[&str]| {
+            let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            refused_option(virtiofsd, &argv)
+        };
+        let values = [
             "--socket-path",
             "--tag",
             "--cache=always",
             "-o",
             "--xattrmap",
         ];
-        let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
-        assert_eq!(refused_option(&argv), None);
+        assert_eq!(first(&values), None);
+        // A flag that takes no value is followed by an option.
+        let msg = first(&["--xattr", "--tag", "fs"]).expect("--tag refused");
+        assert!(msg.starts_with("--tag is not supported"), "{msg}");
     }
 
     #[test]

@@ -82,41 +82,29 @@ impl IdMap {
         }
         let fits = |base: u32| u64::from(base) + count <= 1 << 32;
         let (a, b) = (numbers[0], numbers.get(1).copied().unwrap_or(0));
-        let range_rule = |start: u32, target: u32| {
-            if !fits(start) || !fits(target) {
+        // A rule for ids from `start`: its range, and a target range, must end by the
+        // largest id.
+        let rule = |start: u32, target: Target| {
+            let target_fits = match target {
+                Target::Range(to) => fits(to),
+                Target::Squash(_) | Target::Forbid => true,
+            };
+            if !fits(start) || !target_fits {
                 return Err(bad("the range goes past the largest id"));
             }
-            Ok(Rule {
+            Ok(Some(Rule {
                 start,
                 count,
-                target: Target::Range(target),
-            })
-        };
-        let squash = |start: u32, target: u32| {
-            if !fits(start) {
-                return Err(bad("the range goes past the largest id"));
-            }
-            Ok(Rule {
-                start,
-                count,
-                target: Target::Squash(target),
-            })
+                target,
+            }))
         };
         let (to_host, to_guest) = match kind {
-            "map" => (Some(range_rule(a, b)?), Some(range_rule(b, a)?)),
-            "guest" => (Some(range_rule(a, b)?), None),
-            "host" => (None, Some(range_rule(a, b)?)),
-            "squash-guest" => (Some(squash(a, b)?), None),
-            "squash-host" => (None, Some(squash(a, b)?)),
-            "forbid-guest" if fits(a) => (
-                Some(Rule {
-                    start: a,
-                    count,
-                    target: Target::Forbid,
-                }),
-                None,
-            ),
-            "forbid-guest" => return Err(bad("the range goes past the largest id")),
+            "map" => (rule(a, Target::Range(b))?, rule(b, Target::Range(a))?),
+            "guest" => (rule(a, Target::Range(b))?, None),
+            "host" => (None, rule(a, Target::Range(b))?),
+            "squash-guest" => (rule(a, Target::Squash(b))?, None),
+            "squash-host" => (None, rule(a, Target::Squash(b))?),
+            "forbid-guest" => (rule(a, Target::Forbid)?, None),
             other => {
                 return Err(bad(&format!(
                     "unknown type '{other}' (map, guest, host, squash-guest, squash-host, \
