@@ -2,13 +2,13 @@
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
 # (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
 # `share` (a host directory, the passthrough backend), `ro` (one shared --readonly, with a
-# filesystem mounted below it announced to the guest) and `ids`
-# (one with translated ids and mapped extended attribute names), guest memory shared through memory-backend-memfd. The guest
-# (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host checks
-# what the read-only and translated shares hold afterwards, counts the requests of the seed's loop (`memofs stats` on
-# the device's socket), changes the shared directory under the guest, kills the VM in the
-# middle of writes and checks that the servers end cleanly and that what the guest synced
-# is on the host. Prints PASS/FAIL/SKIP lines and `vm-virtiofs-ID: N passed, N failed, N
+# filesystem mounted below it announced to the guest) and `ids` (one with translated ids and
+# mapped extended attribute names), guest memory shared through memory-backend-memfd. The
+# guest (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host
+# checks what the read-only and translated shares hold afterwards, counts the requests of
+# the seed's loop (`memofs stats` on the device's socket), changes the shared directory
+# under the guest, kills the VM in the middle of writes and checks that the servers end
+# cleanly and that what the guest synced is on the host. Prints PASS/FAIL/SKIP lines and `vm-virtiofs-ID: N passed, N failed, N
 # skipped`; exit 0 when nothing failed. A guest that cannot run here is skipped, or a
 # failure with MEMOFS_VM_REQUIRED=1. Environment as scripts/vm/run.sh (MEMOFS_VM_CACHE,
 # MEMOFS_VM_TIMEOUT, CARGO).

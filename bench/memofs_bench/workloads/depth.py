@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import Context, Metric, Param, Part, Workload
+from . import Context, Metric, Param, Part, Workload, split_list
 
 
 def chain(top: int, depth: int) -> int:
@@ -63,5 +63,5 @@ WORKLOAD = Workload(
     metrics=[Metric("create-unlink", "files created and unlinked at a depth", "files/s", True,
                     "depth", "Depth")],
     parts=[Part("create-unlink", ("create-unlink",), depth, (),
-                lambda p: [x.strip() for x in p["depths"].split(",") if x.strip()])],
+                lambda p: split_list(p["depths"]))],
 )

@@ -131,6 +131,8 @@ pub fn settled(m: &Mount, name: &str) -> u64 {
 /// OPENs, CREATEs and TMPFILEs), for at most 20 s; panics if it never does. A descriptor
 /// outlives its `close(2)` while a child another thread just forked still shares it (until
 /// that child's exec); a test whose next open depends on earlier opens being gone waits here.
+/// An OPEN the server refused is counted but never released: call it before any open that
+/// is meant to fail.
 pub fn opens_released(m: &Mount) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
