@@ -110,8 +110,9 @@ pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet,
 
 /// Enters the namespaces of `namespace` mode, or only forks for `chroot`: returns in the
 /// child that serves; the parent supervises it and exits with its status. `unprivileged`:
-/// the server is not root, and makes a user namespace of its own (mapping its own ids only). `on_end` runs in the parent once the child has ended
-/// (removing the socket files the child no longer sees).
+/// the server is not root, and makes a user namespace of its own (mapping its own ids
+/// only). `on_end` runs in the parent once the child has ended (removing the socket files
+/// the child no longer sees).
 pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
     match mode {
         SandboxMode::None => return Ok(()),

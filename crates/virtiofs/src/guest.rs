@@ -172,12 +172,7 @@ impl<B: Backend> GuestFs<B> {
         // that learns nothing of a LOOKUP or CREATE would leave its reference or handle
         // behind.
         let needed = OUT_HEADER + reply_bound(&req.op);
-        if needed > room
-            && !matches!(
-                req.op,
-                Op::Forget { .. } | Op::BatchForget { .. } | Op::Interrupt { .. }
-            )
-        {
+        if needed > room && req.op.wants_reply() {
             log::warn!(
                 "{room} bytes of room for a reply of up to {needed} (opcode {}): refused",
                 h.opcode
