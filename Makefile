@@ -29,7 +29,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: attack test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: attack migrate test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -162,7 +162,12 @@ no-leftovers:
 attack:
 	CARGO=$(CARGO) bash scripts/attack.sh
 
-test: test-start setup lint unit memcheck e2e conformance attack package-test pytest vm-test-ci no-leftovers
+# Live migration of a virtio-fs guest's mem filesystem (10 000 files, 1 GiB) from one
+# `memofs virtiofsd` to another mid-stream, by a vhost-user frontend (scripts/migrate.sh).
+migrate:
+	CARGO=$(CARGO) bash scripts/migrate.sh
+
+test: test-start setup lint unit memcheck e2e conformance attack migrate package-test pytest vm-test-ci no-leftovers
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds $(if $(OUT),--out $(OUT))

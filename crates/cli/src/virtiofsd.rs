@@ -150,7 +150,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("--migration-confirm-paths", NO_MIGRATION),
 ];
 
-const NO_MIGRATION: &str = "no live migration: the device offers no back-end state transfer";
+const NO_MIGRATION: &str = "these choose how a shared directory's files are found again after a live migration, which memofs does not do (a --shared-dir device offers no state transfer, so the VMM refuses to migrate); the mem backend migrates whole without options";
 
 /// The first option of `args` (a `virtiofsd` command line after the subcommand) that memofs
 /// refuses, as the message to print. `virtiofsd` is the subcommand's declaration, which says
@@ -588,7 +588,7 @@ mod tests {
                     "--migration-mode",
                     "file-handles",
                 ][..],
-                "no live migration",
+                "a --shared-dir device offers no state transfer",
             ),
             (
                 &["memofs", "virtiofsd", "--uid-map", ":0:100000:65536:"][..],

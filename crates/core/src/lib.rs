@@ -8,6 +8,7 @@
 //! - [`atime::AtimePolicy`], the strictatime/relatime/noatime rule;
 //! - [`invalidate::Invalidator`], how a backend reports changes the kernel did not see;
 //! - [`options`], the `-o` option parser shared by the CLI, the tests and the benchmarks;
+//! - [`migrate`], the state stream a backend that moves to another process writes;
 //! - [`plan::MountPlan`], every mount-time choice, made once from the options and the
 //!   backend's capabilities.
 #![deny(missing_docs)]
@@ -17,6 +18,7 @@ pub mod cache;
 pub mod errno;
 pub mod idmap;
 pub mod invalidate;
+pub mod migrate;
 pub mod mountinfo;
 pub mod ops;
 pub mod options;

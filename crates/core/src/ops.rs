@@ -230,6 +230,11 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// What this backend can do, declared once; the mount plan is computed from it.
     fn capabilities(&self) -> Capabilities;
+    /// How the whole filesystem moves to another server process (a VM's live migration),
+    /// where it can. Default: it cannot.
+    fn migration(&self) -> Option<&dyn crate::migrate::Migrate> {
+        None
+    }
 
     /// The kernel is being given `attr` (a reply carries it): what it checks permissions
     /// against until it expires or is invalidated. Called for every attribute reply: cheap.

@@ -279,6 +279,46 @@ impl Directory {
         }
     }
 
+    /// Takes on what a state stream says of the directory itself: its parent, the cookie
+    /// its next entry gets, whether it was removed. Comes before its entries.
+    pub(crate) fn restore(&mut self, parent: Ino, next_cookie: u64, removed: bool) {
+        self.parent = parent;
+        self.next_cookie = next_cookie.clamp(FIRST_COOKIE, COOKIE_MASK);
+        self.removed = removed;
+    }
+
+    /// Adds `name` with the readdir cookie it had where a state stream was written, so that
+    /// a listing in progress goes on where it was: cookies come in ascending order, each
+    /// below the directory's next one (`EINVAL` otherwise; `EEXIST` for a name twice).
+    pub(crate) fn insert_saved(
+        &mut self,
+        name: &OsStr,
+        slot: Slot,
+        cookie: u64,
+    ) -> memofs_core::Result<()> {
+        let after_last = self.order.last().is_none_or(|(c, _)| c & !GONE < cookie);
+        if cookie < FIRST_COOKIE || cookie >= self.next_cookie || !after_last {
+            return Err(memofs_core::Errno::EINVAL);
+        }
+        if self.find(name).is_some() {
+            return Err(memofs_core::Errno::EEXIST);
+        }
+        let hash = name_hash(name.as_bytes());
+        let entry = Entry::new(name.as_bytes(), slot.ino, cookie, slot.kind);
+        self.entries
+            .insert_unique(hash, entry, |e| name_hash(e.name()));
+        self.order.push((cookie, hash));
+        if slot.kind == FileKind::Directory {
+            self.subdirs += 1;
+        }
+        Ok(())
+    }
+
+    /// The cookie the next entry gets.
+    pub(crate) fn next_cookie(&self) -> u64 {
+        self.next_cookie
+    }
+
     /// Removes `name`, returning its slot.
     pub fn remove(&mut self, name: &OsStr) -> Option<Slot> {
         let bytes = name.as_bytes();

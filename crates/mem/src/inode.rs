@@ -285,6 +285,54 @@ impl Inode {
     }
 }
 
+/// What a state stream says of an inode besides its kind's contents (see
+/// [`crate::migrate`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Saved {
+    pub ino: Ino,
+    pub meta: Meta,
+    pub nlink: u32,
+    pub flags: u32,
+    pub lookups: u32,
+    pub opens: u32,
+    /// atime, mtime, ctime, crtime as the inode keeps them.
+    pub times: [Timestamp; 4],
+}
+
+impl Inode {
+    /// What [`Saved`] describes of this inode.
+    pub(crate) fn saved(&self) -> Saved {
+        Saved {
+            ino: self.ino,
+            meta: *self.meta.lock(),
+            nlink: self.nlink.load(Ordering::SeqCst),
+            flags: self.flags.load(Ordering::SeqCst),
+            lookups: self.lookups.load(Ordering::SeqCst),
+            opens: self.opens.load(Ordering::SeqCst),
+            times: [
+                self.atime.load(),
+                self.mtime.load(),
+                self.ctime.load(),
+                self.crtime.load(),
+            ],
+        }
+    }
+
+    /// Takes on what `saved` says (its number aside).
+    pub(crate) fn restore(&self, saved: &Saved) {
+        *self.meta.lock() = saved.meta;
+        self.nlink.store(saved.nlink, Ordering::SeqCst);
+        self.flags.store(saved.flags, Ordering::SeqCst);
+        self.lookups.store(saved.lookups, Ordering::SeqCst);
+        self.opens.store(saved.opens, Ordering::SeqCst);
+        let [a, m, c, cr] = saved.times;
+        self.atime.store(a);
+        self.mtime.store(m);
+        self.ctime.store(c);
+        self.crtime.store(cr);
+    }
+}
+
 const SHARDS: usize = 64;
 
 /// One shard of the inode table: inodes found by their number, which the inode itself holds
@@ -366,6 +414,47 @@ impl InodeTable {
             .write()
             .insert_unique(ino_hash(ino), inode.clone(), |i| ino_hash(i.ino));
         inode
+    }
+
+    /// Inserts an inode with the number and state `saved` gives (a state stream's), or
+    /// `EEXIST` if the number is taken; numbers handed out later start past it.
+    pub(crate) fn insert_saved(&self, saved: &Saved, data: NodeData) -> Result<Arc<Inode>> {
+        let ino = saved.ino;
+        let inode = Arc::new(Inode {
+            ino,
+            meta: Mutex::new(saved.meta),
+            nlink: AtomicU32::new(0),
+            flags: AtomicU32::new(0),
+            lookups: AtomicU32::new(0),
+            opens: AtomicU32::new(0),
+            atime: AtomicTimestamp::new(Timestamp::default()),
+            mtime: AtomicTimestamp::new(Timestamp::default()),
+            ctime: AtomicTimestamp::new(Timestamp::default()),
+            crtime: AtomicTimestamp::new(Timestamp::default()),
+            data,
+            xattrs: Mutex::new(Xattrs::default()),
+        });
+        inode.restore(saved);
+        {
+            let mut shard = self.shard(ino).write();
+            if shard.find(ino_hash(ino), |i| i.ino == ino).is_some() {
+                return Err(Errno::EEXIST);
+            }
+            shard.insert_unique(ino_hash(ino), inode.clone(), |i| ino_hash(i.ino));
+        }
+        self.next_ino.fetch_max(ino + 1, Ordering::SeqCst);
+        Ok(inode)
+    }
+
+    /// The number the next new inode gets.
+    pub(crate) fn next_ino(&self) -> Ino {
+        self.next_ino.load(Ordering::SeqCst)
+    }
+
+    /// Numbers handed out from now on start at `ino` or later (never reused: the source of
+    /// a state stream had handed out every number below its own next one).
+    pub(crate) fn skip_to(&self, ino: Ino) {
+        self.next_ino.fetch_max(ino, Ordering::SeqCst);
     }
 
     /// Removes `inode` if nothing can reach it any more, returning what it held against

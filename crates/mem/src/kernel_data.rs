@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
 use memofs_core::options::HugeMode;
-use memofs_core::{AtimePolicy, Errno, Result, Timestamp};
+use memofs_core::{AtimePolicy, AtomicTimestamp, Errno, Result, Timestamp};
 use parking_lot::Mutex;
 
 use crate::machine::Machine;
@@ -36,9 +36,24 @@ use crate::machine::Machine;
 /// Page size of the private tmpfs.
 const PAGE: u64 = 4096;
 
+/// The private tmpfs's root directory, shared by every data file.
+struct StoreRoot {
+    fd: OwnedFd,
+    /// Data files' ctimes up to this are not changes: they were made by loading a state
+    /// stream (see [`BackingStore::loaded`]), which keeps the ctime it carries instead.
+    loaded_until: AtomicTimestamp,
+}
+
+impl std::ops::Deref for StoreRoot {
+    type Target = OwnedFd;
+    fn deref(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
 /// The private tmpfs holding file data.
 pub struct BackingStore {
-    root: Arc<OwnedFd>,
+    root: Arc<StoreRoot>,
     next_name: AtomicU64,
     /// Pages allocated to stand for the server's own charges (xattrs, symlink targets), so
     /// that they and file data share the one `size=` the kernel enforces.
@@ -118,7 +133,11 @@ impl BackingStore {
             return Err(open_err);
         }
         // SAFETY: `fd` was just opened and is owned by nothing else.
-        let root = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        let root = Arc::new(StoreRoot {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            // No data file is older than 1970: nothing loaded.
+            loaded_until: AtomicTimestamp::new(Timestamp::default()),
+        });
         let ballast = open_at(&root, &cstr(b"ballast"), libc::O_CREAT | libc::O_EXCL)
             .map_err(io::Error::from)?;
         Ok(BackingStore {
@@ -148,6 +167,13 @@ impl BackingStore {
                 held: to_open.then(|| Arc::new(file)),
             }),
         })
+    }
+
+    /// A state stream was loaded, its last data file's ctime `until`: data-file ctimes up to
+    /// it stand for the load, not for a change, and the memofs files keep the ctimes the
+    /// stream carried.
+    pub fn loaded(&self, until: Timestamp) {
+        self.root.loaded_until.store(until);
     }
 
     /// Makes the ballast hold `bytes` (rounded up to pages) of the private tmpfs: `ENOSPC`
@@ -232,7 +258,7 @@ fn open_at(root: &OwnedFd, name: &CStr, extra: i32) -> Result<File> {
 /// 32 bytes, as every empty file has one: the data file's number and the open count share
 /// one word, in the padding of the lock that guards the held descriptor.
 pub struct KernelFile {
-    root: Arc<OwnedFd>,
+    root: Arc<StoreRoot>,
     open: Mutex<Open>,
 }
 
@@ -358,12 +384,25 @@ impl KernelFile {
     /// Size, 512-byte blocks and (atime, mtime, ctime) of the data file, from one `stat`.
     pub fn attrs(&self) -> Option<(u64, u64, [Timestamp; 3])> {
         let st = self.stat().ok()?;
+        let ctime = Timestamp::from_timespec(st.st_ctime, st.st_ctime_nsec as u32);
         let times = [
             Timestamp::from_timespec(st.st_atime, st.st_atime_nsec as u32),
             Timestamp::from_timespec(st.st_mtime, st.st_mtime_nsec as u32),
-            Timestamp::from_timespec(st.st_ctime, st.st_ctime_nsec as u32),
+            match ctime <= self.root.loaded_until.load() {
+                true => Timestamp::MIN,
+                false => ctime,
+            },
         ];
         Some((st.st_size as u64, st.st_blocks as u64, times))
+    }
+
+    /// The data file's own ctime (what [`KernelFile::attrs`] may leave out).
+    pub fn data_ctime(&self) -> Option<Timestamp> {
+        let st = self.stat().ok()?;
+        Some(Timestamp::from_timespec(
+            st.st_ctime,
+            st.st_ctime_nsec as u32,
+        ))
     }
 
     /// Size and 512-byte blocks.

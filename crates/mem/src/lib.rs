@@ -7,7 +7,8 @@
 //! table; [`namespace`] implements the operations that change names; [`xattr`] extended
 //! attributes, [`acl`] the POSIX ACLs among them; [`iflags`] the inode flags (`chattr`);
 //! [`limits`] the `size=`/`nr_inodes=` accounting and [`machine`] the bound the machine's
-//! free memory puts on it; [`pages`] a page-store file's page map.
+//! free memory puts on it; [`pages`] a page-store file's page map; [`migrate`] the whole
+//! filesystem as a state stream, to move it to another server process.
 //!
 //! # Lock order
 //! Take locks only in this order; functions that need a lock held end in `_locked`.
@@ -34,6 +35,7 @@ pub mod inode;
 pub mod kernel_data;
 pub mod limits;
 pub mod machine;
+pub mod migrate;
 mod namespace;
 mod ops;
 pub mod pages;

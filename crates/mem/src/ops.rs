@@ -617,6 +617,10 @@ impl Backend for MemFs {
         })
     }
 
+    fn migration(&self) -> Option<&dyn memofs_core::migrate::Migrate> {
+        Some(self)
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             backing_fds: self.store.is_some(),

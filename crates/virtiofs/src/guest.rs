@@ -55,6 +55,10 @@ pub(crate) const OUT_HEADER: usize = std::mem::size_of::<abi::fuse_out_header>()
 struct Mounted<B: Backend> {
     server: Server<B>,
     proto: Proto,
+    /// The INIT request's arguments as the guest sent them, and the answer: what a server
+    /// this mount moves to starts its own from (see [`crate::migrate`]).
+    init: Vec<u8>,
+    reply: Vec<u8>,
 }
 
 /// Collects one reply: `fuse_out_header` and its parts, in guest byte order (the host's:
@@ -205,26 +209,38 @@ impl<B: Backend> GuestFs<B> {
         scratch: &mut Vec<u8>,
         out: &mut Collected,
     ) {
-        let i = init::init_in(body);
-        let negotiated = match init::negotiate(&i, &self.plan) {
-            Ok(n) => n,
-            Err(e) => {
-                log::warn!("INIT refused: {e}");
-                Encoder::new(h.unique, scratch, out).error(Errno::EIO);
-                return;
+        match self.session(body) {
+            Ok(mounted) => {
+                let reply = mounted.reply.clone();
+                self.mount(mounted);
+                out.send(h.unique, 0, &[&reply]);
             }
-        };
+            Err(e) => {
+                log::warn!("INIT: {e}");
+                Encoder::new(h.unique, scratch, out).error(Errno::EIO);
+            }
+        }
+    }
+
+    /// The request layer an INIT with arguments `body` starts.
+    fn session(&self, body: &[u8]) -> Result<Mounted<B>, String> {
+        let i = init::init_in(body);
+        let negotiated = init::negotiate(&i, &self.plan).map_err(|e| format!("refused: {e}"))?;
         let plan = init::in_effect(self.plan.clone(), negotiated.granted);
         let mut server = Server::new(self.backend.clone(), plan, self.stats.clone());
-        if let Err(e) = server.start(negotiated.granted, Arc::new(NoNotify)) {
-            log::warn!("INIT: the request layer could not start: {e}");
-            Encoder::new(h.unique, scratch, out).error(Errno::EIO);
-            return;
-        }
-        let mounted = Mounted {
+        server
+            .start(negotiated.granted, Arc::new(NoNotify))
+            .map_err(|e| format!("the request layer could not start: {e}"))?;
+        Ok(Mounted {
             server,
             proto: negotiated.proto,
-        };
+            init: body.to_vec(),
+            reply: negotiated.reply.to_vec(),
+        })
+    }
+
+    /// Makes `mounted` the guest's mount.
+    fn mount(&self, mounted: Mounted<B>) {
         let earlier = self
             .mounted
             .write()
@@ -235,7 +251,28 @@ impl<B: Backend> GuestFs<B> {
             // inodes or open files any more.
             self.drop_references();
         }
-        out.send(h.unique, 0, &[&negotiated.reply]);
+    }
+
+    /// The guest's mount as a state stream carries it: its INIT's arguments and answer.
+    pub(crate) fn saved_session(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        let m = self.mounted()?;
+        Some((m.init.clone(), m.reply.clone()))
+    }
+
+    /// Takes on the guest's mount from the server it moves from: the request layer its INIT
+    /// started there, started here from the same arguments. The answer must be the one the
+    /// guest got, or this server's options differ from that one's.
+    pub(crate) fn resume_session(&self, init: &[u8], reply: &[u8]) -> Result<(), String> {
+        let mounted = self.session(init)?;
+        if mounted.reply != reply {
+            return Err(
+                "the guest's INIT gets another answer here: start this server with the options \
+                 of the one the guest moves from"
+                    .into(),
+            );
+        }
+        *self.mounted.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(mounted));
+        Ok(())
     }
 
     /// The guest's kernel is gone (it unmounted, or its device was reset): nothing more is

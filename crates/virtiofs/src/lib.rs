@@ -18,18 +18,25 @@
 //! - there is no notification queue in upstream Linux's virtio-fs, so the guest cannot be
 //!   told of changes made on the host (a passthrough export's watcher has nowhere to send
 //!   them): the cache timeouts bound how long the guest keeps what it cached;
-//! - no FUSE passthrough: file data is copied through the queues.
+//! - no FUSE passthrough: file data is copied through the queues;
+//! - the device can move with its VM ([`migrate`]): with the mem backend, the files go too.
 #![deny(missing_docs)]
 
 pub mod chain;
 pub mod guest;
+mod migrate;
 
+use std::fs::File;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
 
 use memofs_core::Backend;
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
@@ -55,7 +62,7 @@ pub const REQUEST_QUEUES: usize = 4;
 
 /// The vhost-user-fs device: the queues' side of a [`GuestFs`].
 pub struct VirtioFs<B: Backend> {
-    guest_fs: GuestFs<B>,
+    guest_fs: Arc<GuestFs<B>>,
     mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
     event_idx: AtomicBool,
     /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
@@ -63,6 +70,12 @@ pub struct VirtioFs<B: Backend> {
     /// What stops each queue's thread when the VMM has gone (`vhost-user-backend` signals
     /// them when its handler is dropped).
     exits: Vec<(EventConsumer, EventNotifier)>,
+    /// Held shared by each queue thread while it serves a batch, exclusively while the
+    /// state is transferred: a migration sees no request half done, and no request runs
+    /// on a half-loaded filesystem.
+    quiet: Arc<RwLock<()>>,
+    /// The state transfer under way, whose end `CHECK_DEVICE_STATE` waits for.
+    transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
 }
 
 impl<B: Backend> VirtioFs<B> {
@@ -70,7 +83,7 @@ impl<B: Backend> VirtioFs<B> {
     pub fn new(guest_fs: GuestFs<B>) -> io::Result<VirtioFs<B>> {
         let queues = 1 + REQUEST_QUEUES;
         Ok(VirtioFs {
-            guest_fs,
+            guest_fs: Arc::new(guest_fs),
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),
             buffers: (0..queues)
@@ -79,6 +92,8 @@ impl<B: Backend> VirtioFs<B> {
             exits: (0..queues)
                 .map(|_| new_event_consumer_and_notifier(EventFlag::NONBLOCK))
                 .collect::<io::Result<_>>()?,
+            quiet: Arc::new(RwLock::new(())),
+            transfer: Mutex::new(None),
         })
     }
 
@@ -101,6 +116,7 @@ impl<B: Backend> VirtioFs<B> {
             return Err(io::Error::other(format!("no queue thread {thread}")));
         };
         let mut bufs = bufs.lock().unwrap_or_else(|e| e.into_inner());
+        let _serving = self.quiet.read().unwrap_or_else(|e| e.into_inner());
         let mut used = false;
         loop {
             let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(&*mem);
@@ -139,10 +155,73 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        VhostUserProtocolFeatures::MQ
+        let base = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
-            | VhostUserProtocolFeatures::RESET_DEVICE
+            | VhostUserProtocolFeatures::RESET_DEVICE;
+        // Offered only where the backend can move: a VMM then refuses to migrate the VM
+        // instead of losing its files.
+        match self.guest_fs.backend().migration() {
+            Some(_) => base | VhostUserProtocolFeatures::DEVICE_STATE,
+            None => base,
+        }
+    }
+
+    /// The VMM stops a queue: the chain its thread has in hand is finished first, so that
+    /// the index the VMM reads next counts only answered chains.
+    fn stop_vring(&self, _queue: u32) -> io::Result<()> {
+        drop(self.quiet.write().unwrap_or_else(|e| e.into_inner()));
+        Ok(())
+    }
+
+    /// Starts writing (`SAVE`) or reading (`LOAD`) the device's state on `file`, on a
+    /// thread of its own (the VMM reads or writes the other end meanwhile).
+    fn set_device_state_fd(
+        &self,
+        direction: VhostTransferStateDirection,
+        phase: VhostTransferStatePhase,
+        file: File,
+    ) -> io::Result<Option<File>> {
+        if phase != VhostTransferStatePhase::STOPPED {
+            return Err(io::Error::other(
+                "state transfer only with the queues stopped",
+            ));
+        }
+        let mut transfer = self.transfer.lock().unwrap_or_else(|e| e.into_inner());
+        if transfer.as_ref().is_some_and(|t| !t.is_finished()) {
+            return Err(io::Error::other("a state transfer is already under way"));
+        }
+        let (fs, quiet) = (self.guest_fs.clone(), self.quiet.clone());
+        let job = std::thread::Builder::new()
+            .name("memofs-migrate".into())
+            .spawn(move || {
+                let _quiet = quiet.write().unwrap_or_else(|e| e.into_inner());
+                let done = match direction {
+                    VhostTransferStateDirection::SAVE => migrate::save(&fs, file),
+                    VhostTransferStateDirection::LOAD => migrate::load(&fs, file),
+                };
+                if let Err(e) = &done {
+                    log::error!("state transfer ({direction:?}) failed: {e}");
+                }
+                done
+            })?;
+        *transfer = Some(job);
+        Ok(None)
+    }
+
+    /// How the last state transfer ended (waiting for it to end).
+    fn check_device_state(&self) -> io::Result<()> {
+        let job = self
+            .transfer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match job {
+            None => Err(io::Error::other("no state transfer was started")),
+            Some(job) => job
+                .join()
+                .map_err(|_| io::Error::other("the state transfer panicked"))?,
+        }
     }
 
     /// The VMM reset the device (the guest rebooted, or its driver reset it): the guest's

@@ -110,3 +110,40 @@ fn a_kick_before_the_guest_memory_is_known_is_ignored() {
     dev.handle_event(0, EventSet::IN, &[vring], 1)
         .expect("the queue's thread goes on");
 }
+
+/// The state moves through a pipe from one device to another; a second load into a filled
+/// device, a transfer not started, and a damaged stream are refused through
+/// `CHECK_DEVICE_STATE`.
+#[test]
+fn the_device_state_moves_between_devices_and_damage_is_refused() {
+    use std::io::Write;
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+        VhostUserProtocolFeatures,
+    };
+    let pipe = || {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        (std::fs::File::from(r), std::fs::File::from(w))
+    };
+    let (src, dst) = (device(), device());
+    assert!(src
+        .protocol_features()
+        .contains(VhostUserProtocolFeatures::DEVICE_STATE));
+    assert!(dst.check_device_state().is_err(), "nothing was started");
+    let (r, w) = pipe();
+    dst.set_device_state_fd(Dir::LOAD, Phase::STOPPED, r)
+        .unwrap();
+    src.set_device_state_fd(Dir::SAVE, Phase::STOPPED, w)
+        .unwrap();
+    src.check_device_state().unwrap();
+    dst.check_device_state().unwrap();
+    // The destination now holds the source's root; a damaged stream is refused.
+    let (r, mut w) = pipe();
+    let other = device();
+    other
+        .set_device_state_fd(Dir::LOAD, Phase::STOPPED, r)
+        .unwrap();
+    w.write_all(b"memofs-state\x01\0\0\0\x05\0\0\0").unwrap();
+    drop(w);
+    assert!(other.check_device_state().is_err());
+}

@@ -8,7 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use memofs_proto::abi;
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
+    VhostUserVirtioFeatures,
+};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -82,6 +85,8 @@ impl Ring {
 pub struct Guest {
     pub frontend: Frontend,
     pub mem: GuestMemoryMmap,
+    /// The memory as the VMM describes it to a server.
+    info: VhostUserMemoryRegionInfo,
     kicks: Vec<EventFd>,
     _calls: Vec<EventFd>,
     rings: Vec<Ring>,
@@ -92,6 +97,30 @@ pub struct Guest {
 
 fn other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
+}
+
+/// Connects to a server and agrees on features and memory, as a VMM does before it sets up
+/// queues.
+fn handshake(socket: &Path, info: &VhostUserMemoryRegionInfo) -> io::Result<Frontend> {
+    let mut frontend = Frontend::connect(socket, 2).map_err(other)?;
+    frontend.set_owner().map_err(other)?;
+    let offered = frontend.get_features().map_err(other)?;
+    let wanted = (1 << VIRTIO_F_VERSION_1)
+        | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+        | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+    frontend.set_features(offered & wanted).map_err(other)?;
+    let pf = frontend.get_protocol_features().map_err(other)?;
+    frontend
+        .set_protocol_features(
+            pf & (VhostUserProtocolFeatures::MQ
+                | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+                | VhostUserProtocolFeatures::DEVICE_STATE),
+        )
+        .map_err(other)?;
+    frontend
+        .set_mem_table(std::slice::from_ref(info))
+        .map_err(other)?;
+    Ok(frontend)
 }
 
 impl Guest {
@@ -108,54 +137,78 @@ impl Guest {
                 .map_err(other)?;
         let info = VhostUserMemoryRegionInfo::from_guest_region(&region).map_err(other)?;
         let mem = GuestMemoryMmap::from_regions(vec![region]).map_err(other)?;
-        let mut frontend = Frontend::connect(socket, 2).map_err(other)?;
-        frontend.set_owner().map_err(other)?;
-        let offered = frontend.get_features().map_err(other)?;
-        let wanted = (1 << VIRTIO_F_VERSION_1)
-            | (1 << VIRTIO_RING_F_INDIRECT_DESC)
-            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
-        frontend.set_features(offered & wanted).map_err(other)?;
-        let pf = frontend.get_protocol_features().map_err(other)?;
-        frontend
-            .set_protocol_features(
-                pf & (VhostUserProtocolFeatures::MQ
-                    | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS),
-            )
-            .map_err(other)?;
-        frontend.set_mem_table(&[info]).map_err(other)?;
+        let frontend = handshake(socket, &info)?;
         let mut guest = Guest {
             frontend,
             mem,
+            info,
             kicks: Vec::new(),
             _calls: Vec::new(),
             rings: vec![Ring::at(0), Ring::at(0x8000)],
             next_unique: 1,
             minor: 0,
         };
-        for q in 0..2 {
+        guest.start_queues([0, 0])?;
+        Ok(guest)
+    }
+
+    /// Sets up both queues, starting at the given avail indexes.
+    fn start_queues(&mut self, bases: [u16; 2]) -> io::Result<()> {
+        self.kicks.clear();
+        self._calls.clear();
+        for (q, base) in bases.into_iter().enumerate() {
             let kick = EventFd::new(libc::EFD_NONBLOCK).map_err(other)?;
             let call = EventFd::new(libc::EFD_NONBLOCK).map_err(other)?;
-            let r = &guest.rings[q];
+            let r = &self.rings[q];
             let config = VringConfigData {
                 queue_max_size: QSIZE,
                 queue_size: QSIZE,
                 flags: 0,
-                desc_table_addr: guest.host_addr(r.desc),
-                used_ring_addr: guest.host_addr(r.used),
-                avail_ring_addr: guest.host_addr(r.avail),
+                desc_table_addr: self.host_addr(r.desc),
+                used_ring_addr: self.host_addr(r.used),
+                avail_ring_addr: self.host_addr(r.avail),
                 log_addr: None,
             };
-            let f = &mut guest.frontend;
+            let f = &mut self.frontend;
             f.set_vring_num(q, QSIZE).map_err(other)?;
             f.set_vring_addr(q, &config).map_err(other)?;
-            f.set_vring_base(q, 0).map_err(other)?;
+            f.set_vring_base(q, base).map_err(other)?;
             f.set_vring_call(q, &call).map_err(other)?;
             f.set_vring_kick(q, &kick).map_err(other)?;
             f.set_vring_enable(q, true).map_err(other)?;
-            guest.kicks.push(kick);
-            guest._calls.push(call);
+            self.kicks.push(kick);
+            self._calls.push(call);
         }
-        Ok(guest)
+        Ok(())
+    }
+
+    /// Live migration, as a VMM does it: stops both queues on the current server, connects
+    /// to the server at `to` with the same guest memory, has the current server write its
+    /// state into a pipe whose other end the new one reads, checks that both succeeded, and
+    /// starts the queues on the new server where they stopped. Afterwards the old server's
+    /// connection is closed (its process ends).
+    pub fn migrate(&mut self, to: &Path) -> io::Result<()> {
+        let mut bases = [0u16; 2];
+        for (q, base) in bases.iter_mut().enumerate() {
+            *base = self.frontend.get_vring_base(q).map_err(other)? as u16;
+        }
+        let dest = handshake(to, &self.info)?;
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(other)?;
+        let save = VhostTransferStateDirection::SAVE;
+        let load = VhostTransferStateDirection::LOAD;
+        let stopped = VhostTransferStatePhase::STOPPED;
+        dest.set_device_state_fd(load, stopped, read)
+            .map_err(|e| other(format!("LOAD refused: {e}")))?;
+        self.frontend
+            .set_device_state_fd(save, stopped, write)
+            .map_err(|e| other(format!("SAVE refused: {e}")))?;
+        let saved = self.frontend.check_device_state();
+        let loaded = dest.check_device_state();
+        saved.map_err(|e| other(format!("the source's save failed: {e}")))?;
+        loaded.map_err(|e| other(format!("the destination's load failed: {e}")))?;
+        let old = std::mem::replace(&mut self.frontend, dest);
+        drop(old);
+        self.start_queues(bases)
     }
 
     /// The address in this process of guest address `gpa` (what a VMM gives the rings as).

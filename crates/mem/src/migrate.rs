@@ -1,0 +1,508 @@
+//! The whole filesystem as a state stream (see [`memofs_core::migrate`]), so that it moves
+//! with its virtual machine: every inode under its own number (the guest's kernel holds
+//! node ids), with its lookup and open counts (references and handles the guest holds,
+//! unlinked files among them), every name under its readdir cookie (a listing in progress
+//! goes on), every extended attribute and every byte of data.
+//!
+//! The stream is written while no request runs and read into a new filesystem before any
+//! request is served. Records, in order: [`Record::Fs`]; per inode, in number order,
+//! [`Record::Inode`], then its [`Record::Xattr`]s, then its directory [`Record::Entry`]s or
+//! its file data, each [`Record::Data`] followed by a frame of raw bytes (at most
+//! [`CHUNK`]); last [`Record::End`] with the totals the reader checks. Only holes are left
+//! out, so the destination holds what the source held, no more.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+use memofs_core::migrate::{invalid, FrameReader, FrameWriter, Migrate};
+use memofs_core::{Errno, FileKind, Ino, Timestamp, ROOT_INO};
+use serde::{Deserialize, Serialize};
+use triomphe::Arc;
+
+use crate::dir::Slot;
+use crate::inode::{Inode, Meta, NodeData, Saved};
+use crate::regular::RegularFile;
+use crate::symlink::Symlink;
+use crate::MemFs;
+
+/// Bytes of file data per record.
+const CHUNK: usize = 1 << 20;
+/// Open counts past this are a corrupt stream (each costs the reader a step).
+const MAX_OPENS: u32 = 1 << 20;
+
+/// One record of the stream.
+#[derive(Serialize, Deserialize, Debug)]
+enum Record {
+    /// The filesystem as a whole.
+    Fs { next_ino: Ino, inodes: u64 },
+    /// An inode; the records up to the next one are its own.
+    Inode {
+        ino: Ino,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        nlink: u32,
+        flags: u32,
+        lookups: u32,
+        opens: u32,
+        /// atime, mtime, ctime, crtime in nanoseconds.
+        times: [i128; 4],
+        kind: Kind,
+    },
+    /// An extended attribute of the current inode.
+    Xattr { name: Vec<u8>, value: Vec<u8> },
+    /// An entry of the current inode, a directory.
+    Entry {
+        cookie: u64,
+        name: Vec<u8>,
+        ino: Ino,
+        /// The target's `S_IFMT` bits.
+        kind: u32,
+    },
+    /// Data of the current inode, a regular file, at `offset`: the next frame's bytes.
+    Data { offset: u64 },
+    /// The end: what the reader must have arrived at.
+    End { inodes: u64, bytes: u64 },
+}
+
+/// What an inode's kind keeps besides data and entries.
+#[derive(Serialize, Deserialize, Debug)]
+enum Kind {
+    Dir {
+        parent: Ino,
+        next_cookie: u64,
+        removed: bool,
+    },
+    File {
+        size: u64,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    /// FIFO, socket or device node (the kind is in the mode).
+    Special {
+        rdev: u32,
+    },
+}
+
+fn put(out: &mut FrameWriter<'_>, r: &Record, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.clear();
+    let bytes = postcard::to_extend(r, std::mem::take(buf)).map_err(invalid)?;
+    out.frame(&bytes)?;
+    *buf = bytes;
+    Ok(())
+}
+
+fn get(input: &mut FrameReader<'_>) -> io::Result<Record> {
+    let frame = input.frame()?;
+    postcard::from_bytes(frame).map_err(|e| invalid(format!("frame {}: {e}", input.frames)))
+}
+
+fn errno(what: &str, e: Errno) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+impl Migrate for MemFs {
+    fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
+        let mut inodes = self.table.all();
+        inodes.sort_unstable_by_key(|i| i.ino);
+        let mut buf = Vec::new();
+        let fs = Record::Fs {
+            next_ino: self.table.next_ino(),
+            inodes: inodes.len() as u64,
+        };
+        put(out, &fs, &mut buf)?;
+        for inode in &inodes {
+            self.save_inode(inode, out, &mut buf)?;
+        }
+        let end = Record::End {
+            inodes: self.limits.inodes(),
+            bytes: self.limits.bytes(),
+        };
+        put(out, &end, &mut buf)?;
+        out.flush()
+    }
+
+    fn load(&self, input: &mut FrameReader<'_>) -> io::Result<()> {
+        if self.table.len() != 1
+            || !self
+                .table
+                .get(ROOT_INO)
+                .is_ok_and(|r| r.dir().is_ok_and(|d| d.read().is_empty()))
+        {
+            return Err(io::Error::other(
+                "the filesystem to load into already holds files",
+            ));
+        }
+        let Record::Fs { next_ino, inodes } = get(input)? else {
+            return Err(invalid("does not start with the filesystem's record"));
+        };
+        let mut loader = Loader {
+            fs: self,
+            current: None,
+            targets: Vec::new(),
+            inodes: 0,
+            data_ctime: Timestamp::default(),
+        };
+        loop {
+            match get(input)? {
+                Record::End {
+                    inodes: want_inodes,
+                    bytes,
+                } => {
+                    loader.finish_inode()?;
+                    loader.check(inodes, want_inodes, bytes)?;
+                    if let Some(store) = &self.store {
+                        store.loaded(loader.data_ctime);
+                    }
+                    self.table.skip_to(next_ino);
+                    return Ok(());
+                }
+                Record::Data { offset } => {
+                    let data = input.frame()?;
+                    loader.data(offset, data)?;
+                }
+                r => loader.record(r)?,
+            }
+        }
+    }
+}
+
+impl MemFs {
+    /// Writes one inode's records.
+    fn save_inode(
+        &self,
+        inode: &Inode,
+        out: &mut FrameWriter<'_>,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let s = inode.saved();
+        let attr = inode.attr();
+        let mut times = s.times.map(|t| t.0);
+        if inode.kernel_file().is_some() {
+            // Kernel-backed data keeps its own atime and mtime (and the ctime of its data).
+            times[0] = attr.atime.0;
+            times[1] = attr.mtime.0;
+            times[2] = attr.ctime.0;
+        }
+        let kind = match &inode.data {
+            NodeData::Dir(d) => {
+                let d = d.read();
+                Kind::Dir {
+                    parent: d.parent,
+                    next_cookie: d.next_cookie(),
+                    removed: d.removed,
+                }
+            }
+            NodeData::File(_) => Kind::File { size: attr.size },
+            NodeData::Symlink(l) => Kind::Symlink {
+                target: l.target().to_vec(),
+            },
+            NodeData::Special { rdev, .. } => Kind::Special { rdev: *rdev },
+        };
+        let record = Record::Inode {
+            ino: s.ino,
+            mode: s.meta.mode,
+            uid: s.meta.uid,
+            gid: s.meta.gid,
+            nlink: s.nlink,
+            flags: s.flags,
+            lookups: s.lookups,
+            opens: s.opens,
+            times,
+            kind,
+        };
+        put(out, &record, buf)?;
+        let xattrs: Vec<(Vec<u8>, Vec<u8>)> = {
+            let x = inode.xattrs.lock();
+            x.list()
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty())
+                .filter_map(|n| Some((n.to_vec(), x.value(n)?.to_vec())))
+                .collect()
+        };
+        for (name, value) in xattrs {
+            put(out, &Record::Xattr { name, value }, buf)?;
+        }
+        match &inode.data {
+            NodeData::Dir(d) => {
+                let d = d.read();
+                for (cookie, name, slot) in d.entries_after(0) {
+                    let e = Record::Entry {
+                        cookie,
+                        name: name.as_bytes().to_vec(),
+                        ino: slot.ino,
+                        kind: slot.kind.mode_bits(),
+                    };
+                    put(out, &e, buf)?;
+                }
+                Ok(())
+            }
+            NodeData::File(f) => save_data(f, attr.size, out, buf),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Writes the data of a file of `size` bytes, extent by extent (holes left out).
+fn save_data(
+    f: &RegularFile,
+    size: u64,
+    out: &mut FrameWriter<'_>,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
+    let mut data = Vec::with_capacity(CHUNK);
+    let mut at = 0;
+    while at < size {
+        let start = match f.seek(at, libc::SEEK_DATA) {
+            Ok(o) => o,
+            Err(Errno::ENXIO) => break,
+            Err(e) => return Err(errno("finding data", e)),
+        };
+        let end = f
+            .seek(start, libc::SEEK_HOLE)
+            .map_err(|e| errno("finding a hole", e))?
+            .min(size);
+        let mut off = start;
+        while off < end {
+            let len = (end - off).min(CHUNK as u64) as u32;
+            data.clear();
+            f.read(off, len, &mut data)
+                .map_err(|e| errno("reading data", e))?;
+            if data.is_empty() {
+                return Err(io::Error::other(format!("no data at {off} of {size}")));
+            }
+            put(out, &Record::Data { offset: off }, buf)?;
+            out.frame(&data)?;
+            off += data.len() as u64;
+        }
+        at = end.max(start + 1);
+    }
+    Ok(())
+}
+
+/// Rebuilds a filesystem record by record.
+struct Loader<'a> {
+    fs: &'a MemFs,
+    /// The inode the records are about, with what is set once its data is in (and a
+    /// file's size).
+    current: Option<(Arc<Inode>, Saved, Option<u64>)>,
+    /// Every entry's target, checked at the end.
+    targets: Vec<Ino>,
+    inodes: u64,
+    /// The latest ctime a kernel-backed data file got from the load.
+    data_ctime: Timestamp,
+}
+
+impl Loader<'_> {
+    fn current(&self, what: &str) -> io::Result<&Arc<Inode>> {
+        match &self.current {
+            Some((inode, _, _)) => Ok(inode),
+            None => Err(invalid(format!("{what} before any inode"))),
+        }
+    }
+
+    fn record(&mut self, r: Record) -> io::Result<()> {
+        match r {
+            Record::Inode {
+                ino,
+                mode,
+                uid,
+                gid,
+                nlink,
+                flags,
+                lookups,
+                opens,
+                times,
+                kind,
+            } => {
+                self.finish_inode()?;
+                if opens > MAX_OPENS {
+                    return Err(invalid(format!("inode {ino} open {opens} times")));
+                }
+                let saved = Saved {
+                    ino,
+                    meta: Meta { mode, uid, gid },
+                    nlink,
+                    flags,
+                    lookups,
+                    opens,
+                    times: times.map(Timestamp),
+                };
+                self.inode(saved, kind)
+            }
+            Record::Xattr { name, value } => {
+                let inode = self.current("an extended attribute")?.clone();
+                if crate::xattr::check_name(&name).is_err()
+                    || value.len() > crate::xattr::XATTR_SIZE_MAX
+                {
+                    return Err(invalid(format!("extended attribute {name:?}")));
+                }
+                let cost = crate::xattr::cost(&name, &value);
+                self.fs
+                    .charge_meta(cost)
+                    .map_err(|e| errno("room for an extended attribute", e))?;
+                inode.xattrs.lock().set(&name, &value);
+                Ok(())
+            }
+            Record::Entry {
+                cookie,
+                name,
+                ino,
+                kind,
+            } => {
+                let dir = self.current("an entry")?.clone();
+                let kind = FileKind::from_mode(kind)
+                    .ok_or_else(|| invalid(format!("entry of kind {kind:o}")))?;
+                let name = OsStr::from_bytes(&name);
+                if name.is_empty() || name.len() > 255 || name.as_bytes().contains(&b'/') {
+                    return Err(invalid(format!("entry name {name:?}")));
+                }
+                dir.dir()
+                    .map_err(|_| invalid("an entry for a non-directory"))?
+                    .write()
+                    .insert_saved(name, Slot { ino, kind }, cookie)
+                    .map_err(|e| invalid(format!("entry {name:?} ({e})")))?;
+                self.targets.push(ino);
+                Ok(())
+            }
+            other => Err(invalid(format!("unexpected record {other:?}"))),
+        }
+    }
+
+    /// Creates (or, for the root, updates) the inode `saved` describes.
+    fn inode(&mut self, saved: Saved, kind: Kind) -> io::Result<()> {
+        let fs = self.fs;
+        let want = FileKind::from_mode(saved.meta.mode)
+            .ok_or_else(|| invalid(format!("inode {} of mode {:o}", saved.ino, saved.meta.mode)))?;
+        let size = match kind {
+            Kind::File { size } => Some(size),
+            _ => None,
+        };
+        let data = match kind {
+            Kind::Dir { parent, .. } => NodeData::new_dir(parent),
+            Kind::File { .. } => NodeData::File(
+                fs.new_regular(saved.opens > 0)
+                    .map_err(|e| errno("a data file", e))?,
+            ),
+            Kind::Symlink { ref target } if !target.is_empty() && target.len() <= 4096 => {
+                NodeData::Symlink(Symlink::new(target))
+            }
+            Kind::Symlink { .. } => return Err(invalid("a symlink target's length")),
+            Kind::Special { rdev } => NodeData::Special { kind: want, rdev },
+        };
+        if data.kind() != want {
+            return Err(invalid(format!(
+                "inode {}: mode and kind differ",
+                saved.ino
+            )));
+        }
+        let inode = if saved.ino == ROOT_INO {
+            if want != FileKind::Directory {
+                return Err(invalid("a root that is no directory"));
+            }
+            let root = fs.table.get(ROOT_INO).map_err(|e| errno("the root", e))?;
+            root.restore(&saved);
+            root
+        } else {
+            fs.limits
+                .charge_inode()
+                .map_err(|e| errno("room for an inode", e))?;
+            let sym = match &data {
+                NodeData::Symlink(s) => s.charged_bytes(),
+                _ => 0,
+            };
+            fs.charge_meta(sym)
+                .map_err(|e| errno("room for a symlink", e))?;
+            fs.table
+                .insert_saved(&saved, data)
+                .map_err(|_| invalid(format!("inode {} twice", saved.ino)))?
+        };
+        if let (
+            Kind::Dir {
+                parent,
+                next_cookie,
+                removed,
+            },
+            Ok(d),
+        ) = (kind, inode.dir())
+        {
+            d.write().restore(parent, next_cookie, removed);
+        }
+        if let Some(k) = inode.kernel_file() {
+            for _ in 0..saved.opens {
+                k.open();
+            }
+            if saved.flags & memofs_core::inode_flags::NOATIME != 0 {
+                k.set_noatime(true).map_err(|e| errno("noatime", e))?;
+            }
+        }
+        self.inodes += 1;
+        self.current = Some((inode, saved, size));
+        Ok(())
+    }
+
+    /// File data for the current inode.
+    fn data(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let inode = self.current("data")?;
+        let file = inode.file().map_err(|_| invalid("data for a non-file"))?;
+        let n = file
+            .write(&self.fs.limits, offset, data)
+            .map_err(|e| errno("writing data", e))?;
+        if n as usize != data.len() {
+            return Err(io::Error::other(format!(
+                "{n} of {} bytes written",
+                data.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets what writing the data moved: the size a file ends with (past its last extent)
+    /// and its times.
+    fn finish_inode(&mut self) -> io::Result<()> {
+        let Some((inode, saved, size)) = self.current.take() else {
+            return Ok(());
+        };
+        if let (Some(size), Ok(file)) = (size, inode.file()) {
+            file.truncate(&self.fs.limits, size)
+                .map_err(|e| errno("setting the size", e))?;
+        }
+        if let Some(k) = inode.kernel_file() {
+            let [atime, mtime, ..] = saved.times;
+            k.set_times(Some(atime), Some(mtime))
+                .map_err(|e| errno("setting times", e))?;
+            self.data_ctime = self.data_ctime.max(k.data_ctime().unwrap_or_default());
+        }
+        inode.restore(&saved);
+        Ok(())
+    }
+
+    /// The totals the source counted against what was rebuilt.
+    fn check(&self, inodes: u64, want_inodes: u64, bytes: u64) -> io::Result<()> {
+        if self.inodes != inodes || self.fs.limits.inodes() != want_inodes {
+            return Err(invalid(format!(
+                "{} inodes rebuilt, {} counted; the source had {inodes} ({want_inodes} counted)",
+                self.inodes,
+                self.fs.limits.inodes()
+            )));
+        }
+        if let Some(missing) = self
+            .targets
+            .iter()
+            .find(|&&i| self.fs.table.get(i).is_err())
+        {
+            return Err(invalid(format!(
+                "an entry names inode {missing}, which is not there"
+            )));
+        }
+        if self.fs.limits.bytes() != bytes {
+            return Err(invalid(format!(
+                "{} bytes rebuilt, the source had {bytes}",
+                self.fs.limits.bytes()
+            )));
+        }
+        Ok(())
+    }
+}
