@@ -85,6 +85,7 @@ pub fn passthrough(
     let config = PassthroughConfig {
         atime: plan.atime,
         watch: plan.watch,
+        changes: plan.changes.clone(),
         reserved_fds,
         ..Default::default()
     };
@@ -115,8 +116,13 @@ pub fn passthrough_features(fs: &PassthroughFs) -> Vec<(String, String)> {
     } else {
         "no (needs Linux 6.6+): chmod goes through /proc/self/fd"
     };
+    let feed = match fs.change_feed() {
+        Some(cmd) => format!("yes: {cmd}"),
+        None => "none: changes made on other machines show when cache timeouts expire".into(),
+    };
     vec![
         ("host_change_watch".into(), watch),
+        ("change_feed".into(), feed),
         ("open_tree".into(), open_tree.into()),
         ("fchmodat2".into(), fchmodat2.into()),
     ]

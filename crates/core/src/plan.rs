@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::{CacheMode, CachePolicy};
 use crate::idmap::IdMaps;
-use crate::options::{HugeMode, KernelFlag, MountOptions, Want, WatchMode};
+use crate::options::{ChangeFeed, HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
 use crate::xattrmap::XattrMap;
 
@@ -61,6 +61,8 @@ pub struct MountPlan {
     pub huge: HugeMode,
     /// Passthrough backend: how host-side changes are seen.
     pub watch: WatchMode,
+    /// Passthrough backend: the feed of changes made on other machines.
+    pub changes: ChangeFeed,
     /// FUSE passthrough for regular files.
     pub passthrough: Passthrough,
     /// What `writeback=` asked ([`MountPlan::writeback`] decides).
@@ -130,6 +132,7 @@ impl MountPlan {
             kernel_data,
             huge: opts.huge,
             watch: opts.watch,
+            changes: opts.changes.clone(),
             passthrough: match opts.passthrough {
                 Want::Off => Passthrough::Off,
                 Want::Auto => Passthrough::IfGranted,
@@ -212,6 +215,17 @@ impl MountPlan {
     pub fn without_notifications(&mut self) -> Result<(), String> {
         if self.writeback == Want::Auto {
             self.writeback = Want::Off;
+        }
+        match &self.changes {
+            ChangeFeed::Auto | ChangeFeed::Off => self.changes = ChangeFeed::Off,
+            _ => {
+                return Err(
+                    "changes= cannot work here: virtio-fs carries no notifications to \
+                            the guest, so changes made elsewhere show when the cache timeouts \
+                            run out (--cache=auto or never)"
+                        .into(),
+                )
+            }
         }
         match self.watch {
             WatchMode::Auto | WatchMode::Off => {
@@ -449,6 +463,12 @@ mod tests {
             .without_notifications()
             .unwrap_err()
             .contains("watch=inotify"));
+        let o = parse_options(&["changes=seaweedfs"], 8 << 30).unwrap();
+        let mut p = MountPlan::new(&o, BackendKind::Passthrough, true);
+        assert!(p.without_notifications().unwrap_err().contains("changes="));
+        assert!(parse_options(&["changes=exec:relative"], 8 << 30).is_err());
+        let o = parse_options(&["changes=exec:/bin/feed"], 8 << 30).unwrap();
+        assert_eq!(o.changes, ChangeFeed::Exec("/bin/feed".into()));
     }
 
     #[test]

@@ -11,10 +11,10 @@ use memofs_core::AtimePolicy;
 /// [`PassthroughConfig::reserved_fds`]).
 pub const DEFAULT_MAX_OPEN_FDS: usize = 1 << 20;
 
-pub use memofs_core::options::WatchMode;
+pub use memofs_core::options::{ChangeFeed, WatchMode};
 
 /// Configuration of a [`crate::PassthroughFs`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PassthroughConfig {
     /// The atime rule. Only `noatime` (and `nodiratime` for directories) has an effect:
     /// files are then opened with `O_NOATIME`. Otherwise the host filesystem's own mount
@@ -29,6 +29,8 @@ pub struct PassthroughConfig {
     pub cross_mounts: bool,
     /// The host-change watcher, started by `attach_invalidator`.
     pub watch: WatchMode,
+    /// The feed of changes made on other machines, started with the watcher.
+    pub changes: ChangeFeed,
     /// Descriptors left below `RLIMIT_NOFILE` for what the process holds besides the
     /// backend's (the transport's, a VMM's shared memory regions and queue events).
     pub reserved_fds: usize,
@@ -41,6 +43,7 @@ impl Default for PassthroughConfig {
             max_open_fds: DEFAULT_MAX_OPEN_FDS,
             cross_mounts: true,
             watch: WatchMode::Auto,
+            changes: ChangeFeed::Auto,
             reserved_fds: crate::RESERVED_FDS,
         }
     }

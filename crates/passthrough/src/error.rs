@@ -23,6 +23,8 @@ pub enum SetupError {
     NoProc(io::Error),
     /// The host kernel lacks `openat2` (Linux 5.6+), which confinement relies on.
     NoOpenat2(io::Error),
+    /// The change feed `-o changes=` asks for cannot run for this source.
+    NoChangeFeed(String),
 }
 
 impl fmt::Display for SetupError {
@@ -39,6 +41,7 @@ impl fmt::Display for SetupError {
             SetupError::NoOpenat2(e) => {
                 write!(f, "openat2 unavailable (Linux 5.6 or later needed): {e}")
             }
+            SetupError::NoChangeFeed(why) => write!(f, "changes=: {why}"),
         }
     }
 }
@@ -48,7 +51,9 @@ impl std::error::Error for SetupError {
         match self {
             SetupError::CannotOpen { source, .. } => Some(source),
             SetupError::NoProc(e) | SetupError::NoOpenat2(e) => Some(e),
-            SetupError::SourceMissing(_) | SetupError::NotADirectory(_) => None,
+            SetupError::SourceMissing(_)
+            | SetupError::NotADirectory(_)
+            | SetupError::NoChangeFeed(_) => None,
         }
     }
 }

@@ -137,6 +137,7 @@ use crate::handles::{HandleTable, OpenFile};
 use crate::host::HostId;
 use crate::inode::InodeTable;
 use crate::pin::Pins;
+use crate::watch::feed::{Feed, FeedSpec};
 use crate::watch::{ExportMount, Watcher};
 
 /// The passthrough filesystem: a host directory exported through a `Backend`.
@@ -161,6 +162,11 @@ pub struct PassthroughFs {
     pub(crate) names_stay_inside: bool,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
+    /// The feed of changes made on other machines (`-o changes=`), if this source has one;
+    /// it runs from the watcher's start ([`watch::feed`]).
+    feed_spec: Option<FeedSpec>,
+    /// Lock order 1, after `watcher`.
+    feed: Mutex<Option<Feed>>,
     /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
     /// attributes on it stays fresh.
     watching: AtomicBool,
@@ -192,6 +198,9 @@ impl PassthroughFs {
         // spares the check that a directory is still in the export where nothing can leave
         // it (`PassthroughFs::exported_dir`).
         let fanotify = matches!(config.watch, WatchMode::Auto | WatchMode::Fanotify);
+        let mnt_id = sys::at::mount_of(fd.as_fd()).map(|(id, _)| id);
+        let feed_spec =
+            FeedSpec::choose(&config.changes, source, mnt_id).map_err(SetupError::NoChangeFeed)?;
         let source = ExportMount::inspect(fd.as_fd());
         let remote = sys::io::fstatfs(fd.as_fd()).is_ok_and(|st| watch::is_remote(st.f_type));
         let whole_filesystem = fanotify && source.filesystem_root;
@@ -237,6 +246,8 @@ impl PassthroughFs {
             },
             names_stay_inside: source.filesystem_root && source.alone && private,
             watcher: Mutex::new(None),
+            feed_spec,
+            feed: Mutex::new(None),
             watching: AtomicBool::new(false),
         })
     }
@@ -246,7 +257,7 @@ impl PassthroughFs {
     pub fn config(&self) -> PassthroughConfig {
         PassthroughConfig {
             max_open_fds: self.budget.max(),
-            ..self.config
+            ..self.config.clone()
         }
     }
 
@@ -257,6 +268,11 @@ impl PassthroughFs {
     /// opened in [`PassthroughFs::new`].
     pub fn work_without_host_paths(&self) -> std::io::Result<()> {
         self.proc.work_here()
+    }
+
+    /// The change feed's command line, if the source has one (`-o changes=`).
+    pub fn change_feed(&self) -> Option<String> {
+        self.feed_spec.as_ref().map(FeedSpec::describe)
     }
 
     /// Descriptors currently held against the budget.
@@ -296,9 +312,17 @@ impl PassthroughFs {
         self.switch_creds.then(|| AsCaller::switch(caller))
     }
 
-    /// Starts the watcher with `invalidator`, or hands a running watcher the new one.
+    /// Starts the watcher and the change feed with `invalidator`, or hands running ones
+    /// the new one.
     pub(crate) fn start_watcher(&self, invalidator: Arc<dyn Invalidator>) {
         let mut slot = self.watcher.lock();
+        if let Some(spec) = &self.feed_spec {
+            let mut feed = self.feed.lock();
+            match &*feed {
+                Some(f) => f.set_invalidator(invalidator.clone()),
+                None => *feed = Feed::start(spec.clone(), &self.table, invalidator.clone()),
+            }
+        }
         match &*slot {
             Some(w) => w.set_invalidator(invalidator),
             None => {
@@ -357,8 +381,10 @@ impl PassthroughFs {
         let mut slot = self.watcher.lock();
         self.watching.store(false, Ordering::Release);
         let w = slot.take();
+        let f = self.feed.lock().take();
         drop(slot);
         drop(w);
+        drop(f);
     }
 }
 

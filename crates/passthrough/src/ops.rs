@@ -306,7 +306,8 @@ impl Backend for PassthroughFs {
             backing_fds: true,
             sole_writer: false,
             posix_acl: host_acls,
-            unseen_writers: self.export.remote,
+            // A change feed reports what other machines change.
+            unseen_writers: self.export.remote && self.feed_spec.is_none(),
         }
     }
 

@@ -48,6 +48,23 @@ pub enum WatchMode {
     Off,
 }
 
+/// `-o changes=`: a feed of changes made where no watcher on this host sees them (on another
+/// machine, for a source on a distributed filesystem), naming the paths changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ChangeFeed {
+    /// The engine's own change stream where memofs recognises the source's filesystem
+    /// (SeaweedFS); none elsewhere.
+    #[default]
+    Auto,
+    /// None: what others change shows when cache timeouts expire.
+    Off,
+    /// SeaweedFS's filer metadata stream; refused where the source is no SeaweedFS mount.
+    SeaweedFs,
+    /// A program whose standard output names changed paths, one per line, relative to the
+    /// exported directory (a line that starts with `"` is a JSON string).
+    Exec(std::path::PathBuf),
+}
+
 /// `-o huge=`: large folios for kernel-backed file data, as tmpfs's `huge=` (the private
 /// tmpfs holding the mem backend's file data is mounted with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +159,8 @@ pub struct MountOptions {
     pub cpu_latency: Want,
     /// Host-change watcher (passthrough backend).
     pub watch: WatchMode,
+    /// Feed of changes made on other machines (passthrough backend).
+    pub changes: ChangeFeed,
     /// Large folios for kernel-backed file data (mem backend).
     pub huge: HugeMode,
     /// Flags for the kernel mount.

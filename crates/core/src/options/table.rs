@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::{
-    err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, HugeMode, KernelFlag,
-    MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US, DEFAULT_HUGE,
+    err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, ChangeFeed, HugeMode,
+    KernelFlag, MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US, DEFAULT_HUGE,
     DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, MAX_BUSY_POLL_US, MAX_THREADS,
 };
 use crate::atime::{AtimeMode, AtimePolicy};
@@ -99,6 +99,7 @@ impl Parsing {
                 io_uring: Want::Auto,
                 cpu_latency: Want::Auto,
                 watch: WatchMode::Auto,
+                changes: ChangeFeed::Auto,
                 huge: DEFAULT_HUGE,
                 kernel_flags: DEFAULT_KERNEL_FLAGS.to_vec(),
                 debug: false,
@@ -517,6 +518,34 @@ pub(super) static OPTIONS: &[Spec] = &[
                 ("inotify", WatchMode::Inotify),
                 ("off", WatchMode::Off),
             ])?;
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "changes=auto|off|seaweedfs|exec:PROGRAM",
+        names: &["changes"],
+        prefixes: &[],
+        scope: Scope::Passthrough,
+        default: || "auto".into(),
+        help: "passthrough backend: a feed of changes made on other machines (auto: the engine's own stream where memofs knows it, SeaweedFS; exec: a program printing changed paths)",
+        apply: |p, g| {
+            let v = g.need()?;
+            p.o.changes = match v {
+                "auto" => ChangeFeed::Auto,
+                "off" => ChangeFeed::Off,
+                "seaweedfs" => ChangeFeed::SeaweedFs,
+                _ => match v.strip_prefix("exec:") {
+                    Some(program) if program.starts_with('/') => {
+                        ChangeFeed::Exec(program.into())
+                    }
+                    _ => {
+                        return Err(err(
+                            g.text,
+                            "expected auto, off, seaweedfs or exec:/absolute/path/of/a/program",
+                        ))
+                    }
+                },
+            };
             Ok(())
         },
     },

@@ -62,6 +62,7 @@
 //! raised, Linux 6.16+).
 
 mod fanotify;
+pub(crate) mod feed;
 mod inotify;
 
 use std::collections::HashSet;
