@@ -199,6 +199,8 @@ class Runner:
             for part in w.parts:
                 if part.needs_source and target.source() is None:
                     continue    # e.g. host-side changes on a target with no host directory
+                if part.needs_peer and target.peer() is None:
+                    continue    # changes from another machine, on a target with none
                 if (w.name, part.name) not in self.skipped_parts:
                     self._part(w, part, spec, mnt, rnd, target)
                     self.save()
@@ -219,6 +221,7 @@ class Runner:
 
     def _part(self, w: Workload, part: Part, spec: str, mnt: Path, rnd: int, target) -> None:
         ctx = Context(mnt=mnt, params=self.params[w.name], source=target.source(),
+                      peer=target.peer(),
                       status=lambda s: self.console.status(
                           f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"),
                       stats=target.server_stats)

@@ -41,6 +41,11 @@ class Target:
         """The host directory behind the mount, if any."""
         return self.export or self.backing
 
+    def peer(self) -> Path | None:
+        """Another machine's view of the same files (a distributed filesystem's second
+        client), if the target has one."""
+        return None
+
     # -- to be provided by kinds -----------------------------------------------------------
     def check(self) -> None:
         """Raise ToolMissing/TargetError if this target cannot be mounted here."""
@@ -490,10 +495,12 @@ def _alive(pid: int) -> bool:
     return st.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+from .dfs_targets import MemofsSeaweedFs, SeaweedFs  # noqa: E402 (they build on the above)
+
 KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough,
                                                        MemofsPassthroughSub, MemofsUser,
                                                        Tmpfs, PassthroughLL, PassthroughHP,
-                                                       Bindfs)}
+                                                       Bindfs, SeaweedFs, MemofsSeaweedFs)}
 
 
 class UnknownTarget(ValueError):

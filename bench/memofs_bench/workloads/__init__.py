@@ -49,6 +49,7 @@ class Part:
     requires: tuple[str, ...] = ()      # commands that must be on PATH
     labels: Callable[[dict], list[str]] = lambda p: []   # expected row order
     needs_source: bool = False          # only for targets exporting a host directory
+    needs_peer: bool = False            # only for targets with another machine's view
     optional: bool = False              # a missing tool is noted, not a failed run
 
 
@@ -92,6 +93,7 @@ class Context:
     mnt: Path
     params: dict[str, str]
     source: Path | None = None          # the host directory behind the mount, if any
+    peer: Path | None = None            # another machine's view of the same files, if any
     status: Callable[[str], None] = lambda s: None
     notes: list[str] = field(default_factory=list)
     stats: Callable[[], dict | None] = lambda: None   # the server's own counters, if it has any
@@ -131,9 +133,9 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import (atime_read, coherence, create, depth, lat_mmap, loopdd, memory, messaging,
-                   real, stat_missing, tree)
+    from . import (atime_read, coherence, create, depth, dfs, lat_mmap, loopdd, memory,
+                   messaging, real, stat_missing, tree)
     ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
           lat_mmap.WORKLOAD, create.WORKLOAD, depth.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD,
-          memory.WORKLOAD, real.WORKLOAD]
+          memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD]
     return {w.name: w for w in ws}

@@ -159,13 +159,22 @@ struct Maps {
 pub(crate) struct InodeTable {
     maps: RwLock<Maps>,
     root_dev: u64,
+    /// The source's inode numbers do not identify its objects on their own (see
+    /// [`PinnedFd::same_object`]).
+    numbers_unstable: bool,
     /// Batches of host changes the watcher has delivered (see [`crate::xattr`]).
     host_changes: AtomicU64,
 }
 
 impl InodeTable {
-    /// A table holding only the export root, `fd` with attributes `st`.
-    pub(crate) fn new(fd: CountedFd, st: &libc::statx, pins: Arc<Pins>) -> InodeTable {
+    /// A table holding only the export root, `fd` with attributes `st`; `numbers_unstable`
+    /// for a source whose inode numbers alone do not identify its objects.
+    pub(crate) fn new(
+        fd: CountedFd,
+        st: &libc::statx,
+        pins: Arc<Pins>,
+        numbers_unstable: bool,
+    ) -> InodeTable {
         let host = HostId::of(st);
         let root = Arc::new_cyclic(|me| Inode {
             ino: ROOT_INO,
@@ -186,6 +195,7 @@ impl InodeTable {
                 hook: None,
             }),
             root_dev: host.dev,
+            numbers_unstable,
             host_changes: AtomicU64::new(0),
         }
     }
@@ -243,7 +253,7 @@ impl InodeTable {
     ) -> Result<Arc<Inode>> {
         let host = HostId::of(st);
         if let Some(known) = self.find(host) {
-            if known.fd.same_object(fd.as_fd()) {
+            if known.fd.same_object(fd.as_fd(), self.numbers_unstable) {
                 if self.reference_again(&known).is_ok() {
                     known.fd.adopt(&known.pins, &known.me, fd);
                     return Ok(known);
@@ -257,7 +267,7 @@ impl InodeTable {
         let mut maps = self.maps.write();
         let meanwhile = Self::find_locked(&maps, host);
         if let Some(known) = meanwhile {
-            if known.fd.same_object(counted.as_fd()) {
+            if known.fd.same_object(counted.as_fd(), self.numbers_unstable) {
                 // Entered meanwhile by another lookup: the new descriptor closes after the
                 // lock is gone.
                 known.nlookup.fetch_add(1, Ordering::Relaxed);
@@ -302,6 +312,12 @@ impl InodeTable {
         if maps.by_host.get(&inode.host) == Some(&inode.ino) {
             maps.by_host.remove(&inode.host);
         }
+    }
+
+    /// Forgets which entry `host` identifies: the object is gone and its number may name
+    /// another one from now on. The entry stays until the kernel forgets it.
+    pub(crate) fn detach_host(&self, host: HostId) {
+        self.maps.write().by_host.remove(&host);
     }
 
     fn find_locked(maps: &Maps, host: HostId) -> Option<Arc<Inode>> {

@@ -155,7 +155,7 @@ pub struct PassthroughFs {
     /// Whether this process may switch filesystem ids.
     switch_creds: bool,
     /// Where the export lives (for the watcher).
-    export: ExportMount,
+    pub(crate) export: ExportMount,
     /// Nothing can be moved out of the export: the source is the root of its filesystem,
     /// nothing was mounted below it at start, and the server works on its private copy of
     /// the mount (in which no mount can appear later).
@@ -229,7 +229,7 @@ impl PassthroughFs {
         let root = budget.keep(fd).map_err(cannot_open)?;
         attr::probe_fchmodat2();
         Ok(PassthroughFs {
-            table: Arc::new(InodeTable::new(root, &st, pins.clone())),
+            table: Arc::new(InodeTable::new(root, &st, pins.clone(), remote)),
             pins,
             files: HandleTable::new(),
             dirs: HandleTable::new(),

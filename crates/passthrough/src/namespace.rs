@@ -183,7 +183,33 @@ impl PassthroughFs {
     pub(crate) fn remove(&self, parent: Ino, name: &OsStr, flags: i32) -> Result<()> {
         let dir = self.exported_dir(self.table.get(parent)?)?;
         let name = name::component(name)?;
-        sys::at::unlinkat(dir.fd()?.as_fd(), &name, flags)
+        let dir_fd = dir.fd()?;
+        let last = self.last_link(dir_fd.as_fd(), &name);
+        sys::at::unlinkat(dir_fd.as_fd(), &name, flags)?;
+        self.number_freed(last);
+        Ok(())
+    }
+
+    /// On a source that may give a removed object's inode number to the next one it makes
+    /// ([`crate::watch::ExportMount::remote`]: SeaweedFS's mount does, at once, even while the
+    /// server still holds a descriptor of the removed one), the host identity of `name` in
+    /// `dir` if removing that name removes the object (its last link); `None` elsewhere.
+    fn last_link(&self, dir: BorrowedFd<'_>, name: &CStr) -> Option<HostId> {
+        if !self.export.remote {
+            return None;
+        }
+        let st = sys::at::statx(dir, name).ok()?;
+        let dir_kind = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        (dir_kind || st.stx_nlink <= 1).then(|| HostId::of(&st))
+    }
+
+    /// The object `last_link` named is gone: its number no longer identifies it, so the next
+    /// object found under that number gets an inode of its own (the entry stays until the
+    /// kernel forgets it).
+    fn number_freed(&self, host: Option<HostId>) {
+        if let Some(host) = host {
+            self.table.detach_host(host);
+        }
     }
 
     /// RENAME with `renameat2` flags; both names are single components in directories the
@@ -204,13 +230,20 @@ impl PassthroughFs {
         let new_dir = self.exported_dir(self.table.get(new_parent)?)?;
         let name = name::component(name)?;
         let new_name = name::component(new_name)?;
+        let new_dir_fd = new_dir.fd()?;
+        let replaced = match flags & rename_flags::EXCHANGE {
+            0 => self.last_link(new_dir_fd.as_fd(), &new_name),
+            _ => None,
+        };
         sys::at::renameat2(
             dir.fd()?.as_fd(),
             &name,
-            new_dir.fd()?.as_fd(),
+            new_dir_fd.as_fd(),
             &new_name,
             flags,
-        )
+        )?;
+        self.number_freed(replaced);
+        Ok(())
     }
 
     /// LINK: a new name for an inode the server resolved beneath the root. Links through the

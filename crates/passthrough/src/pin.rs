@@ -248,15 +248,26 @@ impl PinnedFd {
     }
 
     /// Whether the host object `fd` refers to (with the same `(st_dev, st_ino)` as this
-    /// inode) is this inode's: certainly while the descriptor is held (it pins the inode);
-    /// otherwise when its handle matches the one taken before closing.
-    pub(crate) fn same_object(&self, fd: BorrowedFd<'_>) -> bool {
-        if self.slot.lock().is_some() {
-            return true;
-        }
-        match self.handle.get() {
-            Some(Some(handle)) => sys::at::file_handle(fd).is_ok_and(|h| h == *handle),
-            _ => true,
+    /// inode) is this inode's: certainly while the descriptor is held (it pins the inode),
+    /// unless the source's inode numbers are `unstable` (a FUSE or network filesystem may
+    /// show two live objects under one number, or move an object to another: SeaweedFS's
+    /// mount does), where the handles must match too; otherwise when its handle matches the
+    /// one taken before closing. Without a handle to compare, the numbers decide.
+    pub(crate) fn same_object(&self, fd: BorrowedFd<'_>, unstable: bool) -> bool {
+        let held = self.slot.lock().clone();
+        let handle = match held {
+            Some(_) if !unstable => return true,
+            Some(own) => self
+                .handle
+                .get_or_init(|| sys::at::file_handle(own.as_fd()).ok()),
+            None => match self.handle.get() {
+                Some(h) => h,
+                None => return true,
+            },
+        };
+        match handle {
+            Some(handle) => sys::at::file_handle(fd).is_ok_and(|h| h == *handle),
+            None => true,
         }
     }
 

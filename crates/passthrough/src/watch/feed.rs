@@ -7,8 +7,11 @@
 //! the paths it names; for each, the kernel's cached name in the parent directory (negative
 //! or positive), the attributes and data of what the name now holds, and the parent's own
 //! attributes are invalidated, as the watcher does for a local change ([`super::deliver`]).
-//! A path whose parent directory the kernel does not hold is dropped: nothing under it can
-//! be cached.
+//! Where the feed says that only what a name holds changed (SeaweedFS's update in place of
+//! the same object: new data, new times, a directory whose entries changed), only that is
+//! invalidated: dropping a directory's own entry would drop every name cached below it. A
+//! path whose parent directory the kernel does not hold is dropped: nothing under it can be
+//! cached.
 //!
 //! The source's own client may learn of a change after the feed does, and may keep an old
 //! answer for its own timeouts (SeaweedFS's mount keeps a name deleted on another machine
@@ -26,7 +29,7 @@
 //! every cached name and inode is invalidated and it is started again a second later (a
 //! SeaweedFS feed from where the last one ended).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
@@ -39,7 +42,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use memofs_core::options::ChangeFeed;
-use memofs_core::{Invalidator, ROOT_INO};
+use memofs_core::{Ino, Invalidator, ROOT_INO};
 use parking_lot::RwLock;
 use serde::Deserialize;
 
@@ -47,14 +50,14 @@ use super::{child_ino, deliver, Change, InvalidatorSlot};
 use crate::inode::InodeTable;
 use crate::sys;
 
-/// When each path is invalidated again, after the first time: until its source's own
-/// client has caught up, which for SeaweedFS's mount takes up to its 1 s entry and
-/// attribute timeouts (a name deleted elsewhere stays in it that long).
-pub(crate) const AGAIN: [Duration; 4] = [
-    Duration::from_millis(250),
-    Duration::from_millis(600),
-    Duration::from_millis(1100),
-    Duration::from_millis(2000),
+/// When each path is invalidated again, after the first time: after a lookup that raced
+/// the first, after the source's own client has caught up (SeaweedFS's mount keeps a name
+/// deleted elsewhere, or old attributes, for its 1 s timeouts), and once more for a loaded
+/// machine.
+pub(crate) const AGAIN: [Duration; 3] = [
+    Duration::from_millis(300),
+    Duration::from_millis(1150),
+    Duration::from_millis(2500),
 ];
 /// How long a program that ended waits before it is started again.
 const RESTART: Duration = Duration::from_secs(1);
@@ -333,7 +336,7 @@ fn read_until_end(
         return false;
     };
     let mut parser = Parser::new(spec.format.clone());
-    let mut later: [VecDeque<(Instant, Vec<OsString>)>; AGAIN.len()] = Default::default();
+    let mut later: [VecDeque<(Instant, Changed)>; AGAIN.len()] = Default::default();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let due = later
@@ -380,31 +383,52 @@ fn read_until_end(
             continue;
         }
         let mut changes = Vec::new();
+        let mut dirs = HashMap::new();
         for p in &paths {
-            changes_for(table, p, &mut changes);
+            changes_for(table, p, &mut dirs, &mut changes);
         }
         deliver(table, &changes, &**slot.read());
     }
 }
 
-/// What to invalidate for a change at `path` (components below the export root): the name
-/// in its parent, what the name holds now, the parent itself; nothing when the kernel does
-/// not hold the parent.
-pub(crate) fn changes_for(table: &InodeTable, path: &[OsString], out: &mut Vec<Change>) {
-    let Some((name, dirs)) = path.split_last() else {
+/// A path a feed names (components below the export root), and whether a name changed
+/// there (created, deleted, renamed, replaced) or only what it holds (attributes, data).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Changed {
+    path: Vec<OsString>,
+    name: bool,
+}
+
+/// What to invalidate for `changed`: for a name change, the name in its parent (the
+/// kernel's entry, present or missing), what the name holds now and the parent itself; for
+/// a change of what it holds, that only (a directory's own entry, with every name cached
+/// below it, stays). Nothing when the kernel does not hold the parent. `dirs` keeps the
+/// directories found for one batch (many paths share them; each step asks the source).
+pub(crate) fn changes_for(
+    table: &InodeTable,
+    changed: &Changed,
+    dirs: &mut HashMap<Vec<OsString>, Option<Ino>>,
+    out: &mut Vec<Change>,
+) {
+    let Some((name, parents)) = changed.path.split_last() else {
         out.push(Change::Inode(ROOT_INO));
         return;
     };
     let mut dir = ROOT_INO;
-    for d in dirs {
-        match child_ino(table, dir, d) {
+    for (i, d) in parents.iter().enumerate() {
+        let found = dirs
+            .entry(parents[..=i].to_vec())
+            .or_insert_with(|| child_ino(table, dir, d));
+        match *found {
             Some(ino) => dir = ino,
             None => return,
         }
     }
-    out.push(Change::Entry(dir, name.clone()));
     out.push(Change::Child(dir, name.clone()));
-    out.push(Change::Inode(dir));
+    if changed.name {
+        out.push(Change::Entry(dir, name.clone()));
+        out.push(Change::Inode(dir));
+    }
 }
 
 /// A path's components below the export root, from a path relative to it (a leading `/`
@@ -450,6 +474,19 @@ struct Notification {
 struct FilerEntry {
     #[serde(default)]
     name: String,
+    attributes: Option<FilerAttributes>,
+}
+
+#[derive(Deserialize)]
+struct FilerAttributes {
+    /// The object's number, as a decimal string.
+    inode: Option<String>,
+}
+
+impl FilerEntry {
+    fn inode(&self) -> Option<&str> {
+        self.attributes.as_ref()?.inode.as_deref()
+    }
 }
 
 /// The most a feed may leave unparsed (one event or line): past it the output is dropped.
@@ -463,8 +500,8 @@ impl Parser {
         }
     }
 
-    /// Takes `bytes` of output; appends the paths it completes to `out`.
-    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<Vec<OsString>>) {
+    /// Takes `bytes` of output; appends the changes it completes to `out`.
+    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<Changed>) {
         self.pending.extend_from_slice(bytes);
         let used = match &self.format {
             Format::Lines => self.lines(out),
@@ -480,7 +517,7 @@ impl Parser {
         }
     }
 
-    fn lines(&self, out: &mut Vec<Vec<OsString>>) -> usize {
+    fn lines(&self, out: &mut Vec<Changed>) -> usize {
         let mut used = 0;
         while let Some(end) = self.pending[used..].iter().position(|&b| b == b'\n') {
             let line = self.pending[used..used + end].trim_ascii_end();
@@ -497,7 +534,7 @@ impl Parser {
                 Some(_) => line.to_vec(),
             };
             match components(&path) {
-                Some(c) => out.push(c),
+                Some(path) => out.push(Changed { path, name: true }),
                 None => log::warn!("passthrough: change feed: a path with `..` ignored"),
             }
         }
@@ -505,9 +542,10 @@ impl Parser {
     }
 }
 
-/// Reads the complete events at the start of `bytes`, appending the paths below `prefix`
-/// that each changes (the old and the new name); returns the bytes consumed.
-fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Vec<OsString>>) -> usize {
+/// Reads the complete events at the start of `bytes`, appending the changes below `prefix`
+/// each makes (the old and the new name; one path and no name change for an update in
+/// place of the same object); returns the bytes consumed.
+fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Changed>) -> usize {
     let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<FilerEvent>();
     let mut used = 0;
     loop {
@@ -522,15 +560,23 @@ fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Vec<OsString>>) ->
                     true => &event.directory,
                     false => &n.new_parent,
                 };
-                let paths = [
-                    n.old.map(|e| join(&event.directory, &e.name)),
-                    n.new.map(|e| join(new_dir, &e.name)),
-                ];
-                for p in paths.into_iter().flatten() {
-                    if let Some(c) = below(&p, prefix).and_then(|rel| components(rel.as_bytes())) {
-                        if !out.contains(&c) {
-                            out.push(c);
-                        }
+                let old = n
+                    .old
+                    .as_ref()
+                    .map(|e| (join(&event.directory, &e.name), e.inode()));
+                let new = n.new.as_ref().map(|e| (join(new_dir, &e.name), e.inode()));
+                let in_place = matches!((&old, &new), (Some(o), Some(n)) if o == n);
+                for (p, _) in [old, new].into_iter().flatten() {
+                    let Some(path) = below(&p, prefix).and_then(|r| components(r.as_bytes()))
+                    else {
+                        continue;
+                    };
+                    let c = Changed {
+                        path,
+                        name: !in_place,
+                    };
+                    if !out.contains(&c) {
+                        out.push(c);
                     }
                 }
             }
@@ -571,6 +617,7 @@ fn below<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
 mod tests {
     use super::*;
 
+    /// Each change as its path, with `=` in front where no name changed.
     fn parse(format: Format, chunks: &[&[u8]]) -> Vec<String> {
         let mut p = Parser::new(format);
         let mut out = Vec::new();
@@ -579,10 +626,17 @@ mod tests {
         }
         out.iter()
             .map(|c| {
-                c.iter()
+                let path = c
+                    .path
+                    .iter()
                     .map(|s| s.to_string_lossy().into_owned())
                     .collect::<Vec<_>>()
-                    .join("/")
+                    .join("/");
+                if c.name {
+                    path
+                } else {
+                    format!("={path}")
+                }
             })
             .collect()
     }
@@ -607,7 +661,10 @@ mod tests {
  "newEntry": {"name": "g"}, "newParentPath": "/sub/e"}}
 {"directory": "/sub", "eventNotification": {"oldEntry": {"name": "gone"}, "newEntry": null}}
 {"directory": "/other", "eventNotification": {"oldEntry": null, "newEntry": {"name": "x"}}}
-{"directory": "/", "eventNotification": {"oldEntry": {"name": "sub"}, "newEntry": {"name": "sub"}}}
+{"directory": "/", "eventNotification": {"oldEntry": {"name": "sub", "attributes": {"inode": "7"}},
+ "newEntry": {"name": "sub", "attributes": {"inode": "7"}}}}
+{"directory": "/sub", "eventNotification": {"oldEntry": {"name": "r", "attributes": {"inode": "1"}},
+ "newEntry": {"name": "r", "attributes": {"inode": "2"}}, "newParentPath": "/sub"}}
 "#;
         let (a, b) = create.split_at(40);
         let got = parse(
@@ -616,7 +673,7 @@ mod tests {
             },
             &[a, b, rename],
         );
-        assert_eq!(got, ["f", "d/f", "e/g", "gone", ""]);
+        assert_eq!(got, ["f", "d/f", "e/g", "gone", "=", "r"]);
         let all = parse(
             Format::SeaweedFs { prefix: "/".into() },
             &[br#"{"directory": "/", "eventNotification": {"oldEntry": null, "newEntry": {"name": "x"}}} garbage {"#, b"\n{\"directory\": \"/y\"}"],

@@ -1,0 +1,181 @@
+"""dfs: a distributed filesystem's mount on machine A against memofs in front of it.
+
+For the `seaweedfs` and `memofs-sw` targets (a fresh SeaweedFS cluster on loopback per mount,
+machines A and B; see `dfs_targets`). Parts, each on machine A's view:
+- `lookups`: COUNT stat() calls of a missing name from one C process (what Python's import
+  path scan, make's and compilers' include searches and `git status` do), stats/s;
+- `imports`: a fresh `python -S -E` imports 40 standard-library modules from a copy of the
+  standard library on the target, behind PATHS empty directories ahead of it on `sys.path`
+  (each import looks in every one first): once after drop_caches, then WARM times; every
+  module checked to come from the target; s;
+- `tree`: untar of a synthetic source tree of FILES files (the writes: each byte crosses
+  memofs and the engine's mount, two FUSE hops), `git add` + `git commit` of it, `git status`
+  warm and after drop_caches, `grep -r` warm; s;
+- `changes` (needs machine B): NAMES times, a name is looked up on A (the kernel may cache the
+  miss), created on B, and stat()ed on A until it appears; then deleted on B until it is gone
+  on A. Latency from B's syscall's return; a change not seen within TIMEOUT counts as stale.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+from .. import tools
+from . import Context, Metric, Param, Part, Workload
+from .coherence import _wait
+from .tree import MARKER, tarball
+
+NAME = "no-such-module.py"
+MODULES = ("json email.parser email.message http.client xml.etree.ElementTree asyncio decimal "
+           "unittest logging.handlers argparse csv urllib.request dataclasses typing tomllib "
+           "pathlib textwrap difflib pprint statistics fractions uuid zipfile tarfile shutil "
+           "subprocess tempfile glob string calendar gettext configparser html.parser base64 "
+           "hashlib ipaddress selectors queue inspect traceback").split()
+SKIP = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
+        "site-packages", "dist-packages", "__pycache__", "lib-dynload", "pydoc_data"}
+
+
+def lookups(ctx: Context):
+    exe = str(tools.helper("stat_loop"))
+    n = ctx.int("count")
+    ctx.status(f"{n} stat() of a missing name")
+    out = ctx.run([exe, str(ctx.mnt), NAME, str(n)]).stdout.split()
+    ns, count, misses = int(out[0]), int(out[1]), int(out[2])
+    if misses != count:
+        raise tools.CheckFailed(f"{NAME} exists on the target")
+    yield "lookups", "missing", count / (ns / 1e9)
+
+
+def stdlib_tarball() -> Path:
+    """The interpreter's standard library (pure Python, no tests), packed once."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    out = tools.cache_dir() / f"stdlib-{version}.tar"
+    if out.exists():
+        return out
+    src = Path(sysconfig.get_paths()["stdlib"])
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as tar:
+        tar.add(src, arcname="stdlib",
+                filter=lambda i: None if set(Path(i.name).parts) & SKIP else i)
+    tmp.rename(out)
+    return out
+
+
+def _import_cmd(ctx: Context) -> list[str]:
+    paths = [str(ctx.mnt / f"path{i:02}") for i in range(ctx.int("paths"))]
+    lib = str(ctx.mnt / "stdlib")
+    code = (f"import sys; sys.path[:0] = {paths + [lib]!r}\n"
+            f"for m in {MODULES!r}: __import__(m)\n"
+            f"bad = [m for m in {MODULES!r} if not sys.modules[m].__file__.startswith({lib!r})]\n"
+            "sys.exit(f'not from the target: {bad}' if bad else 0)\n")
+    return [sys.executable, "-S", "-E", "-c", code]
+
+
+def imports(ctx: Context):
+    ctx.status("the standard library onto the target (untimed)")
+    ctx.run(["tar", "-xf", str(stdlib_tarball())])
+    for i in range(ctx.int("paths")):
+        (ctx.mnt / f"path{i:02}").mkdir()
+    cmd = _import_cmd(ctx)
+    ctx.run(cmd)        # the first run writes __pycache__ (untimed)
+    ctx.drop_caches()
+    ctx.status("imports after drop_caches")
+    secs, _ = ctx.timed(cmd)
+    yield "imports", "cold", secs
+    for i in range(ctx.int("warm")):
+        ctx.status(f"imports, warm {i + 1}")
+        secs, _ = ctx.timed(cmd)
+        yield "imports", "warm", secs
+    shutil.rmtree(ctx.mnt / "stdlib")
+
+
+def tree(ctx: Context):
+    files = ctx.int("files")
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost",
+           "-c", "gc.auto=0"]
+    ctx.status(f"untar {files} files")
+    secs, _ = ctx.timed(["tar", "-xf", str(tarball(files))])
+    yield "time", "untar", secs
+    ctx.status("git add + commit")
+    ctx.run(git + ["init", "-q"])
+    secs, _ = ctx.timed(["sh", "-c", f"{' '.join(git)} add -A && "
+                                     f"{' '.join(git)} commit -q -m tree"])
+    yield "time", "git-commit", secs
+    for label, drop in (("git-status", False), ("git-status-cold", True)):
+        ctx.drop_caches() if drop else None
+        ctx.status(label)
+        secs, r = ctx.timed(git + ["status", "--porcelain"])
+        if r.stdout.strip():
+            raise tools.CheckFailed(f"git status is not clean: {r.stdout[:200]}")
+        yield "time", label, secs
+    ctx.status("grep -r")
+    secs, r = ctx.timed(["grep", "-r", "-l", MARKER, "src"])
+    if len(r.stdout.splitlines()) != len(range(0, files, 7)):
+        raise tools.CheckFailed(f"grep found {len(r.stdout.splitlines())} files")
+    yield "time", "grep", secs
+
+
+def changes(ctx: Context):
+    n, timeout = ctx.int("names"), float(ctx.params["timeout"])
+    a, b = ctx.mnt, ctx.peer
+    stale = {"create": 0, "delete": 0}
+    for i in range(n):
+        ctx.status(f"change on B {i + 1}/{n}")
+        name = f"from-b-{os.getpid()}-{i}"
+        if os.path.exists(a / name):
+            raise tools.CheckFailed(f"{name} exists before the test")
+        os.close(os.open(b / name, os.O_CREAT | os.O_WRONLY, 0o644))
+        lat = _wait(str(a / name), True, timeout)
+        if lat is None:
+            stale["create"] += 1
+            os.unlink(b / name)
+            continue
+        yield "latency", "create", lat * 1e3
+        os.unlink(b / name)
+        lat = _wait(str(a / name), False, timeout)
+        if lat is None:
+            stale["delete"] += 1
+        else:
+            yield "latency", "delete", lat * 1e3
+    yield "stale", "create", 100.0 * stale["create"] / n
+    if stale["create"] < n:
+        yield "stale", "delete", 100.0 * stale["delete"] / (n - stale["create"])
+
+
+WORKLOAD = Workload(
+    name="dfs",
+    summary="a distributed filesystem's mount against memofs over it: missing-name lookups, "
+            "Python imports, a git tree, changes made on another machine",
+    seed="001 (negative dentries, across machines)",
+    params=[
+        Param("count", "10000", "500", "stat() calls of a missing name"),
+        Param("paths", "20", "3", "empty directories ahead of the library on sys.path"),
+        Param("warm", "5", "1", "warm import runs"),
+        Param("files", "5000", "50", "files in the synthetic tree"),
+        Param("names", "30", "3", "create+delete pairs made on machine B"),
+        Param("timeout", "5", "5", "seconds after which a change on B counts as stale"),
+    ],
+    metrics=[
+        Metric("lookups", "stat() of a missing name, in-process", "stats/s", True, "name",
+               summary=True),
+        Metric("imports", "python imports 40 modules behind a long sys.path", "s", False,
+               "cache", summary=True),
+        Metric("time", "step time", "s", False, "step", summary=True),
+        Metric("latency", "a change on machine B visible on A", "ms", False, "change",
+               summary=True),
+        Metric("stale", "changes on B still invisible after the timeout", "%", False, "change"),
+    ],
+    parts=[
+        Part("lookups", ("lookups",), lookups, (), lambda p: ["missing"]),
+        Part("imports", ("imports",), imports, ("tar",), lambda p: ["cold", "warm"]),
+        Part("tree", ("time",), tree, ("tar", "git", "grep"),
+             lambda p: ["untar", "git-commit", "git-status", "git-status-cold", "grep"]),
+        Part("changes", ("latency", "stale"), changes, (), lambda p: ["create", "delete"],
+             needs_peer=True),
+    ],
+)
