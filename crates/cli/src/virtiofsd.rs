@@ -25,8 +25,11 @@ use crate::vhost_socket::{self, SocketFile};
 use crate::{backends, daemon, fail, mount, sandbox, seccomp, EXIT_FAILURE, EXIT_USAGE};
 
 /// What `--print-capabilities` prints: the vhost-user backend description QEMU and libvirt
-/// read (docs/interop/vhost-user.json): a device of type `fs`, no optional features.
-pub const CAPABILITIES: &str = "{\n  \"type\": \"fs\",\n  \"features\": []\n}";
+/// read (docs/interop/vhost-user.json): a device of type `fs` that can migrate
+/// (`migrate-precopy`: libvirt then lets a domain with it migrate; QEMU asks the device
+/// itself, which offers the state transfer for the mem backend only).
+pub const CAPABILITIES: &str =
+    "{\n  \"type\": \"fs\",\n  \"features\": [\n    \"migrate-precopy\"\n  ]\n}";
 
 /// `-o` items in virtiofsd's older form, taken apart from memofs's own options.
 #[derive(Debug, Default, PartialEq)]
@@ -631,7 +634,8 @@ mod tests {
     }
 
     #[test]
-    fn capabilities_name_an_fs_device() {
+    fn capabilities_name_an_fs_device_that_migrates() {
         assert!(CAPABILITIES.contains("\"type\": \"fs\""));
+        assert!(CAPABILITIES.contains("\"migrate-precopy\""));
     }
 }

@@ -167,6 +167,9 @@ pub struct PassthroughFs {
     feed_spec: Option<FeedSpec>,
     /// Lock order 1, after `watcher`.
     feed: Mutex<Option<Feed>>,
+    /// The change feed runs: every name change made elsewhere is reported, with the
+    /// directory it was made in.
+    following: AtomicBool,
     /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
     /// attributes on it stays fresh.
     watching: AtomicBool,
@@ -248,6 +251,7 @@ impl PassthroughFs {
             watcher: Mutex::new(None),
             feed_spec,
             feed: Mutex::new(None),
+            following: AtomicBool::new(false),
             watching: AtomicBool::new(false),
         })
     }
@@ -322,6 +326,7 @@ impl PassthroughFs {
                 Some(f) => f.set_invalidator(invalidator.clone()),
                 None => *feed = Feed::start(spec.clone(), &self.table, invalidator.clone()),
             }
+            self.following.store(feed.is_some(), Ordering::Release);
         }
         match &*slot {
             Some(w) => w.set_invalidator(invalidator),
@@ -382,6 +387,7 @@ impl PassthroughFs {
         self.watching.store(false, Ordering::Release);
         let w = slot.take();
         let f = self.feed.lock().take();
+        self.following.store(false, Ordering::Release);
         drop(slot);
         drop(w);
         drop(f);

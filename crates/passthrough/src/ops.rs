@@ -323,10 +323,11 @@ impl Backend for PassthroughFs {
         attr.kind == FileKind::Regular && attr.nlink > 1 && !self.watching.load(Ordering::Acquire)
     }
 
-    /// A watcher that marks the whole filesystem sees every name change on it, and reports
-    /// each with an invalidation of the directory (which drops a listing the kernel keeps).
+    /// A watcher that marks the whole filesystem sees every name change on it, and a change
+    /// feed every one made elsewhere; both report each with an invalidation of the directory
+    /// (which drops a listing the kernel keeps).
     fn name_changes_reported(&self) -> bool {
-        self.watching.load(Ordering::Acquire)
+        self.watching.load(Ordering::Acquire) || self.following.load(Ordering::Acquire)
     }
 
     fn sees_every_change(&self) -> bool {

@@ -170,19 +170,16 @@ fn seaweedfs(path: &Path, mnt_id: Option<u64>) -> Result<FeedSpec, String> {
 /// mount point in `-dir=`), else one on `PATH`.
 fn weed_of(mount_point: &Path) -> Option<PathBuf> {
     let dir = mount_point.as_os_str().as_bytes();
-    let serves = |args: &[&[u8]]| {
-        args.iter().any(|a| *a == b"mount")
-            && args.windows(2).any(|w| {
-                let flag = w[0].trim_ascii_start();
-                let eq = [b"-dir=".as_slice(), b"--dir="]
-                    .iter()
-                    .any(|p| flag.strip_prefix(*p) == Some(dir));
-                eq || ((flag == b"-dir" || flag == b"--dir") && w[1] == dir)
-            })
-            || args
-                .last()
-                .is_some_and(|a| a.strip_prefix(b"-dir=") == Some(dir))
+    let names_dir = |args: &[&[u8]]| {
+        args.iter().enumerate().any(|(i, a)| {
+            let value = a
+                .strip_prefix(b"-dir=")
+                .or_else(|| a.strip_prefix(b"--dir="));
+            let flag = *a == b"-dir" || *a == b"--dir";
+            value == Some(dir) || (flag && args.get(i + 1) == Some(&dir))
+        })
     };
+    let serves = |args: &[&[u8]]| args.contains(&b"mount".as_slice()) && names_dir(args);
     let from_process = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid = e.file_name();
         pid.as_bytes()
