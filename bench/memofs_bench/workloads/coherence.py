@@ -37,26 +37,28 @@ def _wait(path: str, want_exists: bool, timeout: float) -> float | None:
             time.sleep(1e-4)
 
 
-def changes(ctx: Context):
+def create_delete(ctx: Context, made: str, seen: str, prefix: str):
+    """NAMES times: a name is looked up in `seen` (the kernel may cache the miss), created in
+    `made`, and stat()ed in `seen` until it appears; then deleted in `made` until it is gone
+    in `seen`. Yields the latencies (ms from the syscall's return) and the stale shares."""
     n, timeout = ctx.int("names"), float(ctx.params["timeout"])
-    host, mnt = ctx.source, ctx.mnt
     stale = {"create": 0, "delete": 0}
     for i in range(n):
-        ctx.status(f"host change {i + 1}/{n}")
-        name = f"coherence-{os.getpid()}-{i}"
-        seen = os.path.join(mnt, name)
-        if os.path.exists(seen):
+        ctx.status(f"change {i + 1}/{n}")
+        name = f"{prefix}-{os.getpid()}-{i}"
+        at, there = os.path.join(made, name), os.path.join(seen, name)
+        if os.path.exists(there):
             raise ValueError(f"{name} exists before the test")
-        os.close(os.open(os.path.join(host, name), os.O_CREAT | os.O_WRONLY, 0o644))
-        lat = _wait(seen, True, timeout)
+        os.close(os.open(at, os.O_CREAT | os.O_WRONLY, 0o644))
+        lat = _wait(there, True, timeout)
         if lat is None:
-            os.unlink(os.path.join(host, name))
+            os.unlink(at)
             # Never seen: a delete would look instant against the stale miss; not measured.
             stale["create"] += 1
             continue
         yield "latency", "create", lat * 1e3
-        os.unlink(os.path.join(host, name))
-        lat = _wait(seen, False, timeout)
+        os.unlink(at)
+        lat = _wait(there, False, timeout)
         if lat is None:
             stale["delete"] += 1
         else:
@@ -64,6 +66,10 @@ def changes(ctx: Context):
     yield "stale", "create", 100.0 * stale["create"] / n
     if stale["create"] < n:
         yield "stale", "delete", 100.0 * stale["delete"] / (n - stale["create"])
+
+
+def changes(ctx: Context):
+    yield from create_delete(ctx, str(ctx.source), str(ctx.mnt), "coherence")
 
 
 WORKLOAD = Workload(

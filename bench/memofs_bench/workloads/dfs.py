@@ -22,7 +22,6 @@ machines A and B; see `dfs_targets`). Parts, each on machine A's view:
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import sysconfig
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from .. import tools
 from . import Context, Metric, Param, Part, Workload
-from .coherence import _wait
+from .coherence import create_delete
 from .tree import MARKER, tarball
 
 NAME = "no-such-module.py"
@@ -152,30 +151,7 @@ def tree(ctx: Context):
 
 
 def changes(ctx: Context):
-    n, timeout = ctx.int("names"), float(ctx.params["timeout"])
-    a, b = ctx.mnt, ctx.peer
-    stale = {"create": 0, "delete": 0}
-    for i in range(n):
-        ctx.status(f"change on B {i + 1}/{n}")
-        name = f"from-b-{os.getpid()}-{i}"
-        if os.path.exists(a / name):
-            raise tools.CheckFailed(f"{name} exists before the test")
-        os.close(os.open(b / name, os.O_CREAT | os.O_WRONLY, 0o644))
-        lat = _wait(str(a / name), True, timeout)
-        if lat is None:
-            stale["create"] += 1
-            os.unlink(b / name)
-            continue
-        yield "latency", "create", lat * 1e3
-        os.unlink(b / name)
-        lat = _wait(str(a / name), False, timeout)
-        if lat is None:
-            stale["delete"] += 1
-        else:
-            yield "latency", "delete", lat * 1e3
-    yield "stale", "create", 100.0 * stale["create"] / n
-    if stale["create"] < n:
-        yield "stale", "delete", 100.0 * stale["delete"] / (n - stale["create"])
+    yield from create_delete(ctx, str(ctx.peer), str(ctx.mnt), "from-b")
 
 
 WORKLOAD = Workload(
