@@ -194,8 +194,8 @@ URING_UNCACHED := memofs:-o io_uring=off,negative_timeout=0,passthrough=off,memo
 ROOTLESS_TARGETS := tmpfs,memofs,memofs-user,memofs-user:-o writeback=off
 ROOTLESS_REAL := tmpfs,memofs,memofs:-o passthrough=off,memofs:-o passthrough=off,writeback=off,memofs-user
 # memofs over SeaweedFS (a fresh cluster per mount) against SeaweedFS's own mount: with the
-# filer's change stream (noatime, as the guide advises, and the defaults) and without it.
-DFS_TARGETS := seaweedfs,memofs-sw:-o noatime,memofs-sw,memofs-sw:-o changes=off,noatime
+# filer's change stream (the defaults) and without it.
+DFS_TARGETS := seaweedfs,memofs-sw,memofs-sw:-o changes=off
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real

@@ -100,6 +100,8 @@ pub struct MountPlan {
     /// Whether the mount's options set the cache timeouts (else [`MountPlan::adopt`] may
     /// shorten them).
     cache_given: bool,
+    /// An atime option was given.
+    atime_given: bool,
     /// POSIX ACLs asked for: `Auto` where the backend keeps them, `Off` none (the kernel
     /// gets none, requests for ACL attributes are refused), `On` required.
     pub acl: Want,
@@ -152,6 +154,7 @@ impl MountPlan {
             ids: IdMaps::default(),
             acl: Want::Auto,
             cache_given: opts.cache_given,
+            atime_given: opts.atime_given,
             xattrs: None,
             announce_submounts: false,
         }
@@ -180,6 +183,13 @@ impl MountPlan {
         // otherwise, the kernel keeps names, misses and attributes for `cache=auto`'s second.
         if caps.unseen_writers && !self.cache_given {
             self.cache = CachePolicy::derive(Some(CacheMode::Auto), None, None, None);
+        }
+        // No read through this server keeps another system's atime by any rule.
+        if caps.atime_elsewhere && !self.atime_given {
+            self.atime = AtimePolicy {
+                mode: AtimeMode::Noatime,
+                nodiratime: true,
+            };
         }
         self.sole_writer = caps.sole_writer;
     }
@@ -343,7 +353,22 @@ mod tests {
         sole_writer: true,
         posix_acl: true,
         unseen_writers: false,
+        atime_elsewhere: false,
     };
+
+    #[test]
+    fn atime_kept_elsewhere_holds_back_no_cache_unless_the_mount_names_a_rule() {
+        let remote = Capabilities {
+            atime_elsewhere: true,
+            ..KERNEL
+        };
+        let p = plan(&[], BackendKind::Passthrough, true, remote);
+        assert_eq!(p.atime.mode, AtimeMode::Noatime);
+        let p = plan(&["strictatime"], BackendKind::Passthrough, true, remote);
+        assert_eq!(p.atime.mode, AtimeMode::Strict);
+        let p = plan(&[], BackendKind::Passthrough, true, KERNEL);
+        assert_eq!(p.atime.mode, AtimeMode::Relatime);
+    }
 
     #[test]
     fn a_backend_others_change_unseen_gets_short_timeouts_unless_the_mount_set_them() {

@@ -246,6 +246,11 @@ pub struct Capabilities {
     /// cluster or FUSE filesystem underneath, changed from other machines): what the kernel
     /// caches must not outlive a short timeout unless the mount asked otherwise.
     pub unseen_writers: bool,
+    /// The files' atime is another system's to keep (a FUSE or network filesystem
+    /// underneath: the kernel never moves it, the server behind moves it on its own terms,
+    /// if at all), so no rule the mount states can be kept by what reaches this server:
+    /// unless the mount names one, atime holds back no cache (`noatime`).
+    pub atime_elsewhere: bool,
 }
 
 /// `renameat2` flags understood by backends.

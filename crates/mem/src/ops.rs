@@ -627,6 +627,7 @@ impl Backend for MemFs {
             sole_writer: true,
             posix_acl: true,
             unseen_writers: false,
+            atime_elsewhere: false,
         }
     }
 

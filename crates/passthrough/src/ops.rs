@@ -308,6 +308,8 @@ impl Backend for PassthroughFs {
             posix_acl: host_acls,
             // A change feed reports what other machines change.
             unseen_writers: self.export.remote && self.feed_spec.is_none(),
+            // The filesystem underneath keeps atime itself (see `Capabilities`).
+            atime_elsewhere: self.export.remote,
         }
     }
 

@@ -293,6 +293,7 @@ mod tests {
             sole_writer: true,
             posix_acl: false,
             unseen_writers: false,
+            atime_elsewhere: false,
         };
         let n = negotiate(&kernel(45, ALL), &plan(&[], caps)).unwrap();
         assert!(n.granted.passthrough && !n.granted.writeback && !n.granted.posix_acl);

@@ -174,6 +174,10 @@ fn changes_made_on_another_machine_show_through_memofs() {
         doc.contains(r#""negative_timeout":3600.0"#) && doc.contains("filer.meta.tail"),
         "memofs follows the filer's stream and keeps misses for an hour: {doc}"
     );
+    assert!(
+        doc.contains(r#""atime":"noatime,nodiratime""#),
+        "SeaweedFS keeps atime itself: it holds back no cache: {doc}"
+    );
     // Through memofs, seen on B.
     ok!(fs::write(
         m.join("from-memofs"),

@@ -143,6 +143,8 @@ pub struct MountOptions {
     pub cache_given: bool,
     /// atime rule.
     pub atime: AtimePolicy,
+    /// Whether an atime option was given (else the backend may choose the rule).
+    pub atime_given: bool,
     /// Kernel writeback cache for regular files.
     pub writeback: Want,
     /// Bypass the page cache for every open (every read and write reaches the server).
@@ -385,6 +387,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("the documented default `{given}` does not parse: {e}"));
             // Giving the default preset still counts as giving one.
             o.cache_given = false;
+            o.atime_given = false;
             assert_eq!(o, base, "`{given}` is documented as the default but is not");
         }
     }

@@ -91,6 +91,7 @@ impl Parsing {
                     mode: super::DEFAULT_ATIME,
                     nodiratime: false,
                 },
+                atime_given: false,
                 writeback: Want::Auto,
                 direct_io: false,
                 threads: super::default_threads(),
@@ -365,6 +366,7 @@ pub(super) static OPTIONS: &[Spec] = &[
                 "noatime" => AtimeMode::Noatime,
                 _ => AtimeMode::Relatime,
             };
+            p.o.atime_given = true;
             Ok(())
         },
     },
@@ -378,6 +380,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         apply: |p, g| {
             g.flag()?;
             p.o.atime.nodiratime = g.key == "nodiratime";
+            p.o.atime_given = true;
             Ok(())
         },
     },

@@ -337,6 +337,7 @@ impl Backend for Fake {
             sole_writer: self.sole_writer,
             posix_acl: true,
             unseen_writers: false,
+            atime_elsewhere: false,
         }
     }
     fn name_changes_reported(&self) -> bool {
