@@ -269,12 +269,17 @@ impl Directory {
         debug_assert!(self.find(name).is_none(), "insert over an existing name");
         let cookie = self.next_cookie;
         self.next_cookie += 1;
+        self.push(name, Slot { ino, kind }, cookie);
+    }
+
+    /// Adds `name` at `cookie`, past every cookie in `order`.
+    fn push(&mut self, name: &OsStr, slot: Slot, cookie: u64) {
         let hash = name_hash(name.as_bytes());
-        let entry = Entry::new(name.as_bytes(), ino, cookie, kind);
+        let entry = Entry::new(name.as_bytes(), slot.ino, cookie, slot.kind);
         self.entries
             .insert_unique(hash, entry, |e| name_hash(e.name()));
         self.order.push((cookie, hash));
-        if kind == FileKind::Directory {
+        if slot.kind == FileKind::Directory {
             self.subdirs += 1;
         }
     }
@@ -303,14 +308,7 @@ impl Directory {
         if self.find(name).is_some() {
             return Err(memofs_core::Errno::EEXIST);
         }
-        let hash = name_hash(name.as_bytes());
-        let entry = Entry::new(name.as_bytes(), slot.ino, cookie, slot.kind);
-        self.entries
-            .insert_unique(hash, entry, |e| name_hash(e.name()));
-        self.order.push((cookie, hash));
-        if slot.kind == FileKind::Directory {
-            self.subdirs += 1;
-        }
+        self.push(name, slot, cookie);
         Ok(())
     }
 

@@ -459,8 +459,9 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// Sets what writing the data moved: the size a file ends with (past its last extent)
-    /// and its times.
+    /// Sets what the data alone does not give: the size a file ends with (past its last
+    /// extent) and a kernel-backed file's times, which writing its data file moved (the
+    /// inode's own fields were set when it was made, and nothing since changed them).
     fn finish_inode(&mut self) -> io::Result<()> {
         let Some((inode, saved, size)) = self.current.take() else {
             return Ok(());
@@ -475,7 +476,6 @@ impl Loader<'_> {
                 .map_err(|e| errno("setting times", e))?;
             self.data_ctime = self.data_ctime.max(k.data_ctime().unwrap_or_default());
         }
-        inode.restore(&saved);
         Ok(())
     }
 

@@ -211,9 +211,9 @@ impl<B: Backend> GuestFs<B> {
     ) {
         match self.session(body) {
             Ok(mounted) => {
-                let reply = mounted.reply.clone();
+                // Collected now, sent to the guest once this returns.
+                out.send(h.unique, 0, &[&mounted.reply]);
                 self.mount(mounted);
-                out.send(h.unique, 0, &[&reply]);
             }
             Err(e) => {
                 log::warn!("INIT: {e}");
