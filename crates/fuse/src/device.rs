@@ -219,11 +219,11 @@ impl Kernel for Connection {
         Ok(())
     }
 
-    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+    fn inval_entry(&self, parent: Ino, name: &OsStr, expire_only: bool) -> io::Result<()> {
         let out = abi::fuse_notify_inval_entry_out {
             parent,
             namelen: name.len() as u32,
-            flags: 0,
+            flags: if expire_only { notify::EXPIRE_ONLY } else { 0 },
         };
         self.notify(
             notify::INVAL_ENTRY,

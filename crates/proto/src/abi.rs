@@ -63,6 +63,9 @@ pub mod notify {
     pub const INVAL_ENTRY: i32 = 3;
     pub const DELETE: i32 = 6;
     pub const INC_EPOCH: i32 = 8;
+    /// `fuse_notify_inval_entry_out.flags`: mark the entry for a fresh LOOKUP at its next
+    /// use instead of unhashing it (Linux 6.2+, offered as `init::HAS_EXPIRE_ONLY`).
+    pub const EXPIRE_ONLY: u32 = 1 << 0;
 }
 
 /// INIT flags (64 bits: the high half travels in `flags2`).

@@ -32,7 +32,10 @@ const ALWAYS: u64 = init::ASYNC_READ
     | init::DONT_MASK
     // The server clears setuid/setgid on write, truncate and chown, so the kernel need not
     // look up security.capability before every write.
-    | init::HANDLE_KILLPRIV_V2;
+    | init::HANDLE_KILLPRIV_V2
+    // A kernel capability, not a request (echoing it changes nothing): names changed
+    // elsewhere are expired rather than unhashed, so a working directory stays one.
+    | init::HAS_EXPIRE_ONLY;
 
 /// The outcome of INIT.
 #[derive(Clone, Debug)]
@@ -232,6 +235,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
             dont_mask: has(init::DONT_MASK),
             posix_acl: has(init::POSIX_ACL),
             inc_epoch: minor >= 44,
+            expire_only: has(init::HAS_EXPIRE_ONLY),
             submounts: has(init::SUBMOUNTS),
         },
         proto: Proto {
@@ -298,6 +302,10 @@ mod tests {
         let n = negotiate(&kernel(45, ALL), &plan(&[], caps)).unwrap();
         assert!(n.granted.passthrough && !n.granted.writeback && !n.granted.posix_acl);
         assert!(n.granted.inc_epoch && n.proto.setxattr_ext);
+        assert!(
+            n.granted.expire_only,
+            "offered by the kernel, nothing to ask"
+        );
         let out = abi::fuse_init_out::read_from_bytes(&n.reply).unwrap();
         assert_eq!(out.max_stack_depth, 1);
         assert_eq!(out.max_readahead, 128 << 10);

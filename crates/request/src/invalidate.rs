@@ -32,6 +32,14 @@
 //! Whether the kernel has the epoch notification is what INIT granted ([`crate::Granted`]);
 //! an epoch the kernel refuses as unknown (`EINVAL`, `ENOSYS`) is not tried again.
 //!
+//! # Expired, not unhashed
+//! Where the kernel takes `FUSE_EXPIRE_ONLY` (Linux 6.2+), a name is invalidated by
+//! expiring it: the kernel looks it up again at its next use and keeps the dentry when the
+//! name still leads to the same node. Unhashing it instead would turn a directory that is
+//! some process's working directory into a deleted one (`getcwd` fails with `ENOENT`) even
+//! though only something inside it changed. A name that now leads elsewhere, or nowhere, is
+//! dropped by that next lookup.
+//!
 //! # The root, while the mount starts
 //! A new mount's root has placeholder attributes (no permission bits) until a GETATTR
 //! answers, and the kernel drops a GETATTR answer that crosses an invalidation of the same
@@ -65,6 +73,7 @@ use std::time::{Duration, Instant};
 use memofs_core::{Ino, Invalidator, ROOT_INO};
 
 use crate::kernel::Kernel;
+use crate::server::Granted;
 use crate::stats::{Event, Stats};
 
 enum Report {
@@ -211,6 +220,8 @@ struct Learnt {
     /// ... and with `ENOENT` (the fallback ran): all of them on kernels that keep misses, a
     /// few evicted or not yet cached ones elsewhere.
     misses_enoent: AtomicU64,
+    /// The kernel takes `FUSE_EXPIRE_ONLY` (see the module documentation).
+    expire_only: bool,
 }
 
 /// Counts a notification sent under `event`, or as failed.
@@ -263,7 +274,9 @@ impl<K: Kernel + ?Sized> Sending<K> {
         match report {
             Report::Entry(parent, name) => {
                 let mark = self.misses.mark();
-                let result = self.kernel.inval_entry(parent, &name);
+                let result = self
+                    .kernel
+                    .inval_entry(parent, &name, self.learnt.expire_only);
                 self.count(Event::InvalEntry, &result);
                 let noted = self.misses.settle(parent, &name, now, mark);
                 match result {
@@ -327,7 +340,9 @@ impl<K: Kernel + ?Sized> Sending<K> {
     fn names(&mut self, now: Instant) -> usize {
         let names = self.misses.take_all(now);
         for (parent, name) in &names {
-            let result = self.kernel.inval_entry(*parent, name);
+            let result = self
+                .kernel
+                .inval_entry(*parent, name, self.learnt.expire_only);
             self.count(Event::InvalEntry, &result);
         }
         names.len()
@@ -388,10 +403,11 @@ pub struct NotifyInvalidator {
 }
 
 impl Learnt {
-    /// What is known at the start: whether INIT granted the epoch notification.
-    fn granted(inc_epoch: bool) -> Learnt {
+    /// What is known at the start: what INIT granted.
+    fn granted(granted: Granted) -> Learnt {
         Learnt {
-            epoch: AtomicBool::new(inc_epoch),
+            epoch: AtomicBool::new(granted.inc_epoch),
+            expire_only: granted.expire_only,
             ..Learnt::default()
         }
     }
@@ -400,15 +416,15 @@ impl Learnt {
 impl NotifyInvalidator {
     /// Starts the sending thread; it ends when the invalidator is dropped. `kernel` is where
     /// notifications go; `misses` is where the request path notes its negative replies;
-    /// `inc_epoch`: INIT granted `FUSE_NOTIFY_INC_EPOCH`.
+    /// `granted`: which notifications INIT allowed.
     pub fn start(
         kernel: Arc<dyn Kernel>,
         misses: Arc<Misses>,
         stats: Arc<Stats>,
-        inc_epoch: bool,
+        granted: Granted,
     ) -> io::Result<NotifyInvalidator> {
         let (tx, rx) = channel::<Report>();
-        let learnt = Arc::new(Learnt::granted(inc_epoch));
+        let learnt = Arc::new(Learnt::granted(granted));
         let sending = Sending::new(kernel.clone(), misses, stats.clone(), learnt.clone());
         std::thread::Builder::new()
             .name("memofs-notify".into())

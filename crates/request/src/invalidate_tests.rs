@@ -14,6 +14,8 @@ struct Model {
     has_epoch: bool,
     epochs: Mutex<u32>,
     sent: Mutex<Vec<String>>,
+    /// Entry invalidations sent with `FUSE_EXPIRE_ONLY`.
+    expired: Mutex<u32>,
     /// Runs once, inside the next `inval_entry` or `delete`, after the kernel's own work:
     /// a LOOKUP answered while the notification was on its way.
     meanwhile: Mutex<Option<Meanwhile>>,
@@ -51,7 +53,8 @@ impl Kernel for Model {
         Ok(())
     }
 
-    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()> {
+    fn inval_entry(&self, parent: Ino, name: &OsStr, expire_only: bool) -> io::Result<()> {
+        *self.expired.lock().unwrap() += u32::from(expire_only);
         self.sent
             .lock()
             .unwrap()
@@ -73,7 +76,7 @@ impl Kernel for Model {
     }
 
     fn delete(&self, parent: Ino, _child: Ino, name: &OsStr) -> io::Result<()> {
-        self.inval_entry(parent, name)
+        self.inval_entry(parent, name, false)
     }
 
     fn inval_inode(&self, ino: Ino, _offset: i64, _len: i64) -> io::Result<()> {
@@ -99,7 +102,10 @@ fn sending(model: &Arc<Model>, timeout: u64) -> (Sending<Model>, Arc<Misses>, Ar
         model.clone(),
         misses.clone(),
         stats.clone(),
-        Arc::new(Learnt::granted(model.has_epoch)),
+        Arc::new(Learnt::granted(Granted {
+            inc_epoch: model.has_epoch,
+            ..Granted::default()
+        })),
     );
     (s, misses, stats)
 }
@@ -360,7 +366,7 @@ fn the_epoch_is_what_init_granted_and_is_never_probed() {
     let model = Arc::new(Model::new(true, true));
     let misses = Arc::new(Misses::new(Duration::from_secs(60)));
     let stats = Arc::new(Stats::new());
-    let inv = NotifyInvalidator::start(model.clone(), misses, stats, false).unwrap();
+    let inv = NotifyInvalidator::start(model.clone(), misses, stats, Granted::default()).unwrap();
     let features = inv.features();
     assert!(features[0].1.starts_with("no"), "{features:?}");
     assert_eq!(
@@ -387,7 +393,16 @@ fn inode_now_sends_from_the_calling_thread_and_counts() {
     let model = Arc::new(Model::new(false, true));
     let stats = Arc::new(Stats::new());
     let misses = Arc::new(Misses::new(Duration::ZERO));
-    let inv = NotifyInvalidator::start(model.clone(), misses, stats.clone(), true).unwrap();
+    let inv = NotifyInvalidator::start(
+        model.clone(),
+        misses,
+        stats.clone(),
+        Granted {
+            inc_epoch: true,
+            ..Granted::default()
+        },
+    )
+    .unwrap();
     inv.inode_now(7);
     assert_eq!(
         *model.sent.lock().unwrap(),
@@ -395,4 +410,26 @@ fn inode_now_sends_from_the_calling_thread_and_counts() {
         "sent before it returned"
     );
     assert_eq!(event(&stats, "inval_inode"), 1);
+}
+
+#[test]
+fn names_are_expired_rather_than_unhashed_where_the_kernel_allows() {
+    for expire_only in [false, true] {
+        let model = Arc::new(Model::new(false, false));
+        let misses = Arc::new(Misses::new(Duration::from_secs(60)));
+        let stats = Arc::new(Stats::new());
+        let granted = Granted {
+            expire_only,
+            ..Granted::default()
+        };
+        let mut s = Sending::new(
+            model.clone(),
+            misses,
+            stats,
+            Arc::new(Learnt::granted(granted)),
+        );
+        model.cache_miss(1, "cwd");
+        batch(&mut s, vec![entry(1, "cwd"), entry(1, "other")]);
+        assert_eq!(*model.expired.lock().unwrap(), 2 * u32::from(expire_only));
+    }
 }

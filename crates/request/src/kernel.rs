@@ -31,9 +31,11 @@ pub trait Kernel: Send + Sync {
     /// Unregisters a backing id (open files keep their reference).
     fn close_backing(&self, id: u32) -> io::Result<()>;
     /// `FUSE_NOTIFY_INVAL_ENTRY`: drop the cached name `name` in `parent`, positive or
-    /// negative. `ENOENT`: the kernel had no such dentry (or, on some kernels, kept a
-    /// negative one: see [`crate::invalidate`]).
-    fn inval_entry(&self, parent: Ino, name: &OsStr) -> io::Result<()>;
+    /// negative; with `expire_only`, keep it but look it up again at its next use (a
+    /// directory that is some process's working directory stays its working directory
+    /// when the name still leads to it). `ENOENT`: the kernel had no such dentry (or, on
+    /// some kernels, kept a negative one: see [`crate::invalidate`]).
+    fn inval_entry(&self, parent: Ino, name: &OsStr, expire_only: bool) -> io::Result<()>;
     /// `FUSE_NOTIFY_DELETE`: `child`, known as `name` in `parent`, was deleted.
     fn delete(&self, parent: Ino, child: Ino, name: &OsStr) -> io::Result<()>;
     /// `FUSE_NOTIFY_INVAL_INODE`: drop cached attributes, and cached data or listing from

@@ -34,7 +34,7 @@ impl Kernel for NoNotify {
     fn close_backing(&self, _id: u32) -> io::Result<()> {
         unsupported()
     }
-    fn inval_entry(&self, _parent: Ino, _name: &OsStr) -> io::Result<()> {
+    fn inval_entry(&self, _parent: Ino, _name: &OsStr, _expire_only: bool) -> io::Result<()> {
         unsupported()
     }
     fn delete(&self, _parent: Ino, _child: Ino, _name: &OsStr) -> io::Result<()> {

@@ -115,6 +115,24 @@ fn a_feed_program_names_the_paths_changed_behind_memofs() {
         "the rewritten data never showed"
     );
 
+    // A directory named by the feed that is some process's working directory stays one
+    // (git fails with "unable to get current working directory" otherwise).
+    let mut inside = ok!(std::process::Command::new("sleep")
+        .arg("60")
+        .current_dir(m.join("d"))
+        .spawn());
+    name("d");
+    ok!(fs::write(src.join("after-d"), b""));
+    name("after-d");
+    assert!(
+        shows(|| exists(&m.join("after-d"))),
+        "the name after d never showed"
+    );
+    let cwd = ok!(fs::read_link(format!("/proc/{}/cwd", inside.id())));
+    let _ = inside.kill();
+    let _ = inside.wait();
+    assert_eq!(cwd, m.join("d"), "the working directory was dropped");
+
     // A name no line can hold, as a JSON string; and a deletion.
     assert!(!exists(&m.join("two\nlines")));
     ok!(fs::write(src.join("two\nlines"), b""));

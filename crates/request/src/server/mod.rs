@@ -40,6 +40,8 @@ pub struct Granted {
     pub posix_acl: bool,
     /// `FUSE_NOTIFY_INC_EPOCH` exists (protocol 7.44, Linux 6.16+).
     pub inc_epoch: bool,
+    /// `FUSE_NOTIFY_INVAL_ENTRY` takes `FUSE_EXPIRE_ONLY` (Linux 6.2+).
+    pub expire_only: bool,
     /// Directories where another filesystem is mounted may be flagged (`FUSE_SUBMOUNTS`).
     pub submounts: bool,
 }
@@ -135,7 +137,7 @@ impl<B: Backend> Server<B> {
             kernel.clone(),
             self.misses.clone(),
             self.stats.clone(),
-            granted.inc_epoch,
+            granted,
         )?);
         self.backend.attach_invalidator(invalidator.clone());
         self.invalidator = Some(invalidator);

@@ -373,7 +373,7 @@ impl Kernel for FakeKernel {
         self.log.lock().unwrap().push(format!("close_backing {id}"));
         Ok(())
     }
-    fn inval_entry(&self, _p: Ino, _n: &OsStr) -> io::Result<()> {
+    fn inval_entry(&self, _p: Ino, _n: &OsStr, _e: bool) -> io::Result<()> {
         Ok(())
     }
     fn delete(&self, _p: Ino, _c: Ino, _n: &OsStr) -> io::Result<()> {
