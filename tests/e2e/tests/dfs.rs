@@ -1,6 +1,7 @@
 //! memofs over a distributed filesystem: SeaweedFS on loopback (`scripts/dfs/seaweedfs.sh`),
 //! two client mounts of one filer standing for two machines, A and B; memofs's passthrough
-//! backend exports A. Changes made on B produce no event on this host. With its default
+//! backend exports A. Then the same over JuiceFS (`scripts/dfs/juicefs.sh`), which has no
+//! change stream: memofs's timeout-only path, with its defaults. Changes made on B produce no event on this host. With its default
 //! options memofs follows the filer's change stream (`changes=auto`), keeps names and
 //! attributes for the usual hour, and still shows every change made on B: names created,
 //! deleted and renamed, and data rewritten. With `changes=off` it has no stream and keeps
@@ -21,21 +22,28 @@ const BOUND: Duration = Duration::from_secs(3);
 
 /// The test bed, stopped (mounts and processes) when dropped, whatever happened.
 struct Cluster {
+    engine: &'static str,
     dir: PathBuf,
     _base: TempDir,
 }
 
 impl Cluster {
-    fn script() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dfs/seaweedfs.sh")
+    fn script(&self) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../scripts/dfs/{}.sh", self.engine))
     }
 
-    fn start() -> Result<Cluster, String> {
+    /// Starts the bed of `engine` (`seaweedfs` or `juicefs`).
+    fn start(engine: &'static str) -> Result<Cluster, String> {
         let base = TempDir::new("memofs-e2e-dfs-");
         let dir = base.path().join("cluster");
-        let cluster = Cluster { dir, _base: base };
+        let cluster = Cluster {
+            engine,
+            dir,
+            _base: base,
+        };
         let out = Command::new("bash")
-            .arg(Cluster::script())
+            .arg(cluster.script())
             .arg("start")
             .arg(&cluster.dir)
             .output()
@@ -54,7 +62,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = Command::new("bash")
-            .arg(Cluster::script())
+            .arg(self.script())
             .arg("stop")
             .arg(&self.dir)
             .status();
@@ -158,16 +166,21 @@ fn changes_from_b(m: &Mount, b: &Path, tag: &str) {
     );
 }
 
-#[test]
-fn changes_made_on_another_machine_show_through_memofs() {
-    require_mount!();
+/// Skips unless memofs runs with its default options (the beds test what they choose).
+fn require_default_options() {
     if std::env::var("MEMOFS_E2E_OPTS").is_ok_and(|o| !o.is_empty()) {
         skip!(
             Config("dfs_default_options"),
             "the cluster test runs with memofs's default options only"
         );
     }
-    let cluster = match Cluster::start() {
+}
+
+#[test]
+fn changes_made_on_another_machine_show_through_memofs() {
+    require_mount!();
+    require_default_options();
+    let cluster = match Cluster::start("seaweedfs") {
         Ok(c) => c,
         Err(e) => skip!(Tool("seaweedfs"), "no SeaweedFS cluster here: {e}"),
     };
@@ -207,5 +220,36 @@ fn changes_made_on_another_machine_show_through_memofs() {
     );
     git_works(&m, "repo-timeout");
     changes_from_b(&m, &b, "timeout");
+    drop(m);
+}
+
+/// JuiceFS publishes no change stream: memofs recognises a FUSE source and keeps what it
+/// caches 1 s, so every change made on B still shows through memofs on A within the bound
+/// (A's own mount keeps names and attributes 1 s too).
+#[test]
+fn without_a_stream_changes_show_within_the_timeouts() {
+    require_mount!();
+    require_default_options();
+    let cluster = match Cluster::start("juicefs") {
+        Ok(c) => c,
+        Err(e) => skip!(Tool("juicefs"), "no JuiceFS volume here: {e}"),
+    };
+    let (a, b) = (cluster.machine("a"), cluster.machine("b"));
+    let m = Mount::try_memofs_source(&a, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        doc.contains(r#""negative_timeout":1.0"#) && doc.contains("none: changes made"),
+        "no stream, misses kept 1 s: {doc}"
+    );
+    ok!(fs::write(m.join("from-memofs"), b"written through memofs"));
+    assert!(
+        seen_within(
+            || fs::read(b.join("from-memofs")).is_ok_and(|d| d == b"written through memofs")
+        )
+        .is_some(),
+        "B never saw a file written through memofs on A"
+    );
+    git_works(&m, "repo");
+    changes_from_b(&m, &b, "juicefs");
     drop(m);
 }
