@@ -30,6 +30,11 @@ use std::time::Duration;
 
 use crate::types::{Attr, Entry, FileKind};
 
+/// `-o direct_io=large`: the size from which a read-only open bypasses the page cache. A
+/// `read(2)` of this much is one READ (the kernel's largest, `max_pages`) on such an open,
+/// eight 128 KiB readahead READs on a cached one.
+pub const DIRECT_READ_SIZE: u64 = 1 << 20;
+
 /// A `-o cache=` preset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheMode {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::{CacheMode, CachePolicy};
 use crate::idmap::IdMaps;
-use crate::options::{ChangeFeed, HugeMode, KernelFlag, MountOptions, Want, WatchMode};
+use crate::options::{ChangeFeed, DirectIo, HugeMode, KernelFlag, MountOptions, Want, WatchMode};
 use crate::types::Capabilities;
 use crate::xattrmap::XattrMap;
 
@@ -71,8 +71,8 @@ pub struct MountPlan {
     pub io_uring: Want,
     /// A CPU latency request while requests stream.
     pub cpu_latency: Want,
-    /// Every read and write reaches the server.
-    pub direct_io: bool,
+    /// Which opens bypass the page cache.
+    pub direct_io: DirectIo,
     /// The backend keeps POSIX ACLs: the kernel enforces them and leaves the umask to the
     /// backend (FUSE_POSIX_ACL, FUSE_DONT_MASK).
     pub posix_acl: bool,
@@ -116,7 +116,9 @@ impl MountPlan {
                 Want::On => true,
                 Want::Off => false,
                 // The server's own data path is what direct_io and writeback=on ask for.
-                Want::Auto => privileged && !opts.direct_io && opts.writeback != Want::On,
+                Want::Auto => {
+                    privileged && opts.direct_io != DirectIo::All && opts.writeback != Want::On
+                }
             };
         MountPlan {
             backend,
@@ -207,7 +209,7 @@ impl MountPlan {
                 self.backend == BackendKind::Mem
                     && self.sole_writer
                     && !self.kernel_data
-                    && !self.direct_io
+                    && self.direct_io != DirectIo::All
             }
         }) && self.passthrough == Passthrough::Off
     }
@@ -272,7 +274,7 @@ impl MountPlan {
                 .to_string(),
             ),
             ("writeback", self.writeback().to_string()),
-            ("direct_io", self.direct_io.to_string()),
+            ("direct_io", self.direct_io.name().to_string()),
             ("posix_acl", self.posix_acl.to_string()),
             ("threads", self.threads.to_string()),
             ("busy_poll_us", self.busy_poll.as_micros().to_string()),

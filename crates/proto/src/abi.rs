@@ -88,6 +88,7 @@ pub mod init {
     pub const SETXATTR_EXT: u64 = 1 << 29;
     pub const INIT_EXT: u64 = 1 << 30;
     pub const HAS_EXPIRE_ONLY: u64 = 1 << 35;
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
     pub const PASSTHROUGH: u64 = 1 << 37;
     pub const NO_EXPORT_SUPPORT: u64 = 1 << 38;
     pub const OVER_IO_URING: u64 = 1 << 41;

@@ -1,7 +1,7 @@
 //! The INIT handshake: what memofs asks of the kernel, from the mount plan, and what the
 //! kernel granted.
 
-use memofs_core::options::Want;
+use memofs_core::options::{DirectIo, Want};
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_request::Granted;
 use zerocopy::{FromZeros, IntoBytes};
@@ -173,6 +173,13 @@ fn offered(i: &abi::fuse_init_in) -> u64 {
 /// is what `memofs stats` shows as the mount's settings).
 pub fn in_effect(mut plan: MountPlan, granted: Granted) -> MountPlan {
     plan.posix_acl &= granted.posix_acl;
+    if plan.direct_io == DirectIo::Large && !granted.direct_io_allow_mmap {
+        log::warn!(
+            "direct_io=large: this kernel keeps no shared mappings of direct opens \
+             (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+), so every open stays cached"
+        );
+        plan.direct_io = DirectIo::Off;
+    }
     plan
 }
 
@@ -198,6 +205,11 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     }
     if plan.announce_submounts {
         wanted |= init::SUBMOUNTS;
+    }
+    if plan.direct_io == DirectIo::Large {
+        // Shared mappings of a file opened for direct reads, kept coherent by the kernel
+        // (it writes dirty pages back before each direct read of their range).
+        wanted |= init::DIRECT_IO_ALLOW_MMAP;
     }
     let flags = wanted & offered;
     let has = |f| flags & f != 0;
@@ -236,6 +248,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
             posix_acl: has(init::POSIX_ACL),
             inc_epoch: minor >= 44,
             expire_only: has(init::HAS_EXPIRE_ONLY),
+            direct_io_allow_mmap: has(init::DIRECT_IO_ALLOW_MMAP),
             submounts: has(init::SUBMOUNTS),
         },
         proto: Proto {
@@ -306,6 +319,12 @@ mod tests {
             n.granted.expire_only,
             "offered by the kernel, nothing to ask"
         );
+        assert!(
+            !n.granted.direct_io_allow_mmap,
+            "asked only for direct reads"
+        );
+        let large = negotiate(&kernel(45, ALL), &plan(&["direct_io=large"], caps)).unwrap();
+        assert!(large.granted.direct_io_allow_mmap);
         let out = abi::fuse_init_out::read_from_bytes(&n.reply).unwrap();
         assert_eq!(out.max_stack_depth, 1);
         assert_eq!(out.max_readahead, 128 << 10);

@@ -719,3 +719,47 @@ fn writeback_cache_failures_and_lseek() {
     let host = setup_with(&[], Fake::shared(true), granted);
     assert_eq!(host.ask(2, USER, Op::Flush { fh: 42 }), Reply::Empty);
 }
+
+/// `direct_io=large`: read-only opens of large files bypass the page cache; smaller files,
+/// writers, program loads and kernels that would refuse their shared mappings keep it.
+#[test]
+fn direct_io_large_serves_large_read_only_opens_directly() {
+    let granted = Granted {
+        direct_io_allow_mmap: true,
+        ..Granted::default()
+    };
+    let direct = |s: &Setup, flags: i32| match s.ask(
+        2,
+        Caller::ROOT,
+        Op::Open {
+            flags,
+            kill_suidgid: false,
+        },
+    ) {
+        Reply::Opened(o) => o.direct_io,
+        r => panic!("{r:?}"),
+    };
+    let s = setup(&["direct_io=large"], false, granted);
+    assert!(!direct(&s, libc::O_RDONLY), "an empty file is read cached");
+    s.fake.sizes.lock().unwrap().insert(2, 1 << 20);
+    assert!(direct(&s, libc::O_RDONLY));
+    assert!(direct(&s, libc::O_RDONLY | libc::O_NONBLOCK));
+    assert!(
+        !direct(&s, libc::O_RDWR),
+        "a writer keeps the cache (mtime)"
+    );
+    assert!(
+        !direct(&s, libc::O_RDONLY | 0x20),
+        "a program load keeps the cache"
+    );
+    s.fake.sizes.lock().unwrap().insert(2, (1 << 20) - 1);
+    assert!(!direct(&s, libc::O_RDONLY));
+
+    // Without shared mappings of direct opens, or with the option off, nothing changes.
+    let s = setup(&["direct_io=large"], false, Granted::default());
+    s.fake.sizes.lock().unwrap().insert(2, 8 << 20);
+    assert!(!direct(&s, libc::O_RDONLY));
+    let s = setup(&[], false, granted);
+    s.fake.sizes.lock().unwrap().insert(2, 8 << 20);
+    assert!(!direct(&s, libc::O_RDONLY));
+}

@@ -210,6 +210,7 @@ fn data_is_right_under_every_cache_mode() {
         &["cache=metadata"],
         &["writeback=on"],
         &["direct_io"],
+        &["direct_io=large", "passthrough=off"],
         &["threads=1"],
         &["entry_timeout=0", "attr_timeout=0", "negative_timeout=0"],
     ] {
@@ -237,6 +238,90 @@ fn cache_metadata_keeps_attributes_and_no_file_data() {
         "every read reached the server"
     );
     assert_eq!(counter("GETATTR"), getattrs, "attributes were kept");
+}
+
+/// `direct_io=large` (the server's page store, as without root): a read-only open of a
+/// large file reads each `read(2)` as one READ, straight from the server, even what a
+/// cached writer still holds dirty; its shared mappings work; writes stay cached and move
+/// the file's times.
+#[test]
+fn direct_io_large_reads_each_read_as_one_request() {
+    require_mount!();
+    let m = Mount::mem(&["direct_io=large", "passthrough=off"]);
+    let p = m.join("big");
+    let data = pattern(7, 4 << 20);
+    ok!(fs::write(&p, &data));
+    let counter = |name| memofs_e2e::checks::settled(&m, name);
+    let reads = counter("READ");
+    let f = ok!(fs::File::open(&p));
+    // Page-aligned, as dd's: an unaligned MiB spans 257 pages, one more than a READ holds.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+    let mut pages = vec![Page([0; 4096]); 256];
+    // SAFETY: 256 contiguous 4096-byte pages are 1 MiB of initialised bytes, borrowed once.
+    let buf: &mut [u8] =
+        unsafe { std::slice::from_raw_parts_mut(pages.as_mut_ptr().cast(), 1 << 20) };
+    for i in 0..4u64 {
+        ok!(f.read_exact_at(buf, i << 20));
+        assert_bytes_eq(buf, &data[(i as usize) << 20..][..1 << 20], "direct read");
+    }
+    // Cached, the file just written would be read from the page cache: no READ at all.
+    assert_eq!(counter("READ"), reads + 4, "one READ per read(2)");
+
+    // A shared mapping of the direct open.
+    let len = data.len();
+    // SAFETY: maps `len` bytes of an open file read-only; unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // SAFETY: the mapping is `len` readable bytes, alive until munmap.
+    let mapped = unsafe { std::slice::from_raw_parts(map as *const u8, len) }.to_vec();
+    // SAFETY: `map` came from mmap with this length.
+    unsafe { libc::munmap(map, len) };
+    assert_bytes_eq(&mapped, &data, "shared mapping");
+
+    // What a cached writer has not written back yet, a direct read sees.
+    let w = ok!(fs::OpenOptions::new().write(true).open(&p));
+    ok!(w.write_all_at(b"dirty", 3 << 20));
+    let mut five = [0u8; 5];
+    ok!(f.read_exact_at(&mut five, 3 << 20));
+    assert_eq!(&five, b"dirty");
+
+    // The writer's writes move the times (they go through the kernel's cache).
+    let old = filetime_past(&p);
+    ok!(w.write_all_at(b"again", 0));
+    let md = ok!(fs::metadata(&p));
+    assert!(md.mtime() > old && md.ctime() > old, "times moved");
+
+    // A small file is read through the page cache: read twice, one READ at most.
+    ok!(fs::write(m.join("small"), b"small"));
+    let reads = counter("READ");
+    for _ in 0..2 {
+        assert_eq!(ok!(fs::read(m.join("small"))), b"small");
+    }
+    assert!(counter("READ") <= reads + 1, "small files stay cached");
+}
+
+/// Sets `p`'s times an hour back; returns that time in seconds.
+fn filetime_past(p: &std::path::Path) -> i64 {
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64
+        - 3600;
+    let f = ok!(fs::File::options().write(true).open(p));
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(past as u64);
+    ok!(f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t)));
+    past
 }
 
 #[test]

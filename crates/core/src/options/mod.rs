@@ -32,6 +32,33 @@ pub enum Want {
     Off,
 }
 
+/// `-o direct_io=`: which opens bypass the kernel's page cache (`FOPEN_DIRECT_IO`), so
+/// that each `read(2)` is one READ of its own size copied once into the reader's pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DirectIo {
+    /// None: the kernel caches file data (and reads ahead 128 KiB at a time).
+    #[default]
+    Off,
+    /// Read-only opens of regular files of at least
+    /// [`crate::cache::DIRECT_READ_SIZE`], other than those that load a program: one
+    /// copy per byte where a cached open pays two and cuts each `read(2)` into 128 KiB
+    /// READs, at the price of a round trip per `read(2)` and no page cache kept for them.
+    Large,
+    /// Every open: every read and write reaches the server.
+    All,
+}
+
+impl DirectIo {
+    /// The value's name in `-o direct_io=`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DirectIo::Off => "off",
+            DirectIo::Large => "large",
+            DirectIo::All => "all",
+        }
+    }
+}
+
 /// `-o watch=`: how the passthrough backend learns about changes made on the host, behind
 /// the kernel's back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,8 +174,8 @@ pub struct MountOptions {
     pub atime_given: bool,
     /// Kernel writeback cache for regular files.
     pub writeback: Want,
-    /// Bypass the page cache for every open (every read and write reaches the server).
-    pub direct_io: bool,
+    /// Which opens bypass the page cache.
+    pub direct_io: DirectIo,
     /// Request threads, each on its own cloned `/dev/fuse` queue.
     pub threads: usize,
     /// How long the reading request thread polls for the next request before it sleeps.
@@ -314,8 +341,23 @@ mod tests {
     fn cache_metadata_keeps_names_for_long_and_no_file_data() {
         let o = parse_options(&["cache=metadata"], RAM).unwrap();
         assert_eq!(o.cache.attr_timeout, std::time::Duration::from_secs(3600));
-        assert!(o.direct_io);
-        assert!(!parse_options(&["cache=always"], RAM).unwrap().direct_io);
+        assert_eq!(o.direct_io, DirectIo::All);
+        let o = parse_options(&["cache=always"], RAM).unwrap();
+        assert_eq!(o.direct_io, DirectIo::Off);
+        let o = parse_options(&["direct_io=large", "writeback=on"], RAM).unwrap();
+        assert_eq!(
+            o.direct_io,
+            DirectIo::Large,
+            "direct reads keep the writeback cache"
+        );
+        assert_eq!(
+            parse_options(&["direct_io"], RAM).unwrap().direct_io,
+            DirectIo::All
+        );
+        let e = parse_options(&["direct_io=some"], RAM)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("off, large or all"), "{e}");
         let e = parse_options(&["cache=metadata", "writeback=on"], RAM)
             .unwrap_err()
             .to_string();

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use super::{
-    err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, ChangeFeed, HugeMode,
-    KernelFlag, MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US, DEFAULT_HUGE,
-    DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, MAX_BUSY_POLL_US, MAX_THREADS,
+    err, parse_seconds, parse_size, parse_switch, parse_u32, percent_of, ChangeFeed, DirectIo,
+    HugeMode, KernelFlag, MountOptions, OptionError, Want, WatchMode, DEFAULT_BUSY_POLL_US,
+    DEFAULT_HUGE, DEFAULT_KERNEL_FLAGS, DEFAULT_ROOT_MODE, DEFAULT_SIZE_PERCENT, MAX_BUSY_POLL_US,
+    MAX_THREADS,
 };
 use crate::atime::{AtimeMode, AtimePolicy};
 use crate::cache::{CacheMode, CachePolicy, DEFAULT_CACHE_MODE};
@@ -93,7 +94,7 @@ impl Parsing {
                 },
                 atime_given: false,
                 writeback: Want::Auto,
-                direct_io: false,
+                direct_io: DirectIo::Off,
                 threads: super::default_threads(),
                 busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
                 passthrough: Want::Auto,
@@ -117,7 +118,7 @@ impl Parsing {
     /// with `direct_io` (also from `cache=metadata`): under the writeback cache the kernel
     /// keeps a file's mtime and ctime itself, and a direct write never moves them.
     pub fn finish(mut self) -> Result<MountOptions, OptionError> {
-        if self.o.writeback == Want::On && self.o.direct_io {
+        if self.o.writeback == Want::On && self.o.direct_io == DirectIo::All {
             return Err(err(
                 "writeback=on",
                 "not with direct_io (or cache=metadata): under the writeback cache the kernel \
@@ -311,7 +312,7 @@ pub(super) static OPTIONS: &[Spec] = &[
                 .ok_or_else(|| err(g.text, "expected never, auto, always or metadata"))?;
             p.cache_mode = Some(mode);
             if mode == CacheMode::Metadata {
-                p.o.direct_io = true;
+                p.o.direct_io = DirectIo::All;
             }
             Ok(())
         },
@@ -402,15 +403,19 @@ pub(super) static OPTIONS: &[Spec] = &[
         },
     },
     Spec {
-        syntax: "direct_io",
+        syntax: "direct_io[=off|large|all]",
         names: &["direct_io"],
         prefixes: &[],
         scope: Scope::Any,
         default: off,
-        help: "bypass the kernel page cache: every read and write reaches the server",
+        help: "bypass the kernel page cache. all (also bare direct_io): every read and write reaches the server; large: read-only opens of files of 1 MiB or more, other than program loads, so each read(2) is one request copied once (writes stay cached; a read(2) of a few KiB then costs a round trip)",
         apply: |p, g| {
-            g.flag()?;
-            p.o.direct_io = true;
+            p.o.direct_io = match g.value {
+                None | Some("all") => DirectIo::All,
+                Some("large") => DirectIo::Large,
+                Some("off") => DirectIo::Off,
+                Some(_) => return Err(err(g.text, "expected off, large or all")),
+            };
             Ok(())
         },
     },

@@ -3,13 +3,18 @@
 
 use std::sync::Arc;
 
-use memofs_core::{Attr, Backend, Caller, Errno, Ino, Invalidator, Result};
+use memofs_core::cache::DIRECT_READ_SIZE;
+use memofs_core::options::DirectIo;
+use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Invalidator, Result};
 
 use super::{answer, Server};
 use crate::kernel::BackingWrites;
 use crate::privs::privileged;
 use crate::reply::{OpenOut, ReplyOut};
 use crate::request::Op;
+
+/// Linux's `__FMODE_EXEC`, in the flags of an OPEN made to load a program.
+const FMODE_EXEC: i32 = 0x20;
 
 impl<B: Backend> Server<B> {
     /// OPEN, CREATE, TMPFILE, FLUSH, RELEASE, OPENDIR, READDIR(PLUS) and RELEASEDIR.
@@ -60,7 +65,8 @@ impl<B: Backend> Server<B> {
             .open(caller, ino, self.open_flags(flags))
             .and_then(|o| {
                 let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
-                self.open_out(caller, ino, o, writing)
+                let direct = self.reads_directly(ino, flags);
+                self.open_out(caller, ino, o, writing, direct)
             });
         let o = match r {
             Ok(o) => o,
@@ -106,6 +112,10 @@ impl<B: Backend> Server<B> {
     /// without one), and one that writes (`writing`) gets no page cache either: every write
     /// reaches the backend, and the kernel refuses shared writable mappings of it.
     ///
+    /// An open the server serves bypasses the page cache where `direct_io=all` says so, where
+    /// it appends to an append-only file, and where [`Self::reads_directly`] chose it
+    /// (`direct`).
+    ///
     /// An error: the kernel refused the backing file for a passing reason (see
     /// [`crate::backing`]); the backend's handle is released again and the open fails.
     fn open_out(
@@ -114,6 +124,7 @@ impl<B: Backend> Server<B> {
         ino: Ino,
         opened: memofs_core::Opened,
         writing: bool,
+        direct: bool,
     ) -> Result<OpenOut> {
         let fh = opened.fh;
         let backing_id = match self.kernel.as_deref() {
@@ -129,7 +140,8 @@ impl<B: Backend> Server<B> {
             let _ = self.backend.release(ino, fh);
         })?;
         let append_writer = opened.append_only && writing;
-        let direct_io = backing_id.is_none() && (self.plan.direct_io || append_writer);
+        let direct_io = backing_id.is_none()
+            && (self.plan.direct_io == DirectIo::All || append_writer || direct);
         let keep_cache =
             !direct_io && backing_id.is_none() && self.plan.sole_writer && self.keep(ino);
         Ok(OpenOut {
@@ -140,6 +152,24 @@ impl<B: Backend> Server<B> {
             backing_id,
             ..OpenOut::default()
         })
+    }
+
+    /// `direct_io=large`: whether an OPEN with `flags` of `ino` bypasses the page cache. Only
+    /// read-only opens qualify (under the writeback cache the kernel keeps files' mtime
+    /// itself and a direct write would never move it), only of regular files of at least
+    /// [`DIRECT_READ_SIZE`] (a smaller file is read in one READ either way), not an exec
+    /// open (the loader maps the program, and its pages are best kept), and only where the
+    /// kernel keeps shared mappings of such opens (`FUSE_DIRECT_IO_ALLOW_MMAP`), so that
+    /// nothing a cached open allows fails on them.
+    fn reads_directly(&self, ino: Ino, flags: i32) -> bool {
+        self.plan.direct_io == DirectIo::Large
+            && self.granted.direct_io_allow_mmap
+            && flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & FMODE_EXEC == 0
+            && self
+                .backend
+                .getattr(ino)
+                .is_ok_and(|a| a.kind == FileKind::Regular && a.size >= DIRECT_READ_SIZE)
     }
 
     /// Whose privilege writes through a new backing registration carry (the kernel does a
@@ -186,14 +216,16 @@ impl<B: Backend> Server<B> {
         out: &mut dyn ReplyOut,
         r: Result<(Attr, memofs_core::Opened)>,
     ) {
-        let r = r.and_then(|(attr, o)| match self.open_out(caller, attr.ino, o, true) {
-            Ok(open) => Ok((open, attr)),
-            Err(e) => {
-                // The kernel never learns of the entry: its lookup is given back.
-                self.forget(attr.ino, 1);
-                Err(e)
-            }
-        });
+        let r = r.and_then(
+            |(attr, o)| match self.open_out(caller, attr.ino, o, true, false) {
+                Ok(open) => Ok((open, attr)),
+                Err(e) => {
+                    // The kernel never learns of the entry: its lookup is given back.
+                    self.forget(attr.ino, 1);
+                    Err(e)
+                }
+            },
+        );
         answer(out, r, |out, (open, attr)| {
             out.created(&self.entry(attr), &open)
         });

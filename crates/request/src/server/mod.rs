@@ -42,6 +42,8 @@ pub struct Granted {
     pub inc_epoch: bool,
     /// `FUSE_NOTIFY_INVAL_ENTRY` takes `FUSE_EXPIRE_ONLY` (Linux 6.2+).
     pub expire_only: bool,
+    /// Shared mappings of direct-I/O opens (`FUSE_DIRECT_IO_ALLOW_MMAP`, Linux 6.6+).
+    pub direct_io_allow_mmap: bool,
     /// Directories where another filesystem is mounted may be flagged (`FUSE_SUBMOUNTS`).
     pub submounts: bool,
 }

@@ -71,6 +71,8 @@ pub struct Fake {
     pub append_only: AtomicBool,
     /// The inodes whose attributes the request layer said it gave the kernel.
     pub sent: Mutex<Vec<Ino>>,
+    /// File sizes (0 where not set).
+    pub sizes: Mutex<HashMap<Ino, u64>>,
     pub dev_null: std::fs::File,
 }
 
@@ -90,6 +92,7 @@ impl Fake {
             fsync_takes: Mutex::new(Duration::ZERO),
             append_only: AtomicBool::new(false),
             sent: Mutex::new(Vec::new()),
+            sizes: Mutex::new(HashMap::new()),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -109,7 +112,11 @@ impl Fake {
 
     pub fn attr_of(&self, ino: Ino) -> Result<Attr> {
         let perm = *self.perms.lock().unwrap().get(&ino).ok_or(Errno::ENOENT)?;
-        Ok(attr(ino, perm))
+        let size = self.sizes.lock().unwrap().get(&ino).copied().unwrap_or(0);
+        Ok(Attr {
+            size,
+            ..attr(ino, perm)
+        })
     }
 
     pub fn calls(&self) -> Vec<String> {
