@@ -198,10 +198,12 @@ ROOTLESS_DIRECT := tmpfs,memofs-user,memofs-user:-o direct_io=large
 # memofs over SeaweedFS (a fresh cluster per mount) against SeaweedFS's own mount: with the
 # filer's change stream (the defaults) and without it.
 DFS_TARGETS := seaweedfs,memofs-sw,memofs-sw:-o changes=off
+# the same over JuiceFS, which has no change stream: memofs on its timeout-only path
+DFS_JFS_TARGETS := juicefs,memofs-jfs
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs $(REPORTS)/dfs-juicefs
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
@@ -212,6 +214,7 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --targets '$(ROOTLESS_REAL)' --out $(REPORTS)/rootless-real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run loopdd bigfile --targets '$(ROOTLESS_DIRECT)' -p loopdd.size=512M --reps 3 --out $(REPORTS)/rootless-direct
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_JFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs-juicefs
 
 # Seed 001 in a virtio-fs guest, memofs against virtiofsd (bench/virtiofs-seed.sh).
 bench-virtiofs: build

@@ -495,12 +495,14 @@ def _alive(pid: int) -> bool:
     return st.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-from .dfs_targets import MemofsSeaweedFs, SeaweedFs  # noqa: E402 (they build on the above)
+from .dfs_targets import (JuiceFs, MemofsJuiceFs, MemofsSeaweedFs,  # noqa: E402 (they build
+                          SeaweedFs)  # on the above)
 
 KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough,
                                                        MemofsPassthroughSub, MemofsUser,
                                                        Tmpfs, PassthroughLL, PassthroughHP,
-                                                       Bindfs, SeaweedFs, MemofsSeaweedFs)}
+                                                       Bindfs, SeaweedFs, MemofsSeaweedFs,
+                                                       JuiceFs, MemofsJuiceFs)}
 
 
 class UnknownTarget(ValueError):

@@ -1,7 +1,8 @@
 """dfs: a distributed filesystem's mount on machine A against memofs in front of it.
 
-For the `seaweedfs` and `memofs-sw` targets (a fresh SeaweedFS cluster on loopback per mount,
-machines A and B; see `dfs_targets`). Parts, each on machine A's view:
+For the targets on a distributed filesystem (`seaweedfs`, `memofs-sw`, `juicefs`,
+`memofs-jfs`: a fresh bed per mount, machines A and B; see `dfs_targets`). Parts, each on
+machine A's view:
 - `lookups`: COUNT stat() calls of a missing name from one C process (what Python's import
   path scan, make's and compilers' include searches and `git status` do), stats/s;
 - `imports`: a fresh `python -S -E` imports 40 standard-library modules from a copy of the

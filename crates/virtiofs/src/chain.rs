@@ -8,18 +8,25 @@
 //! ([`MAX_REQUEST`]) and what it may ask to be given back (the guest_fs refuses sizes past the
 //! largest READ), answers a malformed request with an error when its header could be read,
 //! and never writes more than the chain's writable part holds.
+//!
+//! A reply goes straight into the chain's writable part ([`GuestReply`]): its header and
+//! then each part the request layer hands over, so a READ's data is copied once, from where
+//! the backend holds it (the page store's own pages, or the buffer a host file was read
+//! into) into the guest's buffers, with no reply buffer between.
 
 use std::io::{Read, Write};
 
+use zerocopy::IntoBytes;
+
 use memofs_core::{Backend, Errno};
 use memofs_proto::abi;
-use memofs_proto::encode::Encoder;
+use memofs_proto::encode::{Encoder, ReplySink};
 use memofs_proto::init::MAX_WRITE;
 use memofs_request::ReplyOut;
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
-use crate::guest::{header, Collected, GuestFs, OUT_HEADER};
+use crate::guest::{header, out_header, GuestFs, OUT_HEADER};
 
 /// The largest request read out of a chain: the largest WRITE the guest may send (INIT
 /// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
@@ -33,7 +40,6 @@ const IN_HEADER: usize = std::mem::size_of::<abi::fuse_in_header>();
 pub struct Buffers {
     request: Vec<u8>,
     scratch: Vec<u8>,
-    reply: Collected,
 }
 
 /// Serves the request in `chain` (in guest memory `mem`); returns the bytes written into
@@ -52,27 +58,18 @@ pub fn serve<B: Backend, M: GuestMemory>(
             return 0;
         }
     };
-    let Buffers {
-        request,
-        scratch,
-        reply,
-    } = bufs;
-    reply.bytes.clear();
+    let Buffers { request, scratch } = bufs;
+    let mut reply = GuestReply::new(&mut writer);
     match read_request(&mut reader, request) {
         Ok(()) => {
             let h = header(request).expect("read_request read a whole header");
-            guest_fs.answer(
-                &h,
-                &request[IN_HEADER..],
-                writer.available_bytes(),
-                scratch,
-                reply,
-            );
+            let room = reply.writer.room();
+            guest_fs.answer(&h, &request[IN_HEADER..], room, scratch, &mut reply);
         }
-        Err(Some((unique, e))) => Encoder::new(unique, scratch, reply).error(e),
+        Err(Some((unique, e))) => Encoder::new(unique, scratch, &mut reply).error(e),
         Err(None) => return 0,
     }
-    write_reply(&mut writer, &reply.bytes, scratch)
+    reply.written
 }
 
 /// Reads a whole request into `buf`: its header's `len` bytes. `Err(Some)` for a request
@@ -102,38 +99,57 @@ fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<
     Ok(())
 }
 
-/// Writes `reply` into the chain's writable part; one that does not fit is replaced by an
-/// `EINVAL` error (the guest gave too little room for what it asked). Returns the bytes
-/// written.
-fn write_reply(writer: &mut impl WriteRoom, reply: &[u8], scratch: &mut Vec<u8>) -> u32 {
-    if reply.is_empty() {
-        return 0;
-    }
-    let room = writer.room();
-    let fits = reply.len() <= room;
-    let refused;
-    let bytes = if fits {
-        reply
-    } else {
-        let unique = header_unique(reply);
-        log::warn!("reply of {} bytes for {room} of room: refused", reply.len());
-        let mut out = Collected::default();
-        Encoder::new(unique, scratch, &mut out).error(Errno::EINVAL);
-        refused = out.bytes;
-        &refused[..]
-    };
-    if bytes.len() > room || writer.write_all(bytes).is_err() {
-        return 0;
-    }
-    bytes.len() as u32
+/// One reply, written into the chain's writable part as it is sent: one that does not fit
+/// is replaced by an `EINVAL` error (the guest gave too little room for what it asked); a
+/// chain that fails part-way (its memory gone) counts as nothing written. A request has
+/// one reply: a second `send` is ignored.
+struct GuestReply<'w, W: WriteRoom> {
+    writer: &'w mut W,
+    /// Bytes written, for the used ring; 0 until sent.
+    written: u32,
+    sent: bool,
 }
 
-/// The `unique` of a reply's `fuse_out_header`.
-fn header_unique(reply: &[u8]) -> u64 {
-    reply
-        .get(8..OUT_HEADER)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
+impl<'w, W: WriteRoom> GuestReply<'w, W> {
+    fn new(writer: &'w mut W) -> Self {
+        GuestReply {
+            writer,
+            written: 0,
+            sent: false,
+        }
+    }
+
+    fn write(&mut self, h: &abi::fuse_out_header, parts: &[&[u8]]) -> std::io::Result<()> {
+        self.writer.write_all(h.as_bytes())?;
+        for p in parts {
+            self.writer.write_all(p)?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: WriteRoom> ReplySink for GuestReply<'_, W> {
+    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
+        if std::mem::replace(&mut self.sent, true) {
+            log::warn!("a second reply to request {unique} dropped");
+            return;
+        }
+        let body: usize = parts.iter().map(|p| p.len()).sum();
+        let room = self.writer.room();
+        let (h, parts) = if OUT_HEADER + body <= room {
+            (out_header(unique, error, body), parts)
+        } else {
+            log::warn!(
+                "reply of {} bytes for {room} of room: refused",
+                OUT_HEADER + body
+            );
+            (out_header(unique, -Errno::EINVAL.0, 0), &[][..])
+        };
+        if h.len as usize > room || self.write(&h, parts).is_err() {
+            return;
+        }
+        self.written = h.len;
+    }
 }
 
 /// A writer that says how much it can take.

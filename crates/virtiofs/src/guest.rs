@@ -15,7 +15,7 @@ use memofs_proto::encode::{reply_bound, Encoder, ReplySink};
 use memofs_proto::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros};
 
 /// The kernel side of a virtio-fs connection: upstream Linux's virtio-fs driver has no
 /// notification queue and takes no backing files, so every notification fails with
@@ -61,26 +61,14 @@ struct Mounted<B: Backend> {
     reply: Vec<u8>,
 }
 
-/// Collects one reply: `fuse_out_header` and its parts, in guest byte order (the host's:
-/// virtio-fs is little-endian only, as is every host memofs builds for).
-#[derive(Default)]
-pub(crate) struct Collected {
-    pub(crate) bytes: Vec<u8>,
-}
-
-impl ReplySink for Collected {
-    fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
-        let body: usize = parts.iter().map(|p| p.len()).sum();
-        let mut h = abi::fuse_out_header::new_zeroed();
-        h.len = (OUT_HEADER + body) as u32;
-        h.error = error;
-        h.unique = unique;
-        self.bytes.clear();
-        self.bytes.extend_from_slice(h.as_bytes());
-        for p in parts {
-            self.bytes.extend_from_slice(p);
-        }
-    }
+/// The `fuse_out_header` of a reply with `body` bytes after it, in guest byte order (the
+/// host's: virtio-fs is little-endian only, as is every host memofs builds for).
+pub(crate) fn out_header(unique: u64, error: i32, body: usize) -> abi::fuse_out_header {
+    let mut h = abi::fuse_out_header::new_zeroed();
+    h.len = (OUT_HEADER + body) as u32;
+    h.error = error;
+    h.unique = unique;
+    h
 }
 
 /// The filesystem a guest mounts over the device: the backend, the options, and the request
@@ -138,9 +126,8 @@ impl<B: Backend> GuestFs<B> {
         body: &[u8],
         room: usize,
         scratch: &mut Vec<u8>,
-        out: &mut Collected,
+        out: &mut dyn ReplySink,
     ) {
-        out.bytes.clear();
         if h.opcode == abi::opcode::INIT {
             self.init(h, body, scratch, out);
             return;
@@ -207,11 +194,10 @@ impl<B: Backend> GuestFs<B> {
         h: &abi::fuse_in_header,
         body: &[u8],
         scratch: &mut Vec<u8>,
-        out: &mut Collected,
+        out: &mut dyn ReplySink,
     ) {
         match self.session(body) {
             Ok(mounted) => {
-                // Collected now, sent to the guest once this returns.
                 out.send(h.unique, 0, &[&mounted.reply]);
                 self.mount(mounted);
             }
