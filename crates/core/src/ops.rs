@@ -10,6 +10,10 @@
 
 use std::ffi::OsStr;
 use std::os::fd::BorrowedFd;
+
+/// Reads up to a length of bytes at an offset of a descriptor to where a READ's bytes go;
+/// how many it read ([`Backend::read_from_fd`]).
+pub type FdRead<'a> = dyn FnMut(BorrowedFd<'_>, u64, usize) -> std::io::Result<usize> + 'a;
 use std::sync::Arc;
 
 use crate::errno::{Errno, Result};
@@ -124,6 +128,21 @@ pub trait Backend: Send + Sync + 'static {
         self.read(ino, fh, offset, size, buf)?;
         send(&[buf]);
         Ok(())
+    }
+    /// READ where the data is in a file the host kernel holds (a host file; the mem
+    /// backend's kernel-backed data): `read` gets its descriptor, `offset` and how many bytes
+    /// there are to read (at most `size`, up to the end of the file the backend knows), reads
+    /// them where they go and says how many it read. `None`: the data is elsewhere
+    /// ([`Backend::read_with`] serves it).
+    fn read_from_fd(
+        &self,
+        _ino: Ino,
+        _fh: u64,
+        _offset: u64,
+        _size: u32,
+        _read: &mut FdRead<'_>,
+    ) -> Option<Result<usize>> {
+        None
     }
     /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;

@@ -20,13 +20,14 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
+use memofs_core::ops::FdRead;
 use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, AtomicTimestamp, Errno, Result, Timestamp};
 use parking_lot::Mutex;
@@ -492,6 +493,14 @@ impl KernelFile {
         }
         buf.truncate(done);
         Ok(())
+    }
+
+    /// Hands `read` the data file, `offset` and the bytes there are to read there (at most
+    /// `len`, none past the size this file has); what it read.
+    pub fn read_from_fd(&self, offset: u64, len: u32, read: &mut FdRead<'_>) -> Result<usize> {
+        let left = self.size_and_blocks().0.saturating_sub(offset);
+        let file = self.file()?;
+        Ok(read(file.as_fd(), offset, left.min(len as u64) as usize)?)
     }
 
     /// Writes at `offset`; short at `size=`, as tmpfs.

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use triomphe::Arc;
 
+use memofs_core::ops::FdRead;
 use memofs_core::{
     inode_flags, Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino,
     Opened, Result, SetAttr, StatFs, TimeSet, Timestamp, NAME_MAX,
@@ -376,6 +377,32 @@ impl Backend for MemFs {
             inode.touch_atime(&self.atime);
             send(parts)
         })
+    }
+
+    /// READ of kernel-backed data, read from its data file where it goes; the page store's
+    /// data is served by `read_with`.
+    fn read_from_fd(
+        &self,
+        ino: Ino,
+        _fh: u64,
+        offset: u64,
+        size: u32,
+        read: &mut FdRead<'_>,
+    ) -> Option<Result<usize>> {
+        let inode = match self.table.get(ino) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        let file = match inode.file() {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        let r = file.read_from_fd(offset, size, read)?;
+        // atime moves before the reply goes out, as for `read_with`.
+        if r.is_ok() {
+            inode.touch_atime(&self.atime);
+        }
+        Some(r)
     }
 
     /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared

@@ -13,6 +13,7 @@
 //! Freed pages go back to the C allocator, and from there to the kernel shortly after (see
 //! [`crate::reclaim`]), so deleting or truncating files shrinks the server's RSS.
 
+use memofs_core::ops::FdRead;
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
@@ -94,6 +95,20 @@ impl RegularFile {
                 send(&[buf]);
                 Ok(())
             }
+        }
+    }
+
+    /// Kernel-backed data: `read` reads up to `len` bytes at `offset` of the data file (see
+    /// [`memofs_core::Backend::read_from_fd`]); `None` for the page store.
+    pub fn read_from_fd(
+        &self,
+        offset: u64,
+        len: u32,
+        read: &mut FdRead<'_>,
+    ) -> Option<Result<usize>> {
+        match self {
+            RegularFile::Pages(_) => None,
+            RegularFile::Kernel(k) => Some(k.read_from_fd(offset, len, read)),
         }
     }
 

@@ -5,6 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use memofs_core::ops::FdRead;
 use memofs_core::{
     Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino, Invalidator,
     Opened, Result, SetAttr, StatFs, ROOT_INO,
@@ -129,6 +130,21 @@ impl Backend for PassthroughFs {
 
     fn read(&self, _ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         self.read_file(fh, offset, size, buf)
+    }
+
+    fn read_from_fd(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        read: &mut FdRead<'_>,
+    ) -> Option<Result<usize>> {
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(read(file.fd.as_fd(), offset, size as usize).map_err(Errno::from))
     }
 
     fn write(&self, _ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {

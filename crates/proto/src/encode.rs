@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use memofs_core::{Attr, DirEntry, Entry, Errno, FileKind, StatFs};
-use memofs_request::{Op, OpenOut, ReplyOut};
+use memofs_request::{FdSource, Op, OpenOut, ReplyOut};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::abi::{self, fopen};
@@ -17,6 +17,11 @@ use crate::abi::{self, fopen};
 pub trait ReplySink {
     /// Sends one reply.
     fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]);
+    /// The reply to READ `unique`, its bytes read from a descriptor into place where the
+    /// channel can (see [`ReplyOut::data_from_fd`]); whether it answered.
+    fn data_from_fd(&mut self, _unique: u64, _source: &mut FdSource<'_>) -> bool {
+        false
+    }
 }
 
 /// The most bytes a successful reply to `op` may take after its `fuse_out_header`: the size
@@ -240,6 +245,10 @@ impl ReplyOut for Encoder<'_> {
 
     fn data_parts(&mut self, parts: &[&[u8]]) {
         self.send(parts);
+    }
+
+    fn data_from_fd(&mut self, source: &mut FdSource<'_>) -> bool {
+        self.out.data_from_fd(self.unique, source)
     }
 
     fn written(&mut self, n: u32) {

@@ -35,7 +35,7 @@ pub mod stats;
 mod xattrs;
 
 pub use kernel::Kernel;
-pub use reply::{OpenOut, ReplyOut};
+pub use reply::{FdSource, OpenOut, ReplyOut};
 pub use request::{Kind, Op, Request};
 pub use server::{Granted, Handled, Server};
 pub use stats::Stats;

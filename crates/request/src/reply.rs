@@ -7,7 +7,11 @@
 
 use std::time::Duration;
 
+use memofs_core::ops::FdRead;
 use memofs_core::{Attr, DirEntry, Entry, Errno, StatFs};
+
+/// What [`ReplyOut::data_from_fd`] asks: the backend's READ, given a reader.
+pub type FdSource<'a> = dyn FnMut(&mut FdRead<'_>) -> Option<memofs_core::Result<usize>> + 'a;
 
 /// How an opened file or directory is to be treated by the kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,6 +52,14 @@ pub trait ReplyOut {
     /// overrides this, which copies them together.
     fn data_parts(&mut self, parts: &[&[u8]]) {
         self.data(&parts.concat())
+    }
+    /// READ's bytes read from a descriptor by the transport, straight to where they go (a
+    /// guest's buffers), where it can: `source` is called with the reader and answers what
+    /// the backend made of it (`Some(Ok(n))`: `n` bytes read, which the transport then
+    /// sends; `Some(Err)`: the error, sent; `None`: the data is in no descriptor). Whether
+    /// the request was answered; the default can do nothing of the kind and calls nothing.
+    fn data_from_fd(&mut self, _source: &mut FdSource<'_>) -> bool {
+        false
     }
     /// Bytes written (WRITE, COPY_FILE_RANGE).
     fn written(&mut self, n: u32);

@@ -11,9 +11,10 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use memofs_core::ops::FdRead;
 use memofs_core::{Attr, DirEntry, Entry, Errno, StatFs};
 
-use crate::reply::{OpenOut, ReplyOut};
+use crate::reply::{FdSource, OpenOut, ReplyOut};
 use crate::request::Kind;
 
 const BUCKETS: usize = 40;
@@ -288,6 +289,16 @@ impl ReplyOut for Counted<'_> {
     fn data_parts(&mut self, parts: &[&[u8]]) {
         self.count();
         self.out.data_parts(parts)
+    }
+    fn data_from_fd(&mut self, source: &mut FdSource<'_>) -> bool {
+        let (stats, kind, start) = (self.stats, self.kind, self.start);
+        self.out.data_from_fd(&mut |read: &mut FdRead<'_>| {
+            let r = source(read);
+            if r.is_some() {
+                stats.record(kind, start);
+            }
+            r
+        })
     }
     fn written(&mut self, n: u32) {
         self.count();

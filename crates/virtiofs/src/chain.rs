@@ -11,18 +11,22 @@
 //!
 //! A reply goes straight into the chain's writable part ([`GuestReply`]): its header and
 //! then each part the request layer hands over, so a READ's data is copied once, from where
-//! the backend holds it (the page store's own pages, or the buffer a host file was read
-//! into) into the guest's buffers, with no reply buffer between.
+//! the backend holds it, into the guest's buffers, with no reply buffer between: the page
+//! store's own pages are copied; a host file (or the mem backend's kernel-backed data) is
+//! read with `preadv` straight into the guest memory the chain's descriptors name.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
+use vm_memory::bitmap::{BitmapSlice, WithBitmapSlice};
+use vm_memory::{Permissions, VolatileSlice};
 use zerocopy::IntoBytes;
 
 use memofs_core::{Backend, Errno};
 use memofs_proto::abi;
 use memofs_proto::encode::{Encoder, ReplySink};
 use memofs_proto::init::MAX_WRITE;
-use memofs_request::ReplyOut;
+use memofs_request::{FdSource, ReplyOut};
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
@@ -51,6 +55,7 @@ pub fn serve<B: Backend, M: GuestMemory>(
     chain: DescriptorChain<&M>,
     bufs: &mut Buffers,
 ) -> u32 {
+    let slices_of = chain.clone();
     let (mut reader, mut writer) = match (chain.clone().reader(mem), chain.writer(mem)) {
         (Ok(r), Ok(w)) => (r, w),
         (Err(e), _) | (_, Err(e)) => {
@@ -63,6 +68,9 @@ pub fn serve<B: Backend, M: GuestMemory>(
     match read_request(&mut reader, request) {
         Ok(()) => {
             let h = header(request).expect("read_request read a whole header");
+            if h.opcode == abi::opcode::READ {
+                reply.data = writable_slices(mem, slices_of);
+            }
             let room = reply.writer.room();
             guest_fs.answer(&h, &request[IN_HEADER..], room, scratch, &mut reply);
         }
@@ -103,17 +111,20 @@ fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<
 /// is replaced by an `EINVAL` error (the guest gave too little room for what it asked); a
 /// chain that fails part-way (its memory gone) counts as nothing written. A request has
 /// one reply: a second `send` is ignored.
-struct GuestReply<'w, W: WriteRoom> {
+struct GuestReply<'w, 'm, W: WriteRoom, B: BitmapSlice> {
     writer: &'w mut W,
+    /// For a READ, the chain's writable memory, where a descriptor is read straight into.
+    data: Option<Vec<VolatileSlice<'m, B>>>,
     /// Bytes written, for the used ring; 0 until sent.
     written: u32,
     sent: bool,
 }
 
-impl<'w, W: WriteRoom> GuestReply<'w, W> {
+impl<'w, W: WriteRoom, B: BitmapSlice> GuestReply<'w, '_, W, B> {
     fn new(writer: &'w mut W) -> Self {
         GuestReply {
             writer,
+            data: None,
             written: 0,
             sent: false,
         }
@@ -128,7 +139,7 @@ impl<'w, W: WriteRoom> GuestReply<'w, W> {
     }
 }
 
-impl<W: WriteRoom> ReplySink for GuestReply<'_, W> {
+impl<W: WriteRoom, B: BitmapSlice> ReplySink for GuestReply<'_, '_, W, B> {
     fn send(&mut self, unique: u64, error: i32, parts: &[&[u8]]) {
         if std::mem::replace(&mut self.sent, true) {
             log::warn!("a second reply to request {unique} dropped");
@@ -150,6 +161,141 @@ impl<W: WriteRoom> ReplySink for GuestReply<'_, W> {
         }
         self.written = h.len;
     }
+
+    /// READ from a descriptor: the bytes go with `preadv` into the chain's memory after the
+    /// header's room, then the header goes in front of them.
+    fn data_from_fd(&mut self, unique: u64, source: &mut FdSource<'_>) -> bool {
+        let Some(slices) = self.data.take() else {
+            return false;
+        };
+        let Some(space) = self.writer.room().checked_sub(OUT_HEADER) else {
+            return false;
+        };
+        if self.sent {
+            return false;
+        }
+        let r = source(&mut |fd, offset, len| {
+            pread_into(&slices, OUT_HEADER, fd, offset, len.min(space))
+        });
+        match r {
+            None => false,
+            Some(Ok(n)) => {
+                self.sent = true;
+                let h = out_header(unique, 0, n);
+                if self.writer.write_all(h.as_bytes()).is_ok() {
+                    self.written = h.len;
+                }
+                true
+            }
+            Some(Err(e)) => {
+                self.send(unique, -e.0, &[]);
+                true
+            }
+        }
+    }
+}
+
+/// The guest memory of `chain`'s writable descriptors, in order (each checked against the
+/// memory the VMM shared, as `Writer` checks it); `None` if any is not guest memory.
+fn writable_slices<'m, M, B>(
+    mem: &'m M,
+    chain: DescriptorChain<&'m M>,
+) -> Option<Vec<VolatileSlice<'m, B>>>
+where
+    M: GuestMemory,
+    M::Bitmap: WithBitmapSlice<'m, S = B>,
+    B: BitmapSlice,
+{
+    let mut out = Vec::new();
+    for desc in chain.writable() {
+        let slices = mem
+            .get_slices(desc.addr(), desc.len() as usize, Permissions::Write)
+            .ok()?;
+        for s in slices {
+            out.push(s.ok()?);
+        }
+    }
+    Some(out)
+}
+
+/// The most iovecs one `preadv` takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
+/// Reads up to `len` bytes at `offset` of `fd` into `slices`, from `skip` bytes into them;
+/// how many it read (short at the file's end, or where the slices end). What was written is
+/// marked dirty in the VMM's log.
+fn pread_into<B: BitmapSlice>(
+    slices: &[VolatileSlice<'_, B>],
+    skip: usize,
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut parts = Vec::new();
+    let (mut skip, mut left) = (skip, len);
+    for s in slices {
+        if left == 0 {
+            break;
+        }
+        if skip >= s.len() {
+            skip -= s.len();
+            continue;
+        }
+        let n = (s.len() - skip).min(left);
+        parts.push(s.subslice(skip, n).map_err(io::Error::other)?);
+        skip = 0;
+        left -= n;
+    }
+    let total = len - left;
+    let guards: Vec<_> = parts.iter().map(|p| p.ptr_guard_mut()).collect();
+    let mut done = 0;
+    while done < total {
+        let mut iov = Vec::with_capacity(parts.len().min(IOV_MAX));
+        let mut past = done;
+        for (p, g) in parts.iter().zip(&guards) {
+            if past >= p.len() {
+                past -= p.len();
+                continue;
+            }
+            if iov.len() == IOV_MAX {
+                break;
+            }
+            // SAFETY: `past < p.len()`, so the pointer stays inside the slice's mapping.
+            let base = unsafe { g.as_ptr().add(past) };
+            iov.push(libc::iovec {
+                iov_base: base.cast(),
+                iov_len: p.len() - past,
+            });
+            past = 0;
+        }
+        let at = offset
+            .checked_add(done as u64)
+            .and_then(|at| libc::off_t::try_from(at).ok())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: every iovec lies inside guest memory the chain's descriptors let the
+        // device write (checked by `get_slices`), mapped while `guards` live.
+        let n = unsafe { libc::preadv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, at) };
+        match n {
+            0 => break,
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let mut marked = 0;
+    for p in &parts {
+        if marked >= done {
+            break;
+        }
+        let n = p.len().min(done - marked);
+        p.bitmap().mark_dirty(0, n);
+        marked += n;
+    }
+    Ok(done)
 }
 
 /// A writer that says how much it can take.

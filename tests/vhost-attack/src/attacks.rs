@@ -22,6 +22,7 @@ pub const ATTACKS: &[Attack] = &[
     ("forget-unknown-inodes", forget_unknown),
     ("rename-and-unlink-out-of-the-share", rename_out),
     ("huge-offsets-and-sizes", huge_offsets),
+    ("read-into-scattered-buffers", scattered_read),
     ("header-length-disagrees", header_lengths),
     ("descriptor-outside-memory", outside_memory),
     ("zero-length-descriptors", zero_length),
@@ -263,6 +264,81 @@ fn huge_offsets(g: &mut Guest) -> Result<(), String> {
     let mut body = s.as_bytes().to_vec();
     body.extend(cstr(b"user.x"));
     g.call(opcode::SETXATTR, node, &body, 4096);
+    Ok(())
+}
+
+/// A READ whose room is many small descriptors, the reply header split across two of them:
+/// the data must land in order (a host file's is read straight into them), and a chain whose
+/// last writable descriptor leaves guest memory is refused whole.
+fn scattered_read(g: &mut Guest) -> Result<(), String> {
+    let (node, fh) = g.create("scattered").map_err(|e| format!("CREATE: {e}"))?;
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let w = abi::fuse_write_in {
+        fh,
+        size: data.len() as u32,
+        ..FromZeros::new_zeroed()
+    };
+    let mut body = w.as_bytes().to_vec();
+    body.extend(&data);
+    match g.call(opcode::WRITE, node, &body, 4096) {
+        Some((0, _)) => {}
+        r => return Err(format!("WRITE: {r:?}")),
+    }
+    let r = abi::fuse_read_in {
+        fh,
+        size: data.len() as u32,
+        ..FromZeros::new_zeroed()
+    };
+    let req = g.fuse(opcode::READ, node, r.as_bytes());
+    g.write(AT, &req);
+    // 5 + 13 bytes, then pieces of odd sizes, then the rest.
+    let mut sizes = vec![5u32, 13, 1, 4093, 3, 700];
+    let room = 16 + data.len() as u32;
+    sizes.push(room - sizes.iter().sum::<u32>());
+    let mut descs = vec![desc(AT, req.len() as u32, NEXT, 1)];
+    let mut at = OUT;
+    for (i, &len) in sizes.iter().enumerate() {
+        let last = i + 1 == sizes.len();
+        let next = if last { 0 } else { i as u16 + 2 };
+        descs.push(desc(at, len, WRITE | if last { 0 } else { NEXT }, next));
+        // A gap between pieces: nothing may be written there.
+        at += len as u64 + 64;
+    }
+    g.write(OUT, &vec![0xee; (at - OUT) as usize]);
+    let n = chain(g, &descs).ok_or("the scattered READ was not answered")?;
+    if n != room {
+        return Err(format!("the scattered READ wrote {n} bytes of {room}"));
+    }
+    let mut got = Vec::new();
+    let mut at = OUT;
+    for &len in &sizes {
+        got.extend(g.read(at, len as usize));
+        if g.read(at + len as u64, 64) != vec![0xee; 64] {
+            return Err("a READ wrote between the chain's descriptors".into());
+        }
+        at += len as u64 + 64;
+    }
+    match split_reply(&got) {
+        Some((0, body)) if body == data => {}
+        Some((0, body)) => {
+            let at = body.iter().zip(&data).position(|(a, b)| a != b);
+            return Err(format!(
+                "READ data differs (length {}, first at {at:?})",
+                body.len()
+            ));
+        }
+        r => return Err(format!("READ answered {:?}", r.map(|(e, b)| (e, b.len())))),
+    }
+    // The same with the last piece outside guest memory: refused, nothing written.
+    let last = descs.len() - 1;
+    descs[last].addr = MEM_SIZE as u64 + 4096;
+    if let Some(n) = chain(g, &descs) {
+        if n > 0 {
+            return Err(format!(
+                "a READ into memory outside the guest wrote {n} bytes"
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -403,7 +403,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         },
     },
     Spec {
-        syntax: "direct_io[=off|large|all]",
+        syntax: "direct_io=off|large|all",
         names: &["direct_io"],
         prefixes: &[],
         scope: Scope::Any,
