@@ -168,6 +168,9 @@ if [ -x /bin/pjdfstest ]; then
             echo "PASS pjdfstest-$t ($(wc -l </tmp/pjd-$t.ok) cases; every one tmpfs passes)"
         else
             echo "FAIL pjdfstest-$t: fails where tmpfs passes: $(echo $lost)"
+            for c in $lost; do
+                grep -F -A6 "$c" /tmp/pjd-$t.out | head -8 | sed "s/^/  pjdfstest-$t: /"
+            done
         fi
         rm -rf /$t/pjd
     done
