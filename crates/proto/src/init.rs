@@ -323,8 +323,14 @@ mod tests {
             !n.granted.direct_io_allow_mmap,
             "asked only for direct reads"
         );
-        let large = negotiate(&kernel(45, ALL), &plan(&["direct_io=large"], caps)).unwrap();
+        let large_plan = plan(&["direct_io=large"], caps);
+        let large = negotiate(&kernel(45, ALL), &large_plan).unwrap();
         assert!(large.granted.direct_io_allow_mmap);
+        let kept = in_effect(large_plan.clone(), large.granted);
+        assert_eq!(kept.direct_io, DirectIo::Large);
+        // Without shared mappings of direct opens, every open stays cached.
+        let refused = in_effect(large_plan, Granted::default());
+        assert_eq!(refused.direct_io, DirectIo::Off);
         let out = abi::fuse_init_out::read_from_bytes(&n.reply).unwrap();
         assert_eq!(out.max_stack_depth, 1);
         assert_eq!(out.max_readahead, 128 << 10);

@@ -158,12 +158,12 @@ impl<B: Backend> Server<B> {
     /// read-only opens qualify (under the writeback cache the kernel keeps files' mtime
     /// itself and a direct write would never move it), only of regular files of at least
     /// [`DIRECT_READ_SIZE`] (a smaller file is read in one READ either way), not an exec
-    /// open (the loader maps the program, and its pages are best kept), and only where the
-    /// kernel keeps shared mappings of such opens (`FUSE_DIRECT_IO_ALLOW_MMAP`), so that
-    /// nothing a cached open allows fails on them.
+    /// open (the loader maps the program, and its pages are best kept). The plan in effect
+    /// says `Large` only where the kernel keeps shared mappings of such opens
+    /// (`FUSE_DIRECT_IO_ALLOW_MMAP`, see `memofs_proto::init::in_effect`), so that nothing a
+    /// cached open allows fails on them.
     fn reads_directly(&self, ino: Ino, flags: i32) -> bool {
         self.plan.direct_io == DirectIo::Large
-            && self.granted.direct_io_allow_mmap
             && flags & libc::O_ACCMODE == libc::O_RDONLY
             && flags & FMODE_EXEC == 0
             && self
