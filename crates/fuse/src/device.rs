@@ -48,12 +48,7 @@ fn write_message(fd: RawFd, unique: u64, error: i32, parts: &[&[u8]]) -> io::Res
     if parts.len() > MAX_PARTS {
         return write_message(fd, unique, error, &[&parts.concat()]);
     }
-    let len = 16 + parts.iter().map(|p| p.len()).sum::<usize>();
-    let header = abi::fuse_out_header {
-        len: len as u32,
-        error,
-        unique,
-    };
+    let header = abi::fuse_out_header::reply(unique, error, parts.iter().map(|p| p.len()).sum());
     let all = std::iter::once(header.as_bytes()).chain(parts.iter().copied());
     let iovec = |part: &[u8]| libc::iovec {
         iov_base: part.as_ptr() as *mut libc::c_void,

@@ -150,11 +150,7 @@ impl Slot {
             self.payload[len..len + n].copy_from_slice(&p[..n]);
             len += n;
         }
-        let out = abi::fuse_out_header {
-            len: (16 + len) as u32,
-            error,
-            unique,
-        };
+        let out = abi::fuse_out_header::reply(unique, error, len);
         self.header.in_out[..16].copy_from_slice(out.as_bytes());
         self.header.ring_ent_in_out.payload_sz = len as u32;
     }

@@ -264,6 +264,18 @@ abi! {
     pub struct fuse_uring_cmd_req { flags: u64, commit_id: u64, qid: u16, padding: [u8; 6] } = 24;
 }
 
+impl fuse_out_header {
+    /// The header of the reply to request `unique` with `error` (0 or a negative errno) and
+    /// `body` bytes after the header.
+    pub fn reply(unique: u64, error: i32, body: usize) -> fuse_out_header {
+        fuse_out_header {
+            len: (std::mem::size_of::<fuse_out_header>() + body) as u32,
+            error,
+            unique,
+        }
+    }
+}
+
 /// `sizeof(struct fuse_direntplus)` before the name: an entry and a dirent.
 pub const DIRENTPLUS_HEAD: usize = 128 + 24;
 /// Records in READDIR replies are aligned to 8 bytes.

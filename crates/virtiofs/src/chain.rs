@@ -30,7 +30,7 @@ use memofs_request::{FdSource, ReplyOut};
 use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
-use crate::guest::{header, out_header, GuestFs, OUT_HEADER};
+use crate::guest::{header, GuestFs, OUT_HEADER};
 
 /// The largest request read out of a chain: the largest WRITE the guest may send (INIT
 /// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
@@ -148,13 +148,16 @@ impl<W: WriteRoom, B: BitmapSlice> ReplySink for GuestReply<'_, '_, W, B> {
         let body: usize = parts.iter().map(|p| p.len()).sum();
         let room = self.writer.room();
         let (h, parts) = if OUT_HEADER + body <= room {
-            (out_header(unique, error, body), parts)
+            (abi::fuse_out_header::reply(unique, error, body), parts)
         } else {
             log::warn!(
                 "reply of {} bytes for {room} of room: refused",
                 OUT_HEADER + body
             );
-            (out_header(unique, -Errno::EINVAL.0, 0), &[][..])
+            (
+                abi::fuse_out_header::reply(unique, -Errno::EINVAL.0, 0),
+                &[][..],
+            )
         };
         if h.len as usize > room || self.write(&h, parts).is_err() {
             return;
@@ -181,7 +184,7 @@ impl<W: WriteRoom, B: BitmapSlice> ReplySink for GuestReply<'_, '_, W, B> {
             None => false,
             Some(Ok(n)) => {
                 self.sent = true;
-                let h = out_header(unique, 0, n);
+                let h = abi::fuse_out_header::reply(unique, 0, n);
                 if self.writer.write_all(h.as_bytes()).is_ok() {
                     self.written = h.len;
                 }

@@ -15,7 +15,7 @@ use memofs_proto::encode::{reply_bound, Encoder, ReplySink};
 use memofs_proto::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::FromBytes;
 
 /// The kernel side of a virtio-fs connection: upstream Linux's virtio-fs driver has no
 /// notification queue and takes no backing files, so every notification fails with
@@ -59,16 +59,6 @@ struct Mounted<B: Backend> {
     /// this mount moves to starts its own from (see [`crate::migrate`]).
     init: Vec<u8>,
     reply: Vec<u8>,
-}
-
-/// The `fuse_out_header` of a reply with `body` bytes after it, in guest byte order (the
-/// host's: virtio-fs is little-endian only, as is every host memofs builds for).
-pub(crate) fn out_header(unique: u64, error: i32, body: usize) -> abi::fuse_out_header {
-    let mut h = abi::fuse_out_header::new_zeroed();
-    h.len = (OUT_HEADER + body) as u32;
-    h.error = error;
-    h.unique = unique;
-    h
 }
 
 /// The filesystem a guest mounts over the device: the backend, the options, and the request
