@@ -166,36 +166,26 @@ fn changes_from_b(m: &Mount, b: &Path, tag: &str) {
     );
 }
 
-/// Skips unless memofs runs with its default options (the beds test what they choose).
-fn require_default_options() {
-    if std::env::var("MEMOFS_E2E_OPTS").is_ok_and(|o| !o.is_empty()) {
-        skip!(
-            Config("dfs_default_options"),
-            "the cluster test runs with memofs's default options only"
-        );
-    }
+/// The bed of `engine` (`what` names it in a skip), started; skips the test unless memofs
+/// runs with its default options (the beds test what memofs chooses) and the bed starts.
+/// A macro, as a skip returns from the test.
+macro_rules! bed {
+    ($engine:literal, $what:literal) => {{
+        if std::env::var("MEMOFS_E2E_OPTS").is_ok_and(|o| !o.is_empty()) {
+            skip!(
+                Config("dfs_default_options"),
+                "the cluster test runs with memofs's default options only"
+            );
+        }
+        match Cluster::start($engine) {
+            Ok(c) => c,
+            Err(e) => skip!(Tool($engine), "no {} here: {e}", $what),
+        }
+    }};
 }
 
-#[test]
-fn changes_made_on_another_machine_show_through_memofs() {
-    require_mount!();
-    require_default_options();
-    let cluster = match Cluster::start("seaweedfs") {
-        Ok(c) => c,
-        Err(e) => skip!(Tool("seaweedfs"), "no SeaweedFS cluster here: {e}"),
-    };
-    let (a, b) = (cluster.machine("a"), cluster.machine("b"));
-    let m = Mount::try_memofs_source(&a, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        doc.contains(r#""negative_timeout":3600.0"#) && doc.contains("filer.meta.tail"),
-        "memofs follows the filer's stream and keeps misses for an hour: {doc}"
-    );
-    assert!(
-        doc.contains(r#""atime":"noatime,nodiratime""#),
-        "SeaweedFS keeps atime itself: it holds back no cache: {doc}"
-    );
-    // Through memofs, seen on B.
+/// A file written through memofs on A shows on B.
+fn written_through_memofs_shows_on_b(m: &Mount, b: &Path) {
     ok!(fs::write(
         m.join("from-memofs"),
         b"written on A through memofs"
@@ -207,6 +197,24 @@ fn changes_made_on_another_machine_show_through_memofs() {
         .is_some(),
         "B never saw a file written through memofs on A"
     );
+}
+
+#[test]
+fn changes_made_on_another_machine_show_through_memofs() {
+    require_mount!();
+    let cluster = bed!("seaweedfs", "SeaweedFS cluster");
+    let (a, b) = (cluster.machine("a"), cluster.machine("b"));
+    let m = Mount::try_memofs_source(&a, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        doc.contains(r#""negative_timeout":3600.0"#) && doc.contains("filer.meta.tail"),
+        "memofs follows the filer's stream and keeps misses for an hour: {doc}"
+    );
+    assert!(
+        doc.contains(r#""atime":"noatime,nodiratime""#),
+        "SeaweedFS keeps atime itself: it holds back no cache: {doc}"
+    );
+    written_through_memofs_shows_on_b(&m, &b);
     git_works(&m, "repo-stream");
     changes_from_b(&m, &b, "stream");
     drop(m);
@@ -229,11 +237,7 @@ fn changes_made_on_another_machine_show_through_memofs() {
 #[test]
 fn without_a_stream_changes_show_within_the_timeouts() {
     require_mount!();
-    require_default_options();
-    let cluster = match Cluster::start("juicefs") {
-        Ok(c) => c,
-        Err(e) => skip!(Tool("juicefs"), "no JuiceFS volume here: {e}"),
-    };
+    let cluster = bed!("juicefs", "JuiceFS volume");
     let (a, b) = (cluster.machine("a"), cluster.machine("b"));
     let m = Mount::try_memofs_source(&a, &[]).unwrap_or_else(|e| panic!("{e}"));
     let doc = stats_json(m.path()).unwrap_or_else(|e| panic!("{e}"));
@@ -241,14 +245,7 @@ fn without_a_stream_changes_show_within_the_timeouts() {
         doc.contains(r#""negative_timeout":1.0"#) && doc.contains("none: changes made"),
         "no stream, misses kept 1 s: {doc}"
     );
-    ok!(fs::write(m.join("from-memofs"), b"written through memofs"));
-    assert!(
-        seen_within(
-            || fs::read(b.join("from-memofs")).is_ok_and(|d| d == b"written through memofs")
-        )
-        .is_some(),
-        "B never saw a file written through memofs on A"
-    );
+    written_through_memofs_shows_on_b(&m, &b);
     git_works(&m, "repo");
     changes_from_b(&m, &b, "juicefs");
     drop(m);
