@@ -6,7 +6,7 @@
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make vm-steps                                          requests per step of a small workload, per kernel
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
-#   make bench-virtiofs                                    seed 001 in a virtio-fs guest, memofs against virtiofsd
+#   make bench-guest                                       work in a virtio-fs guest, memofs against virtiofsd
 #   make bench-reports                                     every family of bench/reports, replaced
 #   make install [PREFIX=/usr/local] [DESTDIR=]            binary, mount(8) helpers, man pages, completions
 #   make uninstall                                         ... removed again
@@ -29,7 +29,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: attack migrate test-start no-leftovers bench-virtiofs bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: attack migrate test-start no-leftovers bench-guest bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -200,6 +200,9 @@ ROOTLESS_DIRECT := tmpfs,memofs-user,memofs-user:-o direct_io=large
 DFS_TARGETS := seaweedfs,memofs-sw,memofs-sw:-o changes=off
 # the same over JuiceFS, which has no change stream: memofs on its timeout-only path
 DFS_JFS_TARGETS := juicefs,memofs-jfs
+# a guest on virtiofsd against memofs's two backends, with the same --cache, and the
+# guest's own tmpfs
+GUEST_TARGETS := vm-virtiofsd:--cache=always,vm-memofs-pt:--cache=always,vm-memofs,vm-virtiofsd:--cache=auto,vm-memofs-pt:--cache=auto,vm-tmpfs
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
@@ -215,10 +218,13 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run loopdd bigfile --targets '$(ROOTLESS_DIRECT)' -p loopdd.size=512M --reps 3 --out $(REPORTS)/rootless-direct
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_JFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs-juicefs
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest --targets '$(GUEST_TARGETS)' --reps 3 --out $(REPORTS)/guest
 
-# Seed 001 in a virtio-fs guest, memofs against virtiofsd (bench/virtiofs-seed.sh).
-bench-virtiofs: build
-	bash bench/virtiofs-seed.sh
+# Work in a virtio-fs guest (the guest family), memofs against virtiofsd (VIRTIOFSD, or on
+# PATH: `cargo install virtiofsd`, with libseccomp-dev and libcap-ng-dev).
+bench-guest: setup build
+	bench/memofs-bench fetch guest
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest --targets '$(GUEST_TARGETS)' --reps 3 $(if $(OUT),--out $(OUT))
 
 clean:
 	$(CARGO) clean

@@ -184,6 +184,14 @@ class Runner:
             return
         target = make_target(spec, workdir)
         info = next(t for t in self.doc["targets"] if t["name"] == spec)
+        if target.in_guest != (w.guest is not None):
+            where = "in a guest, on the vm-* targets only" if w.guest else "on the host"
+            if rnd == 0:
+                self.note(spec, w.name, None, None, f"{w.name} runs {where}: not measured on "
+                                                    f"{spec}")
+            return
+        if w.guest is not None:
+            target.guest_setup = w.guest(self.params[w.name])
         try:
             mnt = target.mount()
         except Exception as e:  # any target's problem is recorded; the other targets run
@@ -224,7 +232,7 @@ class Runner:
                       peer=target.peer(),
                       status=lambda s: self.console.status(
                           f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"),
-                      stats=target.server_stats)
+                      stats=target.server_stats, guest=getattr(target, "guest", None))
         try:
             for metric, label, value, *detail in part.run(ctx):
                 sample = {"metric": w.key(metric), "target": spec, "param": label,

@@ -28,6 +28,7 @@ class Target:
     kind: ClassVar[str]
     summary: ClassVar[str]
     fstype: ClassVar[str] = ""
+    in_guest: ClassVar[bool] = False    # the filesystem is mounted in a guest (guest_targets)
 
     def __init__(self, spec: str, args: list[str], workdir: Path):
         self.spec, self.args, self.workdir = spec, args, workdir
@@ -497,12 +498,14 @@ def _alive(pid: int) -> bool:
 
 from .dfs_targets import (JuiceFs, MemofsJuiceFs, MemofsSeaweedFs,  # noqa: E402 (they build
                           SeaweedFs)  # on the above)
+from .guest_targets import KINDS as GUEST_KINDS  # noqa: E402
 
 KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough,
                                                        MemofsPassthroughSub, MemofsUser,
                                                        Tmpfs, PassthroughLL, PassthroughHP,
                                                        Bindfs, SeaweedFs, MemofsSeaweedFs,
-                                                       JuiceFs, MemofsJuiceFs)}
+                                                       JuiceFs, MemofsJuiceFs,
+                                                       *GUEST_KINDS)}
 
 
 class UnknownTarget(ValueError):

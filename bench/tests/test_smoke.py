@@ -17,8 +17,9 @@ from memofs_bench.tools import ToolMissing, helper
 from memofs_bench.workloads import Metric, Part, Workload, registry
 
 pytestmark = pytest.mark.smoke
-# the real family needs downloaded inputs: its own smoke test is in test_real.py
-SMOKE = {n: w for n, w in registry().items() if n != "real"}
+# the real family needs downloaded inputs, the guest family guests: their own smoke tests are
+# in test_real.py and test_guest.py
+SMOKE = {n: w for n, w in registry().items() if n not in ("real", "guest")}
 
 
 def our_mounts():

@@ -15,9 +15,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .. import tools
+
+if TYPE_CHECKING:
+    from ..vm import Guest, GuestSetup
 
 Sample = tuple  # (metric name, param label, value)
 
@@ -62,6 +65,8 @@ class Workload:
     metrics: list[Metric]
     parts: list[Part]
     prepare: Callable[[dict], None] | None = None
+    # For a workload that runs in a guest (only on the vm-* targets): its kernel and files.
+    guest: Callable[[dict], "GuestSetup"] | None = None
 
     def param_values(self, overrides: dict[str, str], quick: bool) -> dict[str, str]:
         vals = {p.name: (p.quick if quick else p.default) for p in self.params}
@@ -97,6 +102,7 @@ class Context:
     status: Callable[[str], None] = lambda s: None
     notes: list[str] = field(default_factory=list)
     stats: Callable[[], dict | None] = lambda: None   # the server's own counters, if it has any
+    guest: "Guest | None" = None        # the guest the filesystem is mounted in, if any
 
     def ints(self, name: str) -> list[int]:
         return [int(x) for x in split_list(self.params[name])]
@@ -133,9 +139,9 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import (atime_read, bigfile, coherence, create, depth, dfs, lat_mmap, loopdd,
+    from . import (atime_read, bigfile, coherence, create, depth, dfs, guest, lat_mmap, loopdd,
                    memory, messaging, real, stat_missing, tree)
     ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
           lat_mmap.WORKLOAD, create.WORKLOAD, depth.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD,
-          memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD, bigfile.WORKLOAD]
+          memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD, bigfile.WORKLOAD, guest.WORKLOAD]
     return {w.name: w for w in ws}

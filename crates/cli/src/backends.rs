@@ -87,6 +87,7 @@ pub fn passthrough(
         watch: plan.watch,
         changes: plan.changes.clone(),
         reserved_fds,
+        migration: plan.migration,
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;

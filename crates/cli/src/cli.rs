@@ -112,8 +112,8 @@ pub struct VirtiofsdArgs {
     /// Extended attributes (always on)
     #[arg(long = "xattr")]
     pub xattr: bool,
-    /// POSIX ACLs: never, auto (where the backend keeps them; the default, and without a
-    /// value: always) or always (fail to start without them)
+    /// POSIX ACLs: never (the default, as virtiofsd's), auto (where the backend keeps them)
+    /// or always (the flag without a value: fail to start without them)
     #[arg(long = "posix-acl", value_name = "never|auto|always", require_equals = true, num_args = 0..=1, default_missing_value = "always")]
     pub posix_acl: Option<String>,
     /// Let the server clear setuid, setgid and capabilities on writes and truncates
@@ -141,6 +141,23 @@ pub struct VirtiofsdArgs {
     /// (EROFS)
     #[arg(long = "readonly")]
     pub readonly: bool,
+    /// With --shared-dir, how a migrating guest's files are found again on the destination:
+    /// by their paths under the shared directory (find-paths, the default) or by their file
+    /// handles (file-handles: the same filesystem, root on the destination)
+    #[arg(long = "migration-mode", value_name = "find-paths|file-handles", value_parser = ["find-paths", "file-handles"])]
+    pub migration_mode: Option<String>,
+    /// With --shared-dir, what a file that cannot be found again does to a migration: abort
+    /// it (the only choice: the VM runs on at the source)
+    #[arg(long = "migration-on-error", value_name = "abort|guest-error", value_parser = ["abort", "guest-error"])]
+    pub migration_on_error: Option<String>,
+    /// With --shared-dir and find-paths, the destination checks that each path leads to the
+    /// very file the source held (their file handles agree: the same filesystem only)
+    #[arg(long = "migration-verify-handles")]
+    pub migration_verify_handles: bool,
+    /// With --shared-dir, check each path at the source right before the state is sent
+    /// (what memofs always does)
+    #[arg(long = "migration-confirm-paths")]
+    pub migration_confirm_paths: bool,
     /// How much to log to standard error: off, error, warn, info, debug or trace (as
     /// virtiofsd; MEMOFS_LOG and -o debug also set it)
     #[arg(long = "log-level", value_name = "LEVEL", value_parser = ["off", "error", "warn", "info", "debug", "trace"])]

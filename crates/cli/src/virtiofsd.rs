@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use memofs_control::StatsSource;
 use memofs_core::idmap::IdMaps;
+use memofs_core::migrate::{Choices, FindBy};
 use memofs_core::options::{parse_options, MountOptions, Want};
 use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_core::xattrmap::XattrMap;
@@ -130,6 +131,7 @@ struct Setup {
     ids: IdMaps,
     acl: Want,
     xattrs: Option<XattrMap>,
+    migration: Choices,
 }
 
 /// virtiofsd's options memofs does not take, each with why (docs/guide.md has the table of
@@ -147,13 +149,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("--no-killpriv-v2", "the server always clears setuid, setgid and capabilities itself (FUSE_HANDLE_KILLPRIV_V2)"),
     ("--preserve-noatime", "a guest's O_NOATIME reaches the backend as it is"),
     ("--syslog", "messages go to standard error (--log-level), which a service manager keeps"),
-    ("--migration-mode", NO_MIGRATION),
-    ("--migration-on-error", NO_MIGRATION),
-    ("--migration-verify-handles", NO_MIGRATION),
-    ("--migration-confirm-paths", NO_MIGRATION),
 ];
-
-const NO_MIGRATION: &str = "these choose how a shared directory's files are found again after a live migration, which memofs does not do (a --shared-dir device offers no state transfer, so the VMM refuses to migrate); the mem backend migrates whole without options";
 
 /// The first option of `args` (a `virtiofsd` command line after the subcommand) that memofs
 /// refuses, as the message to print. `virtiofsd` is the subcommand's declaration, which says
@@ -203,11 +199,53 @@ fn id_maps(args: &VirtiofsdArgs) -> Result<IdMaps, String> {
     Ok(ids)
 }
 
-/// `--posix-acl=`: never, auto or always; always cannot be had with translated ids.
+/// The `--migration-*` options: how a shared directory's files are found again where the
+/// VM arrives. Without `--shared-dir` the files themselves move and there is nothing to
+/// choose.
+fn migration(args: &VirtiofsdArgs, shared: bool) -> Result<Choices, String> {
+    let given = args.migration_mode.is_some()
+        || args.migration_on_error.is_some()
+        || args.migration_verify_handles
+        || args.migration_confirm_paths;
+    if given && !shared {
+        return Err(
+            "the --migration-* options choose how a --shared-dir's files are found \
+                    again on the destination; without --shared-dir the files themselves move \
+                    with the VM"
+                .into(),
+        );
+    }
+    if args.migration_on_error.as_deref() == Some("guest-error") {
+        return Err(
+            "--migration-on-error=guest-error is not supported: a file that cannot \
+                    be found again fails the migration, and the VM runs on at the source \
+                    (abort)"
+                .into(),
+        );
+    }
+    let find_by = match args.migration_mode.as_deref() {
+        Some("file-handles") => FindBy::FileHandles,
+        _ => FindBy::Paths,
+    };
+    if find_by == FindBy::FileHandles && args.migration_verify_handles {
+        return Err(
+            "--migration-verify-handles checks the paths of find-paths; \
+                    file-handles finds the very files already"
+                .into(),
+        );
+    }
+    Ok(Choices {
+        find_by,
+        verify_handles: args.migration_verify_handles,
+    })
+}
+
+/// `--posix-acl=`: never (without the flag, as virtiofsd), auto or always; always cannot be
+/// had with translated ids.
 fn acl(args: &VirtiofsdArgs, ids: &IdMaps) -> Result<Want, String> {
     let want = match args.posix_acl.as_deref() {
-        None | Some("auto") => Want::Auto,
-        Some("never") => Want::Off,
+        None | Some("never") => Want::Off,
+        Some("auto") => Want::Auto,
         Some("always") => Want::On,
         Some(other) => return Err(format!("--posix-acl={other}: say never, auto or always")),
     };
@@ -253,6 +291,7 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
     let caps = sandbox::kept_caps(source.is_some(), args.modcaps.as_deref()).map_err(usage)?;
     let ids = id_maps(args).map_err(usage)?;
     let acl = acl(args, &ids).map_err(usage)?;
+    let migration = migration(args, source.is_some()).map_err(usage)?;
     let xattrs = match args.xattrmap.as_deref().or(legacy.xattrmap.as_deref()) {
         Some(map) => Some(XattrMap::parse(map).map_err(|e| usage(format!("--xattrmap: {e}")))?),
         None => None,
@@ -270,6 +309,7 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         ids,
         acl,
         xattrs,
+        migration,
     })
 }
 
@@ -298,6 +338,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     plan.acl = setup.acl;
     plan.xattrs = setup.xattrs.clone();
     plan.announce_submounts = args.announce_submounts;
+    plan.migration = setup.migration;
     if let Some(n) = args.rlimit_nofile {
         let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
         if let Err(e) = set {
@@ -526,6 +567,40 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_directorys_files_are_found_by_path_unless_asked_otherwise() {
+        let choices = |extra: &[&str]| {
+            let mut argv = vec!["--shared-dir", "/"];
+            argv.extend_from_slice(extra);
+            setup(&args(&argv)).map(|s| s.migration).map_err(|e| e.1)
+        };
+        assert_eq!(choices(&[]), Ok(Choices::default()));
+        let paths = Choices {
+            find_by: FindBy::Paths,
+            verify_handles: true,
+        };
+        let verify = ["--migration-mode=find-paths", "--migration-verify-handles"];
+        assert_eq!(choices(&verify), Ok(paths));
+        let on_error = ["--migration-on-error", "abort", "--migration-confirm-paths"];
+        assert_eq!(choices(&on_error), Ok(Choices::default()));
+        let handles = choices(&["--migration-mode", "file-handles"]).map(|c| c.find_by);
+        assert_eq!(handles, Ok(FindBy::FileHandles));
+        let both = [
+            "--migration-mode=file-handles",
+            "--migration-verify-handles",
+        ];
+        assert!(choices(&both).is_err_and(|e| e.contains("finds the very files")));
+    }
+
+    #[test]
+    fn acls_are_off_unless_asked_for_as_with_virtiofsd() {
+        let want = |extra: &[&str]| setup(&args(extra)).map(|s| s.acl).map_err(|e| e.1);
+        assert_eq!(want(&[]), Ok(Want::Off));
+        assert_eq!(want(&["--posix-acl"]), Ok(Want::On));
+        assert_eq!(want(&["--posix-acl=auto"]), Ok(Want::Auto));
+        assert_eq!(want(&["--posix-acl=never"]), Ok(Want::Off));
+    }
+
+    #[test]
     fn readonly_and_translated_ids_reach_the_setup_and_bad_ones_are_refused() {
         let s = setup(&args(&[
             "--readonly",
@@ -560,6 +635,18 @@ mod tests {
                 &["--thread-pool-size", "4"][..],
                 "--thread-pool-size is not supported",
             ),
+            (
+                &["--migration-mode", "file-handles"][..],
+                "without --shared-dir the files themselves move",
+            ),
+            (
+                &[
+                    "--shared-dir",
+                    "/nowhere",
+                    "--migration-on-error=guest-error",
+                ][..],
+                "guest-error is not supported",
+            ),
         ] {
             match setup(&args(extra)) {
                 Err((code, msg)) => {
@@ -588,10 +675,9 @@ mod tests {
                     "memofs-virtiofsd",
                     "--socket-path",
                     "/s",
-                    "--migration-mode",
-                    "file-handles",
+                    "--security-label",
                 ][..],
-                "a --shared-dir device offers no state transfer",
+                "--security-label is not supported",
             ),
             (
                 &["memofs", "virtiofsd", "--uid-map", ":0:100000:65536:"][..],

@@ -16,6 +16,28 @@ pub const VERSION: u32 = 1;
 /// The largest frame: a 1 MiB chunk of file data with room to spare.
 pub const MAX_FRAME: usize = 2 << 20;
 
+/// How a backend exporting a host directory names, in the state, the host files the guest
+/// holds, for the destination to find them again (virtiofsd's `--migration-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FindBy {
+    /// By path under the export: any destination that sees the same tree finds them.
+    #[default]
+    Paths,
+    /// By file handle: the same filesystem only, and the destination needs
+    /// `CAP_DAC_READ_SEARCH`; but a file deleted while open is found too.
+    FileHandles,
+}
+
+/// The choices about migration a mount makes (virtiofsd's `--migration-*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Choices {
+    /// How the source names host files.
+    pub find_by: FindBy,
+    /// The destination checks that each path leads to the very host file the source held
+    /// (their file handles agree: the same filesystem only).
+    pub verify_handles: bool,
+}
+
 /// A backend whose whole state can be written out and rebuilt elsewhere.
 pub trait Migrate: Send + Sync {
     /// Writes every inode, name, byte of data, extended attribute, lookup count and open

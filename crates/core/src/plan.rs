@@ -97,6 +97,11 @@ pub struct MountPlan {
     /// Tell the kernel which directories are mount points of other filesystems (a guest's
     /// `--announce-submounts`): each then has its own device number there.
     pub announce_submounts: bool,
+    /// How a guest's files are found again where its VM migrates (virtiofsd's
+    /// `--migration-*`).
+    pub migration: crate::migrate::Choices,
+    /// The transport can tell the kernel of changes (not virtio-fs).
+    notifications: bool,
     /// Whether the mount's options set the cache timeouts (else [`MountPlan::adopt`] may
     /// shorten them).
     cache_given: bool,
@@ -159,6 +164,8 @@ impl MountPlan {
             atime_given: opts.atime_given,
             xattrs: None,
             announce_submounts: false,
+            migration: Default::default(),
+            notifications: true,
         }
     }
 
@@ -196,6 +203,17 @@ impl MountPlan {
         self.sole_writer = caps.sole_writer;
     }
 
+    /// Whether the kernel may keep file pages and directory listings from one open to the
+    /// next (once [`MountPlan::adopt`] has run): where nothing changes behind its back (the
+    /// backend is the only writer), and where the mount chose `cache=always` and no change
+    /// could be told to the kernel anyway (virtio-fs), virtiofsd's `--cache=always`: the
+    /// guest keeps everything it was given, data too, and sees changes made elsewhere
+    /// only when a change of size or mtime shows in attributes it asks for again after the
+    /// long timeout.
+    pub fn keeps_across_opens(&self) -> bool {
+        self.sole_writer || (!self.notifications && self.cache.mode == CacheMode::Always)
+    }
+
     /// Whether to ask for the kernel's writeback cache (once [`MountPlan::adopt`] has run).
     /// `writeback=auto` is on where the server holds the file data itself and nothing
     /// changes it behind the kernel's back (the kernel trusts its own sizes and times under
@@ -225,6 +243,7 @@ impl MountPlan {
     /// host-change watcher runs (`watch=auto` is off), since what it sees could not be told.
     /// A watcher asked for by name is refused: it would watch for nothing.
     pub fn without_notifications(&mut self) -> Result<(), String> {
+        self.notifications = false;
         if self.writeback == Want::Auto {
             self.writeback = Want::Off;
         }
@@ -476,6 +495,28 @@ mod tests {
         p.without_notifications().unwrap();
         p.adopt(pages);
         assert!(p.writeback());
+    }
+
+    #[test]
+    fn a_guest_keeps_pages_across_opens_of_a_host_directory_only_under_cache_always() {
+        let host = Capabilities {
+            sole_writer: false,
+            ..Capabilities::default()
+        };
+        let keeps = |opts: &[&str], notifications: bool| {
+            let o = parse_options(opts, 8 << 30).unwrap();
+            let mut p = MountPlan::new(&o, BackendKind::Passthrough, true);
+            if !notifications {
+                p.without_notifications().unwrap();
+            }
+            p.adopt(host);
+            p.keeps_across_opens()
+        };
+        assert!(keeps(&["cache=always"], false));
+        assert!(!keeps(&["cache=auto"], false));
+        assert!(!keeps(&["cache=metadata"], false));
+        // A host mount is told of host changes only where its watcher sees them.
+        assert!(!keeps(&["cache=always"], true));
     }
 
     #[test]

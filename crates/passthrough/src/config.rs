@@ -34,6 +34,8 @@ pub struct PassthroughConfig {
     /// Descriptors left below `RLIMIT_NOFILE` for what the process holds besides the
     /// backend's (the transport's, a VMM's shared memory regions and queue events).
     pub reserved_fds: usize,
+    /// How a migrating guest's files are found again (see `migrate`).
+    pub migration: memofs_core::migrate::Choices,
 }
 
 impl Default for PassthroughConfig {
@@ -45,6 +47,7 @@ impl Default for PassthroughConfig {
             watch: WatchMode::Auto,
             changes: ChangeFeed::Auto,
             reserved_fds: crate::RESERVED_FDS,
+            migration: Default::default(),
         }
     }
 }

@@ -142,7 +142,7 @@ impl PassthroughFs {
     }
 
     /// A new host stream of directory `ino`, at its beginning.
-    fn dir_stream(&self, ino: Ino) -> Result<OpenDir> {
+    pub(crate) fn dir_stream(&self, ino: Ino) -> Result<OpenDir> {
         let inode = self.table.get(ino)?;
         if inode.kind != FileKind::Directory {
             return Err(Errno::ENOTDIR);

@@ -53,6 +53,43 @@ impl<T> HandleTable<T> {
         fh
     }
 
+    /// Stores `handle` as `fh` (a handle another server gave out: live migration);
+    /// `EEXIST` if `fh` is taken, `EINVAL` for 0. Later handles are numbered after it.
+    pub(crate) fn insert_at(&self, fh: u64, handle: T) -> Result<()> {
+        if fh == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut map = self.map.write();
+        if map.contains_key(&fh) {
+            return Err(Errno::EEXIST);
+        }
+        map.insert(fh, Arc::new(handle));
+        self.next.fetch_max(fh + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Every handle with its `fh`, in `fh` order (a snapshot).
+    pub(crate) fn entries(&self) -> Vec<(u64, Arc<T>)> {
+        let mut all: Vec<_> = self
+            .map
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        all.sort_unstable_by_key(|(fh, _)| *fh);
+        all
+    }
+
+    /// The next `fh` to be given out.
+    pub(crate) fn next_fh(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Gives out no `fh` below `next` from now on.
+    pub(crate) fn skip_to(&self, next: u64) {
+        self.next.fetch_max(next, Ordering::Relaxed);
+    }
+
     /// The handle `fh`; `EBADF` if unknown.
     pub(crate) fn get(&self, fh: u64) -> Result<Arc<T>> {
         self.map.read().get(&fh).cloned().ok_or(Errno::EBADF)

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use memofs_core::{Errno, FileKind, Ino, Result, ROOT_INO};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
 use crate::caps::NoCaps;
 use crate::fd::CountedFd;
@@ -278,6 +278,19 @@ impl InodeTable {
             Self::detach_locked(&mut maps, &known);
         }
         let ino = self.allocate_locked(&mut maps, host);
+        Ok(Self::enter(maps, ino, host, kind, counted, pins, 1))
+    }
+
+    /// Adds the entry `ino` for `host` with `lookups` references, and releases the lock.
+    fn enter(
+        mut maps: RwLockWriteGuard<'_, Maps>,
+        ino: Ino,
+        host: HostId,
+        kind: FileKind,
+        counted: CountedFd,
+        pins: &Arc<Pins>,
+        lookups: u64,
+    ) -> Arc<Inode> {
         let closable = PinnedFd::closable(host, pins);
         let inode = Arc::new_cyclic(|me| Inode {
             ino,
@@ -288,7 +301,7 @@ impl InodeTable {
             pins: pins.clone(),
             no_caps: NoCaps::default(),
             told: Mutex::new(None),
-            nlookup: AtomicU64::new(1),
+            nlookup: AtomicU64::new(lookups),
         });
         maps.by_ino.insert(ino, inode.clone());
         maps.by_host.insert(host, ino);
@@ -297,7 +310,40 @@ impl InodeTable {
         }
         drop(maps);
         inode.fd.enlist(pins, &inode.me);
-        Ok(inode)
+        inode
+    }
+
+    /// Enters the host inode `fd` refers to (attributes `st`) as `ino` with `lookups`
+    /// references, as the server a guest migrated from numbered it. The root only takes
+    /// the count. `EEXIST` if `ino` or the host inode already has an entry, `EINVAL` for
+    /// no references.
+    pub(crate) fn restore(
+        &self,
+        ino: Ino,
+        fd: CountedFd,
+        st: &libc::statx,
+        pins: &Arc<Pins>,
+        lookups: u64,
+    ) -> Result<()> {
+        let host = HostId::of(st);
+        let kind = FileKind::from_mode(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
+        let maps = self.maps.write();
+        if ino == ROOT_INO {
+            let root = maps
+                .by_ino
+                .get(&ROOT_INO)
+                .expect("the root is never removed");
+            root.nlookup.store(lookups.max(1), Ordering::Relaxed);
+            return Ok(());
+        }
+        if lookups == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if maps.by_ino.contains_key(&ino) || maps.by_host.contains_key(&host) {
+            return Err(Errno::EEXIST);
+        }
+        Self::enter(maps, ino, host, kind, fd, pins, lookups);
+        Ok(())
     }
 
     /// Removes `inode` from its host identity, which now names another object (the one

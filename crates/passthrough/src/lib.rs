@@ -105,6 +105,7 @@ mod file;
 mod handles;
 mod host;
 mod inode;
+mod migrate;
 mod name;
 mod namespace;
 mod ops;

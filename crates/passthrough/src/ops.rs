@@ -312,6 +312,10 @@ impl Backend for PassthroughFs {
         self.set_inode_flags(&*self.table.get(ino)?, flags)
     }
 
+    fn migration(&self) -> Option<&dyn memofs_core::migrate::Migrate> {
+        Some(self)
+    }
+
     fn capabilities(&self) -> Capabilities {
         // The host keeps ACLs and applies their rules; with FUSE_POSIX_ACL the kernel also
         // enforces them on the mount, where otherwise only the mode bits would count. A

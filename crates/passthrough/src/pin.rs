@@ -140,11 +140,17 @@ impl Pins {
         }
     }
 
+    /// Opens `handle` of an inode on the root's filesystem: an `O_PATH` descriptor, or
+    /// `ESTALE` when the object is gone (`EOPNOTSUPP` where handles cannot be opened here).
+    pub(crate) fn open_handle(&self, handle: &FileHandle) -> Result<OwnedFd> {
+        let mount = self.mount.as_ref().ok_or(Errno::EOPNOTSUPP)?;
+        creds::as_server(|| sys::at::open_by_handle(mount.as_fd(), handle.0, &handle.1))
+    }
+
     /// Opens `handle` of an inode on the root's filesystem: an `O_PATH` descriptor of the
     /// host inode `host`, or `ESTALE` when it is gone (or its number now names another).
     fn reopen(&self, handle: &FileHandle, host: HostId) -> Result<OwnedFd> {
-        let mount = self.mount.as_ref().ok_or(Errno::ESTALE)?;
-        let fd = creds::as_server(|| sys::at::open_by_handle(mount.as_fd(), handle.0, &handle.1))?;
+        let fd = self.open_handle(handle).map_err(|_| Errno::ESTALE)?;
         if HostId::of(&sys::at::statx_fd(fd.as_fd())?) != host {
             return Err(Errno::ESTALE);
         }

@@ -9,7 +9,8 @@
 //! quiet. The stream ([`memofs_core::migrate`]) carries the guest's mount (its INIT's
 //! arguments and answer, so the destination's request layer starts as the source's did)
 //! and then the backend's own state: for the mem backend, every file, so that the
-//! filesystem itself travels with the VM.
+//! filesystem itself travels with the VM; for a shared directory, what the guest holds of
+//! it, found again there by path or file handle.
 
 use std::io::{self, BufReader, BufWriter, Read, Write};
 
@@ -66,6 +67,6 @@ pub(crate) fn load<B: Backend>(fs: &GuestFs<B>, input: impl Read) -> io::Result<
 fn unsupported() -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,
-        "this backend cannot move with its VM (only the mem backend's files can)",
+        "this backend cannot move with its VM",
     )
 }

@@ -186,12 +186,29 @@ impl Guest {
     /// to the server at `to` with the same guest memory, has the current server write its
     /// state into a pipe whose other end the new one reads, checks that both succeeded, and
     /// starts the queues on the new server where they stopped. Afterwards the old server's
-    /// connection is closed (its process ends).
+    /// connection is closed (its process ends). A migration that fails leaves the guest on
+    /// the old server, its queues started again where they stopped (as a VMM resumes a VM
+    /// whose migration failed).
     pub fn migrate(&mut self, to: &Path) -> io::Result<()> {
         let mut bases = [0u16; 2];
         for (q, base) in bases.iter_mut().enumerate() {
             *base = self.frontend.get_vring_base(q).map_err(other)? as u16;
         }
+        match self.transfer(to) {
+            Ok(dest) => {
+                let old = std::mem::replace(&mut self.frontend, dest);
+                drop(old);
+                self.start_queues(bases)
+            }
+            Err(e) => {
+                self.start_queues(bases)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The state transfer of [`Guest::migrate`]: the new server's frontend, its state loaded.
+    fn transfer(&mut self, to: &Path) -> io::Result<Frontend> {
         let dest = handshake(to, &self.info)?;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(other)?;
         let save = VhostTransferStateDirection::SAVE;
@@ -206,9 +223,7 @@ impl Guest {
         let loaded = dest.check_device_state();
         saved.map_err(|e| other(format!("the source's save failed: {e}")))?;
         loaded.map_err(|e| other(format!("the destination's load failed: {e}")))?;
-        let old = std::mem::replace(&mut self.frontend, dest);
-        drop(old);
-        self.start_queues(bases)
+        Ok(dest)
     }
 
     /// The address in this process of guest address `gpa` (what a VMM gives the rings as).

@@ -182,13 +182,19 @@ pub(crate) fn linkat(
 
 /// The target text of the symlink an `O_PATH` descriptor refers to.
 pub(crate) fn readlink_fd(fd: BorrowedFd<'_>) -> Result<Vec<u8>> {
+    readlink_at(fd, EMPTY)
+}
+
+/// The target text of the symlink `name` in `dir` (the empty name with an `O_PATH`
+/// descriptor: that symlink itself).
+pub(crate) fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>> {
     let mut buf = Vec::<u8>::with_capacity(256);
     loop {
         let cap = buf.capacity();
-        // SAFETY: the empty name with an `O_PATH` descriptor reads that symlink; the kernel
-        // writes at most `cap` bytes into the buffer's spare capacity.
+        // SAFETY: `name` is NUL-terminated; the kernel writes at most `cap` bytes into the
+        // buffer's spare capacity.
         let n = check(unsafe {
-            libc::readlinkat(fd.as_raw_fd(), EMPTY.as_ptr(), buf.as_mut_ptr().cast(), cap)
+            libc::readlinkat(dir.as_raw_fd(), name.as_ptr(), buf.as_mut_ptr().cast(), cap)
         })? as usize;
         if n < cap {
             // SAFETY: the kernel initialised the first `n` bytes.

@@ -179,3 +179,9 @@ pub(crate) fn fchdir(fd: BorrowedFd<'_>) -> Result<()> {
     // SAFETY: fchdir only reads the descriptor number; a bad one fails with EBADF.
     check(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(|_| ())
 }
+
+/// `fcntl(F_GETFL)`: the open file's access mode and status flags.
+pub(crate) fn status_flags(fd: BorrowedFd<'_>) -> Result<i32> {
+    // SAFETY: F_GETFL takes no argument and reads only the descriptor's flags.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
+}

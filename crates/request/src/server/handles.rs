@@ -143,7 +143,7 @@ impl<B: Backend> Server<B> {
         let direct_io = backing_id.is_none()
             && (self.plan.direct_io == DirectIo::All || append_writer || direct);
         let keep_cache =
-            !direct_io && backing_id.is_none() && self.plan.sole_writer && self.keep(ino);
+            !direct_io && backing_id.is_none() && self.plan.keeps_across_opens() && self.keep(ino);
         Ok(OpenOut {
             fh,
             noflush: !opened.flush,
@@ -273,11 +273,13 @@ impl<B: Backend> Server<B> {
 
     /// Whether the kernel may keep directory listings at all: as above, or the backend
     /// reports every change to names made behind the kernel's back (a passthrough export
-    /// whose watcher marks the whole filesystem). Then each OPENDIR the backend answers asks
-    /// the kernel to keep the listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`) while no listing
-    /// could move the directory's atime, as for file pages at OPEN.
+    /// whose watcher marks the whole filesystem), or the mount keeps what it was given
+    /// anyway (a guest's `--cache=always`, see
+    /// [`memofs_core::plan::MountPlan::keeps_across_opens`]). Then each OPENDIR the backend
+    /// answers asks the kernel to keep the listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`)
+    /// while no listing could move the directory's atime, as for file pages at OPEN.
     pub(super) fn may_keep_listings(&self) -> bool {
-        (self.plan.sole_writer || self.backend.name_changes_reported())
+        (self.plan.keeps_across_opens() || self.backend.name_changes_reported())
             && self.keeper.listings_kept()
     }
 

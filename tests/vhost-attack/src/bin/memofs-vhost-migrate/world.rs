@@ -22,8 +22,8 @@ pub struct World {
     small: Smalls,
     /// The file open and half written: node, handle, bytes so far.
     writing: (u64, u64, u64),
-    /// The file unlinked while open: node, handle.
-    unlinked: (u64, u64),
+    /// The file unlinked while open, while the guest holds it: node, handle.
+    unlinked: Option<(u64, u64)>,
     /// The directory being listed: node, handle, its names, those listed, the last offset.
     listing: (u64, u64, BTreeSet<String>, Vec<String>, u64),
 }
@@ -168,7 +168,7 @@ pub fn build(o: &Options, g: &mut Guest) -> Result<World, String> {
         big,
         small,
         writing: (wnode, wfh, 3 * MIB as u64),
-        unlinked: (unode, ufh),
+        unlinked: Some((unode, ufh)),
         listing: (listed_dir, dfh, names, listed, last),
     })
 }
@@ -245,8 +245,22 @@ fn writing_goes_on(g: &mut Guest, w: &World) -> Result<String, String> {
     }
 }
 
-fn unlinked_reads(g: &mut Guest, w: &World) -> Result<String, String> {
-    let (node, fh) = w.unlinked;
+/// The guest's kernel lets go of the unlinked file once it is closed (FORGET): the guest
+/// holds it no more.
+pub fn forget_unlinked(g: &mut Guest, w: &mut World) {
+    if let Some((node, _)) = w.unlinked.take() {
+        let f = abi::fuse_forget_in { nlookup: 1 };
+        let req = g.fuse(opcode::FORGET, node, f.as_bytes());
+        g.request(&req, 64);
+        w.nodes.retain(|(n, _)| *n != node);
+    }
+}
+
+/// Reads the file unlinked while open, and closes it.
+pub fn unlinked_reads(g: &mut Guest, w: &World) -> Result<String, String> {
+    let Some((node, fh)) = w.unlinked else {
+        return Ok("none held any more".into());
+    };
     let got = read(g, node, fh, 0, 4096)?;
     close(g, node, fh, false)?;
     match got == b"unlinked but open" {
@@ -311,9 +325,8 @@ fn every_byte(g: &mut Guest, w: &World) -> Result<String, String> {
 fn new_node_ids(g: &mut Guest, w: &World) -> Result<String, String> {
     let (node, fh) = create(g, 1, "after")?;
     close(g, node, fh, false)?;
-    let max = w.nodes.iter().map(|(n, _)| *n).max().unwrap_or(1);
-    match node > max {
-        true => Ok(String::new()),
-        false => Err(format!("node {node}, the source gave up to {max}")),
+    match w.nodes.iter().any(|(n, _)| *n == node) {
+        false => Ok(String::new()),
+        true => Err(format!("node {node}, which the guest already holds")),
     }
 }

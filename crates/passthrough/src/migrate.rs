@@ -1,0 +1,338 @@
+//! What a guest holds of the export, as a state stream (see [`memofs_core::migrate`]) for
+//! the server its VM migrates to: every host file the guest's kernel knows, under the node
+//! id it knows it by and with its lookup count, and every open file and directory handle
+//! under its number. The files stay where they are: the destination exports the same tree
+//! and finds each file again, by its path under the export or by its file handle
+//! ([`FindBy`], virtiofsd's `--migration-mode`).
+//!
+//! Records, in order: [`Record::Fs`]; one [`Record::Inode`] per entry, in number order
+//! (the root first); one [`Record::File`] or [`Record::Dir`] per handle; [`Record::End`].
+//!
+//! The source takes a path from the inode's descriptor (`/proc/self/fd`) and confirms it
+//! by resolving it again from the export root: it must lead to the very host inode. A file
+//! deleted while the guest holds it has no path, and the migration fails, naming it, while
+//! the VM runs on at the source; by file handle it is found as long as the source holds it.
+//! A directory listing goes on at the host offset it had reached, which the same tree gives
+//! the destination.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use memofs_core::migrate::{invalid, FindBy, FrameReader, FrameWriter, Migrate};
+use memofs_core::{Errno, Ino, ROOT_INO};
+use serde::{Deserialize, Serialize};
+
+use crate::fd::ProcSelf;
+use crate::handles::OpenFile;
+use crate::host::HostId;
+use crate::inode::{Inode, OpenPin};
+use crate::namespace::PATH_FLAGS;
+use crate::sys;
+use crate::PassthroughFs;
+
+/// The flags of an open file that another open of it takes again.
+const REOPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DIRECT
+    | libc::O_NOATIME
+    | libc::O_SYNC
+    | libc::O_DSYNC;
+
+/// One record of the stream.
+#[derive(Serialize, Deserialize, Debug)]
+enum Record {
+    /// The counts the reader checks, and where handle numbers go on.
+    Fs {
+        inodes: u64,
+        files: u64,
+        dirs: u64,
+        next_file: u64,
+        next_dir: u64,
+    },
+    /// A host file the guest knows as `ino`; `kind` its `S_IFMT` bits.
+    Inode {
+        ino: Ino,
+        lookups: u64,
+        kind: u32,
+        place: Place,
+    },
+    /// An open file.
+    File {
+        fh: u64,
+        ino: Ino,
+        flags: i32,
+    },
+    /// An open directory.
+    Dir {
+        fh: u64,
+        ino: Ino,
+    },
+    End,
+}
+
+/// Where a host file is found again.
+#[derive(Serialize, Deserialize, Debug)]
+enum Place {
+    /// Its path under the export (`.` for the root), and its file handle where the host
+    /// gives one (checked with `--migration-verify-handles`).
+    Path {
+        path: Vec<u8>,
+        handle: Option<(i32, Vec<u8>)>,
+    },
+    /// Its file handle.
+    Handle { handle_type: i32, bytes: Vec<u8> },
+}
+
+fn put(out: &mut FrameWriter<'_>, r: &Record) -> io::Result<()> {
+    out.frame(&postcard::to_allocvec(r).map_err(invalid)?)
+}
+
+fn get(input: &mut FrameReader<'_>) -> io::Result<Record> {
+    let frame = input.frame()?;
+    postcard::from_bytes(frame).map_err(|e| invalid(format!("frame {}: {e}", input.frames)))
+}
+
+fn lossy(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
+impl PassthroughFs {
+    /// The path `/proc/self/fd` shows for `fd`.
+    fn shown_path(&self, fd: BorrowedFd<'_>) -> Result<Vec<u8>, String> {
+        sys::at::readlink_at(self.proc.dir(), &ProcSelf::name(fd))
+            .map_err(|e| format!("its path cannot be read ({e})"))
+    }
+
+    /// Where the destination finds `inode` again (see the module documentation).
+    fn place(&self, inode: &Inode, root_shown: &[u8]) -> Result<(u32, Place), String> {
+        let fd = inode
+            .fd()
+            .map_err(|e| format!("it cannot be opened ({e})"))?;
+        let st = sys::at::statx_fd(fd.as_fd()).map_err(|e| format!("statx: {e}"))?;
+        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+        let handle = sys::at::file_handle(fd.as_fd()).ok();
+        if self.config.migration.find_by == FindBy::FileHandles {
+            let (handle_type, bytes) =
+                handle.ok_or("the host filesystem gives it no file handle")?;
+            return Ok((kind, Place::Handle { handle_type, bytes }));
+        }
+        if inode.ino == ROOT_INO {
+            let path = b".".to_vec();
+            return Ok((kind, Place::Path { path, handle }));
+        }
+        let shown = self.shown_path(fd.as_fd())?;
+        let prefix = match root_shown {
+            b"/" => b"/".to_vec(),
+            r => [r, b"/"].concat(),
+        };
+        let path = shown
+            .strip_prefix(prefix.as_slice())
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| format!("it is not under the export (at {})", lossy(&shown)))?
+            .to_vec();
+        let gone = || {
+            format!(
+                "it was deleted while the guest holds it (last at {}): a path cannot find it \
+                 again, a file handle can (--migration-mode=file-handles)",
+                lossy(&path)
+            )
+        };
+        if st.stx_nlink == 0 {
+            return Err(gone());
+        }
+        // Confirmed from the root: the path leads to this very host file.
+        let name = CString::new(path.clone()).map_err(|_| gone())?;
+        let root = self.table.root().fd().map_err(|e| e.to_string())?;
+        let again = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)
+            .and_then(|fd| sys::at::statx_fd(fd.as_fd()));
+        match again {
+            Ok(now) if HostId::of(&now) == inode.host => Ok((kind, Place::Path { path, handle })),
+            _ => Err(gone()),
+        }
+    }
+
+    /// Opens what `place` names: an `O_PATH` descriptor.
+    fn find(&self, place: &Place) -> Result<OwnedFd, String> {
+        match place {
+            Place::Path { path, handle } => {
+                let name = CString::new(path.clone()).map_err(|_| "a path with a NUL")?;
+                let root = self.table.root().fd().map_err(|e| e.to_string())?;
+                let fd = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)
+                    .map_err(|e| format!("{}: {e}", lossy(path)))?;
+                if let (true, Some(want)) = (self.config.migration.verify_handles, handle) {
+                    let got = sys::at::file_handle(fd.as_fd()).map_err(|e| e.to_string())?;
+                    if got != *want {
+                        return Err(format!(
+                            "{} is another file here than at the source (file handles differ)",
+                            lossy(path)
+                        ));
+                    }
+                }
+                Ok(fd)
+            }
+            Place::Handle { handle_type, bytes } => self
+                .pins
+                .open_handle(&(*handle_type, bytes.clone()))
+                .map_err(|e| match e {
+                    Errno::EOPNOTSUPP => "file handles cannot be opened here (it takes \
+                                          CAP_DAC_READ_SEARCH and a private mount)"
+                        .to_string(),
+                    e => format!("its file handle: {e}"),
+                }),
+        }
+    }
+
+    fn restore_inode(
+        &self,
+        ino: Ino,
+        lookups: u64,
+        kind: u32,
+        place: &Place,
+    ) -> Result<(), String> {
+        let fd = self.find(place)?;
+        let st = sys::at::statx_fd(fd.as_fd()).map_err(|e| e.to_string())?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != kind {
+            return Err(format!("it is of another kind here ({place:?})"));
+        }
+        let counted = self.budget.keep(fd).map_err(|e| e.to_string())?;
+        self.table
+            .restore(ino, counted, &st, &self.pins, lookups)
+            .map_err(|e| match e {
+                Errno::EEXIST => "another node here is the same host file".to_string(),
+                e => e.to_string(),
+            })
+    }
+
+    fn restore_file(&self, fh: u64, ino: Ino, flags: i32) -> memofs_core::Result<()> {
+        let inode = self.table.get(ino)?;
+        let pin = OpenPin::new(&inode);
+        let fd = self
+            .proc
+            .reopen(inode.fd()?.as_fd(), flags & REOPEN_FLAGS)?;
+        let file = OpenFile {
+            ino,
+            fd: self.budget.keep(fd)?,
+            _pin: pin,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        };
+        self.files.insert_at(fh, file)
+    }
+}
+
+impl Migrate for PassthroughFs {
+    fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
+        let mut inodes = self.table.all();
+        inodes.sort_unstable_by_key(|i| i.ino);
+        let (files, dirs) = (self.files.entries(), self.dirs.entries());
+        put(
+            out,
+            &Record::Fs {
+                inodes: inodes.len() as u64,
+                files: files.len() as u64,
+                dirs: dirs.len() as u64,
+                next_file: self.files.next_fh(),
+                next_dir: self.dirs.next_fh(),
+            },
+        )?;
+        let root = self.table.root().fd().map_err(io::Error::from)?;
+        let root_shown = self.shown_path(root.as_fd()).map_err(io::Error::other)?;
+        for inode in &inodes {
+            let (kind, place) = self.place(inode, &root_shown).map_err(|e| {
+                io::Error::other(format!("node {} cannot be found again: {e}", inode.ino))
+            })?;
+            let lookups = self.table.lookups(inode.ino);
+            put(
+                out,
+                &Record::Inode {
+                    ino: inode.ino,
+                    lookups,
+                    kind,
+                    place,
+                },
+            )?;
+        }
+        for (fh, file) in &files {
+            let flags = sys::io::status_flags(file.fd.as_fd()).map_err(io::Error::from)?;
+            put(
+                out,
+                &Record::File {
+                    fh: *fh,
+                    ino: file.ino,
+                    flags,
+                },
+            )?;
+        }
+        for (fh, dir) in &dirs {
+            put(
+                out,
+                &Record::Dir {
+                    fh: *fh,
+                    ino: dir.ino,
+                },
+            )?;
+        }
+        put(out, &Record::End)
+    }
+
+    fn load(&self, input: &mut FrameReader<'_>) -> io::Result<()> {
+        let Record::Fs {
+            inodes,
+            files,
+            dirs,
+            next_file,
+            next_dir,
+        } = get(input)?
+        else {
+            return Err(invalid("it does not start with the export's counts"));
+        };
+        if self.table.all().len() != 1 || self.files.len() + self.dirs.len() != 0 {
+            return Err(io::Error::other(
+                "this server has served a guest already: a VM arrives only at a new one",
+            ));
+        }
+        let mut got = (0, 0, 0);
+        loop {
+            match get(input)? {
+                Record::Inode {
+                    ino,
+                    lookups,
+                    kind,
+                    place,
+                } => {
+                    self.restore_inode(ino, lookups, kind, &place)
+                        .map_err(|e| {
+                            io::Error::other(format!("node {ino} cannot be found here: {e}"))
+                        })?;
+                    got.0 += 1;
+                }
+                Record::File { fh, ino, flags } => {
+                    self.restore_file(fh, ino, flags).map_err(|e| {
+                        io::Error::other(format!("open file {fh} of node {ino}: {e}"))
+                    })?;
+                    got.1 += 1;
+                }
+                Record::Dir { fh, ino } => {
+                    self.dir_stream(ino)
+                        .and_then(|dir| self.dirs.insert_at(fh, dir))
+                        .map_err(|e| {
+                            io::Error::other(format!("open directory {fh} of node {ino}: {e}"))
+                        })?;
+                    got.2 += 1;
+                }
+                Record::End => break,
+                Record::Fs { .. } => return Err(invalid("a second start")),
+            }
+        }
+        if got != (inodes, files, dirs) {
+            return Err(invalid(format!(
+                "{got:?} inodes, files and directories, {:?} announced",
+                (inodes, files, dirs)
+            )));
+        }
+        self.files.skip_to(next_file);
+        self.dirs.skip_to(next_dir);
+        Ok(())
+    }
+}
