@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from . import mounts
-from .targets import Target, TargetError, _rmdir, memofs_binary
+from .targets import Target, TargetError, _rmdir, memofs_version, require_memofs
 from .tools import BenchError, ToolMissing
 from .vm import Guest, GuestSetup, Kernel, initramfs, kernel
 
@@ -139,18 +139,13 @@ class GuestTarget(Target):
 
 class _MemofsDevice(GuestTarget):
     def binary(self) -> str:
-        b = memofs_binary()
-        if not b:
-            raise ToolMissing("no memofs binary: set MEMOFS_BIN, build target/release/memofs, "
-                              "or put memofs on PATH")
-        return b
+        return require_memofs()
 
     def check(self) -> None:
         self.binary()
 
     def version(self) -> str:
-        r = subprocess.run([self.binary(), "--version"], capture_output=True, text=True)
-        return r.stdout.strip()
+        return memofs_version(self.binary)
 
     def server_stats(self) -> dict | None:
         if self.sock is None or not self.server_pids():

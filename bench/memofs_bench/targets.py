@@ -275,6 +275,24 @@ def memofs_binary() -> str | None:
     return shutil.which("memofs")
 
 
+def require_memofs(override: str | None = None) -> str:
+    """The memofs binary to run (`override`, else as `memofs_binary` finds it)."""
+    b = override or memofs_binary()
+    if not b:
+        raise ToolMissing("no memofs binary: set MEMOFS_BIN, build target/release/memofs, "
+                          "or put memofs on PATH")
+    return b
+
+
+def memofs_version(binary) -> str:
+    """What `binary() --version` says."""
+    try:
+        r = subprocess.run([binary(), "--version"], capture_output=True, text=True, timeout=10)
+        return (r.stdout or r.stderr).strip() or f"exit {r.returncode}"
+    except (OSError, BenchError, subprocess.SubprocessError) as e:
+        return f"unknown ({e})"
+
+
 class Memofs(Target):
     kind, summary, fstype = "memofs", ("the memofs server (`memofs mount [ARGS] MNT`; "
                                        "`--bin=PATH` among ARGS runs another build)"), "fuse"
@@ -285,22 +303,13 @@ class Memofs(Target):
         super().__init__(spec, [a for a in args if not a.startswith("--bin=")], workdir)
 
     def binary(self) -> str:
-        b = self.bin_override or memofs_binary()
-        if not b:
-            raise ToolMissing("no memofs binary: set MEMOFS_BIN, build target/release/memofs, "
-                              "or put memofs on PATH")
-        return b
+        return require_memofs(self.bin_override)
 
     def check(self) -> None:
         self.binary()
 
     def version(self) -> str:
-        try:
-            r = subprocess.run([self.binary(), "--version"], capture_output=True, text=True,
-                               timeout=10)
-            return (r.stdout or r.stderr).strip() or f"exit {r.returncode}"
-        except (OSError, BenchError, subprocess.SubprocessError) as e:
-            return f"unknown ({e})"
+        return memofs_version(self.binary)
 
     def _mount(self, mnt: Path) -> None:
         self._run_mount([self.binary(), "mount", *self.args, str(mnt)])

@@ -74,6 +74,7 @@ pub mod init {
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
     pub const BIG_WRITES: u64 = 1 << 5;
     pub const DONT_MASK: u64 = 1 << 6;
+    pub const AUTO_INVAL_DATA: u64 = 1 << 12;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const ASYNC_DIO: u64 = 1 << 15;

@@ -206,6 +206,11 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.announce_submounts {
         wanted |= init::SUBMOUNTS;
     }
+    if plan.keeps_across_opens() && !plan.sole_writer {
+        // Pages kept from one open to the next while changes made elsewhere cannot be told:
+        // a new mtime in attributes fetched again drops them (a new size does anyway).
+        wanted |= init::AUTO_INVAL_DATA;
+    }
     if plan.direct_io == DirectIo::Large {
         // Shared mappings of a file opened for direct reads, kept coherent by the kernel
         // (it writes dirty pages back before each direct read of their range).
@@ -338,6 +343,26 @@ mod tests {
         let n = negotiate(&kernel(38, 0), &plan(&[], caps)).unwrap();
         assert_eq!(n.granted, Granted::default());
         assert_eq!(n.minor, 38);
+    }
+
+    #[test]
+    fn a_guest_keeping_a_host_directorys_pages_drops_them_at_a_new_mtime() {
+        let taken = |opts: &[&str], backend, caps| {
+            let o = parse_options(opts, 8 << 30).unwrap();
+            let mut p = MountPlan::new(&o, backend, true);
+            p.without_notifications().unwrap();
+            p.adopt(caps);
+            let n = negotiate(&kernel(45, ALL), &p).unwrap();
+            !offered_names(n.offered_unused).contains(&"AUTO_INVAL_DATA".to_string())
+        };
+        let host = Capabilities::default();
+        assert!(taken(&["cache=always"], BackendKind::Passthrough, host));
+        assert!(!taken(&["cache=auto"], BackendKind::Passthrough, host));
+        let mem = Capabilities {
+            sole_writer: true,
+            ..host
+        };
+        assert!(!taken(&["cache=always"], BackendKind::Mem, mem));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! * [`rng`]: a small deterministic PRNG, so a seed reproduces a run.
 //! * [`tree`]: walk a tree and describe it, for comparisons.
 //! * [`conformance`]: pjdfstest's output per test case, compared with kernel tmpfs's.
+//! * [`dfs`]: a distributed filesystem's test bed, machines A and B.
 //! * [`skip`]: the [`skip!`] macro: a test that cannot run names what it lacks and is counted
 //!   as skipped by [`summary`] (`make e2e`'s closing line), never as passed.
 //! * [`checks`]: helpers of the reliability tests (polling, `memofs stats` usage, server RSS,
@@ -26,6 +27,7 @@
 pub mod checks;
 pub mod cli;
 pub mod conformance;
+pub mod dfs;
 pub mod diffops;
 pub mod map;
 pub mod mount;

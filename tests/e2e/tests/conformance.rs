@@ -3,7 +3,10 @@
 //! server page store (`passthrough=off`), and the passthrough backend exporting a fresh tmpfs,
 //! all mounted with `allow_other` (the suite acts as other users). Fails, listing them, on
 //! every test case that tmpfs passes and a memofs target fails, skips or does not reach;
-//! cases tmpfs does not pass are not compared. No list of expected failures.
+//! cases tmpfs does not pass are not compared. No list of expected failures. Then memofs
+//! over a distributed filesystem (machine A of a SeaweedFS bed) against the engine's own
+//! mount: the cases SeaweedFS itself does not pass are listed, the others must pass through
+//! memofs too.
 //!
 //! Not run by plain `cargo test` (`test = false`): `make conformance` runs it, as
 //! `cargo test -p memofs-e2e --test conformance`. It prints one summary line per target and
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use memofs_e2e::cli::run_with_timeout;
 use memofs_e2e::conformance::{compare, parse, Outcome, Run};
+use memofs_e2e::dfs::Cluster;
 use memofs_e2e::{is_root, which, Mount, TempDir};
 
 /// How long one pjdfstest run may take (it takes seconds; this bounds a hang).
@@ -160,6 +164,170 @@ const TARGETS: &[Target] = &[
     ),
 ];
 
+/// One comparison: a reference run and where the targets' cases are counted.
+struct Against<'a> {
+    reference: &'a Run,
+    reference_name: &'static str,
+    baseline_pass: usize,
+    logs: &'a Path,
+    secondary: &'a Path,
+    total: &'a mut Tally,
+    failures: &'a mut Vec<String>,
+}
+
+impl Against<'_> {
+    /// Runs the suite on the target `mount` makes (`name` names its log), and counts every
+    /// case the reference passes and it does not as a failure, after a second try alone.
+    fn target(&mut self, name: &str, what: &str, mount: &dyn Fn() -> Result<Vec<Mount>, String>) {
+        let start = Instant::now();
+        // Mounted only while pjdfstest runs (dropping the mounts unmounts them).
+        let result = mount()
+            .map_err(|e| format!("did not mount: {e}"))
+            .and_then(|mounts| {
+                let log = self.logs.join(format!("{name}.txt"));
+                run_suite(mounts[0].path(), self.secondary, &log, &[])
+            });
+        let run = match result {
+            Ok(r) => r,
+            Err(e) => {
+                println!("conformance: {what}: FAILED: {e}");
+                self.total.failed += self.baseline_pass;
+                self.failures
+                    .push(format!("{what}: {}", e.lines().next().unwrap_or("")));
+                return;
+            }
+        };
+        let mut c = compare(self.reference, &run);
+        // A case that fails once is run again alone, on a fresh mount: one that passes then
+        // is reported as intermittent (named in the output, counted as passed), one that
+        // fails again is a failure.
+        let mut intermittent = Vec::new();
+        c.regressions.retain(|r| {
+            let again = mount().and_then(|mounts| {
+                let log = self
+                    .logs
+                    .join(format!("{name}-again-{}.txt", r.case.replace("::", "-")));
+                run_suite(mounts[0].path(), self.secondary, &log, &[&r.case])
+            });
+            let passed = again.is_ok_and(|a| a.cases.get(&r.case) == Some(&Outcome::Pass));
+            if passed {
+                intermittent.push(r.clone());
+            }
+            !passed
+        });
+        c.passed += intermittent.len();
+        println!(
+            "conformance: {what}: {} passed, {} failed of the {} {} passes ({:.1} s){}",
+            c.passed,
+            c.regressions.len(),
+            self.baseline_pass,
+            self.reference_name,
+            start.elapsed().as_secs_f64(),
+            if c.better.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; passes {} that {} does not: {}",
+                    c.better.len(),
+                    self.reference_name,
+                    c.better.join(", ")
+                )
+            }
+        );
+        for r in &intermittent {
+            println!("    INTERMITTENT (failed, then passed alone on a fresh mount): {r}");
+        }
+        for r in &c.regressions {
+            println!("    {r}");
+            self.failures.push(format!("{what}: {}", r.case));
+        }
+        self.total.passed += c.passed;
+        self.total.failed += c.regressions.len();
+        self.total.skipped += c.not_compared;
+    }
+}
+
+/// memofs's passthrough backend over a distributed filesystem (machine A of a SeaweedFS bed,
+/// `scripts/dfs/seaweedfs.sh`), compared with the engine's own mount rather than tmpfs: a
+/// case the engine itself does not pass is the engine's, listed and not compared. Each run
+/// gets a fresh directory of A.
+fn over_a_distributed_filesystem(
+    logs: &Path,
+    secondary: &Path,
+    total: &mut Tally,
+    failures: &mut Vec<String>,
+) {
+    let what = "memofs over SeaweedFS (machine A)";
+    let cluster = match Cluster::start("seaweedfs") {
+        Ok(c) => c,
+        Err(e) => {
+            let need = "tool:seaweedfs";
+            if memofs_e2e::summary::Policy::from_env().requires(need) {
+                println!("conformance: {what}: FAILED: the bed did not start: {e}");
+                total.failed += 1;
+                failures.push(format!("{what}: the bed did not start"));
+            } else {
+                println!("conformance: {what}: SKIPPED ({need}): the bed did not start: {e}");
+                total.skipped += 1;
+            }
+            return;
+        }
+    };
+    let a = cluster.machine("a");
+    let made = std::cell::Cell::new(0);
+    let fresh = || -> Result<PathBuf, String> {
+        made.set(made.get() + 1);
+        let dir = a.join(format!("run{}", made.get()));
+        fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(dir)
+    };
+    let start = Instant::now();
+    let reference = match fresh()
+        .and_then(|own| run_suite(&own, secondary, &logs.join("seaweedfs.txt"), &[]))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            println!("conformance: {what}: FAILED: SeaweedFS's own mount did not run: {e}");
+            total.failed += 1;
+            failures.push(format!("{what}: SeaweedFS's own run"));
+            return;
+        }
+    };
+    let own: Vec<&String> = reference
+        .cases
+        .iter()
+        .filter(|(_, o)| **o != Outcome::Pass)
+        .map(|(case, _)| case)
+        .collect();
+    let passes = reference.cases.len() - own.len();
+    println!(
+        "conformance: SeaweedFS's own mount (baseline): {passes} of {} cases pass ({:.1} s); \
+         it does not pass these {}, which are not compared:",
+        reference.cases.len(),
+        start.elapsed().as_secs_f64(),
+        own.len()
+    );
+    for case in &own {
+        let why = match &reference.cases[*case] {
+            Outcome::Skip(reason) => format!("skipped ({})", reason.trim()),
+            _ => "fails".to_string(),
+        };
+        println!("    SeaweedFS {why}: {case}");
+    }
+    let mut against = Against {
+        reference: &reference,
+        reference_name: "SeaweedFS",
+        baseline_pass: passes,
+        logs,
+        secondary,
+        total,
+        failures,
+    };
+    against.target("seaweedfs-memofs", what, &|| {
+        Ok(vec![Mount::try_memofs_source(&fresh()?, &["allow_other"])?])
+    });
+}
+
 fn main() -> ExitCode {
     if let Some((need, why)) = cannot_run() {
         // A skip fails the run unless the machine is declared to lack the capability
@@ -215,63 +383,19 @@ fn main() -> ExitCode {
         skipped: 0,
     };
     let mut failures = Vec::new();
+    let mut against = Against {
+        reference: &reference,
+        reference_name: "tmpfs",
+        baseline_pass,
+        logs: &logs,
+        secondary: secondary.path(),
+        total: &mut total,
+        failures: &mut failures,
+    };
     for (name, what, mount) in TARGETS {
-        let start = Instant::now();
-        // Mounted only while pjdfstest runs (dropping the mounts unmounts them).
-        let result = mount()
-            .map_err(|e| format!("did not mount: {e}"))
-            .and_then(|mounts| {
-                let log = logs.join(format!("{name}.txt"));
-                run_suite(mounts[0].path(), secondary.path(), &log, &[])
-            });
-        let run = match result {
-            Ok(r) => r,
-            Err(e) => {
-                println!("conformance: {what}: FAILED: {e}");
-                total.failed += baseline_pass;
-                failures.push(format!("{what}: {}", e.lines().next().unwrap_or("")));
-                continue;
-            }
-        };
-        let mut c = compare(&reference, &run);
-        // A case that fails once is run again alone, on a fresh mount: one that passes then
-        // is reported as intermittent (named in the output, counted as passed), one that
-        // fails again is a failure.
-        let mut intermittent = Vec::new();
-        c.regressions.retain(|r| {
-            let again = mount().and_then(|mounts| {
-                let log = logs.join(format!("{name}-again-{}.txt", r.case.replace("::", "-")));
-                run_suite(mounts[0].path(), secondary.path(), &log, &[&r.case])
-            });
-            let passed = again.is_ok_and(|a| a.cases.get(&r.case) == Some(&Outcome::Pass));
-            if passed {
-                intermittent.push(r.clone());
-            }
-            !passed
-        });
-        c.passed += intermittent.len();
-        println!(
-            "conformance: {what}: {} passed, {} failed of the {baseline_pass} tmpfs passes ({:.1} s){}",
-            c.passed,
-            c.regressions.len(),
-            start.elapsed().as_secs_f64(),
-            if c.better.is_empty() {
-                String::new()
-            } else {
-                format!("; passes {} that tmpfs does not: {}", c.better.len(), c.better.join(", "))
-            }
-        );
-        for r in &intermittent {
-            println!("    INTERMITTENT (failed, then passed alone on a fresh mount): {r}");
-        }
-        for r in &c.regressions {
-            println!("    {r}");
-            failures.push(format!("{what}: {}", r.case));
-        }
-        total.passed += c.passed;
-        total.failed += c.regressions.len();
-        total.skipped += c.not_compared;
+        against.target(name, what, &|| mount());
     }
+    over_a_distributed_filesystem(&logs, secondary.path(), &mut total, &mut failures);
 
     if !failures.is_empty() {
         println!(

@@ -8,66 +8,18 @@
 //! what it caches only 1 s (`cache=auto`, chosen by memofs for such a source). Each change is
 //! timed; the pass/fail bound is loose ([`BOUND`]) and the latencies are printed.
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use memofs_e2e::checks::stats_json;
-use memofs_e2e::{ok, require_mount, skip, Mount, TempDir};
+use memofs_e2e::dfs::Cluster;
+use memofs_e2e::{ok, require_mount, skip, Mount};
 
 /// How late a change on machine B may show through memofs on A: about a second either way
 /// (the stream's re-invalidation after A's own mount has caught up, which keeps a deleted
 /// name 1 s; or the 1 s timeout without the stream), and slack for a loaded machine.
 const BOUND: Duration = Duration::from_secs(3);
-
-/// The test bed, stopped (mounts and processes) when dropped, whatever happened.
-struct Cluster {
-    engine: &'static str,
-    dir: PathBuf,
-    _base: TempDir,
-}
-
-impl Cluster {
-    fn script(&self) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../../scripts/dfs/{}.sh", self.engine))
-    }
-
-    /// Starts the bed of `engine` (`seaweedfs` or `juicefs`).
-    fn start(engine: &'static str) -> Result<Cluster, String> {
-        let base = TempDir::new("memofs-e2e-dfs-");
-        let dir = base.path().join("cluster");
-        let cluster = Cluster {
-            engine,
-            dir,
-            _base: base,
-        };
-        let out = Command::new("bash")
-            .arg(cluster.script())
-            .arg("start")
-            .arg(&cluster.dir)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        Ok(cluster)
-    }
-
-    fn machine(&self, m: &str) -> PathBuf {
-        self.dir.join(m)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(self.script())
-            .arg("stop")
-            .arg(&self.dir)
-            .status();
-    }
-}
 
 /// How long until `cond` holds, polled every 20 ms, or `None` after [`BOUND`] and a second.
 fn seen_within(cond: impl Fn() -> bool) -> Option<Duration> {

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""dfs-guest.py KERNEL-ID...: memofs over a distributed filesystem, served to a guest.
+
+For each pinned kernel (scripts/vm/kernels.tsv): a SeaweedFS cluster on loopback with
+machines A and B (scripts/dfs/seaweedfs.sh), `memofs virtiofsd --shared-dir A` (its
+defaults: the passthrough backend, `--cache=auto`), and a QEMU (TCG) guest mounting it,
+driven through the benchmark harness's serial agent (bench/memofs_bench/vm.py). Checked
+from both sides, through ordinary system calls: a file written in the guest shows on B; a
+name the guest found missing, then created on B, shows in the guest, as does its removal,
+a change of its content and a rename made on B, each within 3 s (virtio-fs cannot tell a
+guest of changes: they show when its 1 s timeouts run out); and the server ends cleanly
+with the VM. Prints PASS/FAIL/SKIP lines and `vm-dfs-ID: N passed, N failed, N skipped`;
+exits 1 when anything failed. A guest or cluster that cannot run here is skipped, or a
+failure with MEMOFS_VM_REQUIRED=1. Environment: CARGO, MEMOFS_VM_CACHE.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(TOP / "bench"))
+
+from memofs_bench.tools import BenchError  # noqa: E402
+from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
+
+BED = TOP / "scripts" / "dfs" / "seaweedfs.sh"
+SEEN_WITHIN = 3.0
+REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
+
+
+class Run:
+    def __init__(self, kid: str):
+        self.kid, self.passed, self.failed, self.skipped = kid, 0, 0, 0
+
+    def check(self, name: str, ok: bool, detail: str = "") -> None:
+        word = "PASS" if ok else "FAIL"
+        print(f"{word} vm-dfs-{self.kid} {name}{' (' + detail + ')' if detail else ''}",
+              flush=True)
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+    def cannot(self, why: str) -> None:
+        if REQUIRED:
+            print(f"FAIL vm-dfs-{self.kid}: cannot run here: {why}")
+            self.failed += 1
+        else:
+            print(f"SKIP vm-dfs-{self.kid}: cannot run here: {why}")
+            self.skipped += 1
+
+    def summary(self) -> str:
+        return (f"vm-dfs-{self.kid}: {self.passed} passed, {self.failed} failed, "
+                f"{self.skipped} skipped")
+
+
+def until(cond, limit: float) -> float | None:
+    """Seconds until `cond()` held, or None if it did not within `limit`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    return None
+
+
+def in_guest_until(g: Guest, test: str, limit: float) -> float | None:
+    """Seconds until the shell test `test` held in the guest, polled there every 50 ms."""
+    tries = int(limit / 0.05)
+    script = (f"i=0; while ! {test}; do [ $i -ge {tries} ] && exit 1; "
+              f"sleep 0.05; i=$((i + 1)); done")
+    rc, _, secs = g.run(script, timeout=limit + 30)
+    return secs if rc == 0 else None
+
+
+def seen(run: Run, name: str, secs: float | None) -> None:
+    run.check(name, secs is not None,
+              f"{secs:.2f} s" if secs is not None else f"not within {SEEN_WITHIN:.0f} s")
+
+
+def checks(run: Run, g: Guest, b: Path) -> None:
+    g.check("echo from-guest >/mnt/g1 && sync", "writing in the guest")
+    seen(run, "written-in-guest-seen-on-b",
+         until(lambda: (b / "g1").is_file() and (b / "g1").read_text() == "from-guest\n",
+               SEEN_WITHIN))
+    g.run("[ -e /mnt/b1 ]")          # the miss the guest may keep
+    (b / "b1").write_text("from b\n")
+    seen(run, "created-on-b-seen-in-guest",
+         in_guest_until(g, '[ "$(cat /mnt/b1 2>/dev/null)" = "from b" ]', SEEN_WITHIN))
+    (b / "b1").write_text("from b, longer now\n")
+    seen(run, "changed-on-b-read-in-guest",
+         in_guest_until(g, '[ "$(cat /mnt/b1)" = "from b, longer now" ]', SEEN_WITHIN))
+    (b / "b1").rename(b / "b2")
+    seen(run, "renamed-on-b-seen-in-guest",
+         in_guest_until(g, "[ ! -e /mnt/b1 ] && [ -e /mnt/b2 ]", SEEN_WITHIN))
+    (b / "b2").unlink()
+    seen(run, "removed-on-b-gone-in-guest",
+         in_guest_until(g, "[ ! -e /mnt/b2 ]", SEEN_WITHIN))
+
+
+def one(kid: str, memofs: str) -> Run:
+    run = Run(kid)
+    for tool in ("qemu-system-x86_64", "busybox", "cpio"):
+        if not shutil.which(tool):
+            run.cannot(f"{tool} is not installed (bash scripts/setup.sh installs it)")
+            return run
+    try:
+        k = kernel(kid)
+    except BenchError as e:
+        run.cannot(str(e))
+        return run
+    work = Path(tempfile.mkdtemp(prefix="memofs-vm-dfs-"))
+    bed, server, g = work / "bed", None, None
+    try:
+        r = subprocess.run(["bash", str(BED), "start", str(bed)], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode != 0:
+            run.cannot(f"the SeaweedFS bed did not start: {r.stderr.strip()[-300:]}")
+            return run
+        sock = work / "fs.sock"
+        server = subprocess.Popen([memofs, "virtiofsd", "--socket-path", str(sock),
+                                   "--shared-dir", str(bed / "a")],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=open(work / "server.log", "wb"))
+        if until(sock.is_socket, 10) is None:
+            run.check("server-listens", False, (work / "server.log").read_text()[-300:])
+            return run
+        g = Guest(work, k.image, initramfs(work / "initrd.cpio", {}, k), sock, 1024)
+        g.check("mount -t virtiofs fs /mnt", "mounting")
+        checks(run, g, bed / "b")
+        g.stop()
+        g = None
+        code = server.wait(timeout=10)
+        run.check("server-ends-cleanly", code == 0, f"exit {code}")
+        server = None
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        run.check("guest", False, str(e)[-400:])
+    finally:
+        if g is not None:
+            g.stop()
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["bash", str(BED), "stop", str(bed)], capture_output=True, timeout=120)
+        shutil.rmtree(work, ignore_errors=True)
+    return run
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print("usage: scripts/vm/dfs-guest.py KERNEL-ID...", file=sys.stderr)
+        return 2
+    cargo = os.environ.get("CARGO", "cargo")
+    subprocess.run([cargo, "build", "-q", "-p", "memofs"], cwd=TOP, check=True)
+    failed = False
+    for kid in sys.argv[1:]:
+        run = one(kid, str(TOP / "target" / "debug" / "memofs"))
+        print(run.summary(), flush=True)
+        failed |= run.failed > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
