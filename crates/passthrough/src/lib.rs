@@ -161,6 +161,9 @@ pub struct PassthroughFs {
     /// nothing was mounted below it at start, and the server works on its private copy of
     /// the mount (in which no mount can appear later).
     pub(crate) names_stay_inside: bool,
+    /// The source is the root of its filesystem: every object a file handle of that
+    /// filesystem names is in the export (or deleted).
+    pub(crate) handles_stay_inside: bool,
     /// Lock order 1.
     watcher: Mutex<Option<Watcher>>,
     /// The feed of changes made on other machines (`-o changes=`), if this source has one;
@@ -249,6 +252,7 @@ impl PassthroughFs {
                 remote,
             },
             names_stay_inside: source.filesystem_root && source.alone && private,
+            handles_stay_inside: source.filesystem_root,
             watcher: Mutex::new(None),
             feed_spec,
             feed: Mutex::new(None),

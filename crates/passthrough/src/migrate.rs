@@ -12,6 +12,9 @@
 //! by resolving it again from the export root: it must lead to the very host inode. A file
 //! deleted while the guest holds it has no path, and the migration fails, naming it, while
 //! the VM runs on at the source; by file handle it is found as long as the source holds it.
+//! A file handle can name any object of its filesystem, so the destination takes what one
+//! opens only where it is in the export: the export is the whole filesystem, the file was
+//! deleted, or its path (sent beside the handle) leads to it.
 //! A directory listing goes on at the host offset it had reached, which the same tree gives
 //! the destination.
 
@@ -81,8 +84,14 @@ enum Place {
         path: Vec<u8>,
         handle: Option<(i32, Vec<u8>)>,
     },
-    /// Its file handle.
-    Handle { handle_type: i32, bytes: Vec<u8> },
+    /// Its file handle, and its path where it has one: a file handle can name any object of
+    /// the filesystem, so where the export is not the whole filesystem, the destination
+    /// takes one only for a file deleted meanwhile or one whose path leads to it.
+    Handle {
+        handle_type: i32,
+        bytes: Vec<u8>,
+        path: Option<Vec<u8>>,
+    },
 }
 
 fn put(out: &mut FrameWriter<'_>, r: &Record) -> io::Result<()> {
@@ -113,16 +122,42 @@ impl PassthroughFs {
         let st = sys::at::statx_fd(fd.as_fd()).map_err(|e| format!("statx: {e}"))?;
         let kind = u32::from(st.stx_mode) & libc::S_IFMT;
         let handle = sys::at::file_handle(fd.as_fd()).ok();
+        let path = self.path_of(inode, fd.as_fd(), &st, root_shown);
         if self.config.migration.find_by == FindBy::FileHandles {
             let (handle_type, bytes) =
                 handle.ok_or("the host filesystem gives it no file handle")?;
-            return Ok((kind, Place::Handle { handle_type, bytes }));
+            let path = path.ok();
+            return Ok((
+                kind,
+                Place::Handle {
+                    handle_type,
+                    bytes,
+                    path,
+                },
+            ));
         }
+        Ok((
+            kind,
+            Place::Path {
+                path: path?,
+                handle,
+            },
+        ))
+    }
+
+    /// `inode`'s path under the export, confirmed from the root: it must lead to this very
+    /// host file.
+    fn path_of(
+        &self,
+        inode: &Inode,
+        fd: BorrowedFd<'_>,
+        st: &libc::statx,
+        root_shown: &[u8],
+    ) -> Result<Vec<u8>, String> {
         if inode.ino == ROOT_INO {
-            let path = b".".to_vec();
-            return Ok((kind, Place::Path { path, handle }));
+            return Ok(b".".to_vec());
         }
-        let shown = self.shown_path(fd.as_fd())?;
+        let shown = self.shown_path(fd)?;
         let prefix = match root_shown {
             b"/" => b"/".to_vec(),
             r => [r, b"/"].concat(),
@@ -139,18 +174,18 @@ impl PassthroughFs {
                 lossy(&path)
             )
         };
-        if st.stx_nlink == 0 {
+        if st.stx_nlink == 0 || self.leads_to(&path).ok() != Some(inode.host) {
             return Err(gone());
         }
-        // Confirmed from the root: the path leads to this very host file.
-        let name = CString::new(path.clone()).map_err(|_| gone())?;
-        let root = self.table.root().fd().map_err(|e| e.to_string())?;
-        let again = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)
-            .and_then(|fd| sys::at::statx_fd(fd.as_fd()));
-        match again {
-            Ok(now) if HostId::of(&now) == inode.host => Ok((kind, Place::Path { path, handle })),
-            _ => Err(gone()),
-        }
+        Ok(path)
+    }
+
+    /// The host file `path` leads to from the export root.
+    fn leads_to(&self, path: &[u8]) -> memofs_core::Result<HostId> {
+        let name = CString::new(path).map_err(|_| Errno::EINVAL)?;
+        let root = self.table.root().fd()?;
+        let fd = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)?;
+        Ok(HostId::of(&sys::at::statx_fd(fd.as_fd())?))
     }
 
     /// Opens what `place` names: an `O_PATH` descriptor.
@@ -172,15 +207,40 @@ impl PassthroughFs {
                 }
                 Ok(fd)
             }
-            Place::Handle { handle_type, bytes } => self
-                .pins
-                .open_handle(&(*handle_type, bytes.clone()))
-                .map_err(|e| match e {
-                    Errno::EOPNOTSUPP => "file handles cannot be opened here (it takes \
-                                          CAP_DAC_READ_SEARCH and a private mount)"
-                        .to_string(),
-                    e => format!("its file handle: {e}"),
-                }),
+            Place::Handle {
+                handle_type,
+                bytes,
+                path,
+            } => {
+                let fd = self
+                    .pins
+                    .open_handle(&(*handle_type, bytes.clone()))
+                    .map_err(|e| match e {
+                        Errno::EOPNOTSUPP => "file handles cannot be opened here (it takes \
+                                              CAP_DAC_READ_SEARCH and a private mount)"
+                            .to_string(),
+                        e => format!("its file handle: {e}"),
+                    })?;
+                self.handle_inside(fd.as_fd(), path.as_deref())?;
+                Ok(fd)
+            }
+        }
+    }
+
+    /// Whether what a file handle opened (`fd`) is in the export: anything where the export
+    /// is its whole filesystem; else a file deleted meanwhile, or one whose `path` leads to
+    /// it. A handle found elsewhere on the filesystem is refused, whoever made the stream.
+    fn handle_inside(&self, fd: BorrowedFd<'_>, path: Option<&[u8]>) -> Result<(), String> {
+        if self.handles_stay_inside {
+            return Ok(());
+        }
+        let st = sys::at::statx_fd(fd).map_err(|e| e.to_string())?;
+        if st.stx_nlink == 0 {
+            return Ok(());
+        }
+        match path.map(|p| self.leads_to(p)) {
+            Some(Ok(host)) if host == HostId::of(&st) => Ok(()),
+            _ => Err("its file handle names a file that is not in the shared directory".into()),
         }
     }
 

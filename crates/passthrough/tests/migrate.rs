@@ -164,3 +164,21 @@ fn a_destination_that_served_or_lacks_a_file_or_a_damaged_stream_is_refused() {
         assert!(load(&fresh, &bytes[..cut]).is_err(), "cut at {cut}");
     }
 }
+
+#[test]
+fn a_file_handle_naming_a_file_outside_the_export_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: opening file handles takes CAP_DAC_READ_SEARCH");
+        return;
+    }
+    let (t, export, a) = setup_with("migrate-outside", config(FindBy::FileHandles, false));
+    std::fs::write(export.join("secret"), b"not for the other export").unwrap();
+    walk(&a, "secret").unwrap();
+    let bytes = save(&a).unwrap();
+    // Another export on the same filesystem, where no path leads to that file.
+    let other = t.join("other");
+    std::fs::create_dir(&other).unwrap();
+    let b = PassthroughFs::new(&other, PassthroughConfig::default()).unwrap();
+    let e = load(&b, &bytes).unwrap_err().to_string();
+    assert!(e.contains("not in the shared directory"), "{e}");
+}
