@@ -4,8 +4,9 @@
 //! all mounted with `allow_other` (the suite acts as other users). Fails, listing them, on
 //! every test case that tmpfs passes and a memofs target fails, skips or does not reach;
 //! cases tmpfs does not pass are not compared. No list of expected failures. Then memofs
-//! over a distributed filesystem (machine A of a SeaweedFS bed) against the engine's own
-//! mount: the cases SeaweedFS itself does not pass are listed, the others must pass through
+//! over a distributed filesystem (machine A of a SeaweedFS bed, then of a JuiceFS one)
+//! against the engine's own mount: the cases the engine itself does not pass are listed,
+//! the others must pass through
 //! memofs too.
 //!
 //! Not run by plain `cargo test` (`test = false`): `make conformance` runs it, as
@@ -247,22 +248,27 @@ impl Against<'_> {
     }
 }
 
-/// memofs's passthrough backend over a distributed filesystem (machine A of a SeaweedFS bed,
-/// `scripts/dfs/seaweedfs.sh`), compared with the engine's own mount rather than tmpfs: a
+/// The distributed filesystems compared: the bed's engine (`scripts/dfs/ENGINE.sh`) and its
+/// name.
+const ENGINES: &[(&str, &str)] = &[("seaweedfs", "SeaweedFS"), ("juicefs", "JuiceFS")];
+
+/// memofs's passthrough backend over a distributed filesystem (machine A of `engine`'s bed,
+/// `scripts/dfs/ENGINE.sh`), compared with the engine's own mount rather than tmpfs: a
 /// case the engine itself does not pass is the engine's, listed and not compared. Each run
 /// gets a fresh directory of A.
 fn over_a_distributed_filesystem(
+    (engine, name): (&'static str, &'static str),
     logs: &Path,
     secondary: &Path,
     total: &mut Tally,
     failures: &mut Vec<String>,
 ) {
-    let what = "memofs over SeaweedFS (machine A)";
-    let cluster = match Cluster::start("seaweedfs") {
+    let what = format!("memofs over {name} (machine A)");
+    let cluster = match Cluster::start(engine) {
         Ok(c) => c,
         Err(e) => {
-            let need = "tool:seaweedfs";
-            if memofs_e2e::summary::Policy::from_env().requires(need) {
+            let need = format!("tool:{engine}");
+            if memofs_e2e::summary::Policy::from_env().requires(&need) {
                 println!("conformance: {what}: FAILED: the bed did not start: {e}");
                 total.failed += 1;
                 failures.push(format!("{what}: the bed did not start"));
@@ -283,13 +289,13 @@ fn over_a_distributed_filesystem(
     };
     let start = Instant::now();
     let reference = match fresh()
-        .and_then(|own| run_suite(&own, secondary, &logs.join("seaweedfs.txt"), &[]))
+        .and_then(|own| run_suite(&own, secondary, &logs.join(format!("{engine}.txt")), &[]))
     {
         Ok(r) => r,
         Err(e) => {
-            println!("conformance: {what}: FAILED: SeaweedFS's own mount did not run: {e}");
+            println!("conformance: {what}: FAILED: {name}'s own mount did not run: {e}");
             total.failed += 1;
-            failures.push(format!("{what}: SeaweedFS's own run"));
+            failures.push(format!("{what}: {name}'s own run"));
             return;
         }
     };
@@ -301,7 +307,7 @@ fn over_a_distributed_filesystem(
         .collect();
     let passes = reference.cases.len() - own.len();
     println!(
-        "conformance: SeaweedFS's own mount (baseline): {passes} of {} cases pass ({:.1} s); \
+        "conformance: {name}'s own mount (baseline): {passes} of {} cases pass ({:.1} s); \
          it does not pass these {}, which are not compared:",
         reference.cases.len(),
         start.elapsed().as_secs_f64(),
@@ -312,18 +318,18 @@ fn over_a_distributed_filesystem(
             Outcome::Skip(reason) => format!("skipped ({})", reason.trim()),
             _ => "fails".to_string(),
         };
-        println!("    SeaweedFS {why}: {case}");
+        println!("    {name} {why}: {case}");
     }
     let mut against = Against {
         reference: &reference,
-        reference_name: "SeaweedFS",
+        reference_name: name,
         baseline_pass: passes,
         logs,
         secondary,
         total,
         failures,
     };
-    against.target("seaweedfs-memofs", what, &|| {
+    against.target(&format!("{engine}-memofs"), &what, &|| {
         Ok(vec![Mount::try_memofs_source(&fresh()?, &["allow_other"])?])
     });
 }
@@ -395,7 +401,9 @@ fn main() -> ExitCode {
     for (name, what, mount) in TARGETS {
         against.target(name, what, &|| mount());
     }
-    over_a_distributed_filesystem(&logs, secondary.path(), &mut total, &mut failures);
+    for engine in ENGINES {
+        over_a_distributed_filesystem(*engine, &logs, secondary.path(), &mut total, &mut failures);
+    }
 
     if !failures.is_empty() {
         println!(
