@@ -21,7 +21,8 @@ import subprocess
 from pathlib import Path
 
 from . import mounts
-from .targets import Target, TargetError, _rmdir, memofs_version, require_memofs
+from .targets import (Target, TargetError, _rmdir, live_pids, memofs_version, require_memofs,
+                      server_exit, stop_server)
 from .tools import BenchError, ToolMissing
 from .vm import Guest, GuestSetup, Kernel, initramfs, kernel
 
@@ -40,6 +41,7 @@ class GuestTarget(Target):
         self.guest_setup: GuestSetup | None = None
         self.server: subprocess.Popen | None = None
         self.sock: Path | None = None
+        self.log: Path | None = None
         self.kernel: Kernel | None = None
 
     # -- to be provided by kinds -----------------------------------------------------------
@@ -79,27 +81,16 @@ class GuestTarget(Target):
         cmd = self.server_cmd(sock)
         if cmd is None:
             return
-        self.sock = sock
-        self.server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                       stdout=open(self.mnt / "server.log", "wb"),
-                                       stderr=subprocess.STDOUT, start_new_session=True)
-        mounts.wait_for(lambda: sock.is_socket(), SOCKET_WAIT, abort=self._server_died,
+        self.sock, self.log = sock, self.mnt / "server.log"
+        with open(self.log, "wb") as log:
+            self.server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+        mounts.wait_for(lambda: sock.is_socket(), SOCKET_WAIT,
+                        abort=lambda: server_exit(self.server, self.log),
                         what=f"{cmd[0]} to listen")
 
-    def _server_died(self) -> str | None:
-        if self.server is not None and self.server.poll() is not None:
-            return f"the server exited {self.server.returncode}: {self._server_log()}"
-        return None
-
-    def _server_log(self) -> str:
-        try:
-            return (self.mnt / "server.log").read_text(errors="replace")[-500:].strip()
-        except (OSError, TypeError):
-            return ""
-
     def server_pids(self) -> list[int]:
-        return [self.server.pid] if self.server is not None and self.server.poll() is None \
-            else []
+        return live_pids(self.server)
 
     def unmount(self) -> None:
         with mounts.signals_deferred():
@@ -109,13 +100,7 @@ class GuestTarget(Target):
                 self.guest = None
             if self.server is not None:
                 # A vhost-user server ends when its VMM disconnects.
-                try:
-                    self.server.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.notes.append(f"{self.kind} server still running after the guest "
-                                      "ended; killed")
-                    os.killpg(self.server.pid, 9)
-                    self.server.wait()
+                stop_server(self.server, self.kind, self.notes, group=True)
                 self.server = None
             if self.backing is not None:
                 self.notes += mounts.unmount(self.backing, [])

@@ -140,6 +140,35 @@ def _rmdir(p: Path) -> None:
         pass
 
 
+def server_exit(proc: subprocess.Popen | None, log: Path | None) -> str | None:
+    """Why a server process we started has ended, if it has: its status and its log's end."""
+    if proc is None or proc.poll() is None:
+        return None
+    try:
+        tail = log.read_text(errors="replace").strip()[-500:] if log else ""
+    except OSError:
+        tail = ""
+    return f"server exited with status {proc.returncode}: {tail or '(no output)'}"
+
+
+def live_pids(proc: subprocess.Popen | None) -> list[int]:
+    return [proc.pid] if proc is not None and proc.poll() is None else []
+
+
+def stop_server(proc: subprocess.Popen, kind: str, notes: list[str], group: bool = False) -> None:
+    """Waits up to 10 s for a server we started to end on its own (once unmounted, or its
+    VMM gone), else kills it (with `group`, its whole process group) and says so in `notes`."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        notes.append(f"{kind} server {proc.pid} did not exit; killed it")
+        if group:
+            os.killpg(proc.pid, 9)
+        else:
+            proc.kill()
+        proc.wait()
+
+
 class ProcessServer(Target):
     """A FUSE server we start in the foreground (-f) and own as a child process."""
 
@@ -161,26 +190,18 @@ class ProcessServer(Target):
                                          stdout=log, stderr=subprocess.STDOUT)
 
     def _server_died(self) -> str | None:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace").strip()[-500:] if self.log else ""
-            return f"server exited with status {self.proc.returncode}: {tail or '(no output)'}"
-        return None
+        return server_exit(self.proc, self.log)
 
     def _unmount_cmds(self, mnt: Path) -> list[list[str]]:
         return [["fusermount3", "-u", str(mnt)], ["umount", str(mnt)]]
 
     def server_pids(self) -> list[int]:
-        return [self.proc.pid] if self.proc is not None and self.proc.poll() is None else []
+        return live_pids(self.proc)
 
     def _stop_server(self) -> None:
         if self.proc is None:
             return
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.notes.append(f"{self.kind} server {self.proc.pid} did not exit; killed it")
-            self.proc.kill()
-            self.proc.wait()
+        stop_server(self.proc, self.kind, self.notes)
         self.proc = None
         if self.log:
             self.log.unlink(missing_ok=True)

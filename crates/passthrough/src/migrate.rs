@@ -180,21 +180,30 @@ impl PassthroughFs {
         Ok(path)
     }
 
-    /// The host file `path` leads to from the export root.
-    fn leads_to(&self, path: &[u8]) -> memofs_core::Result<HostId> {
+    /// An `O_PATH` descriptor of what `path` names under the export root, resolved as a
+    /// lookup is (never outside it).
+    fn open_under_root(&self, path: &[u8]) -> memofs_core::Result<OwnedFd> {
         let name = CString::new(path).map_err(|_| Errno::EINVAL)?;
         let root = self.table.root().fd()?;
-        let fd = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)?;
+        sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)
+    }
+
+    /// The host file `path` leads to from the export root.
+    fn leads_to(&self, path: &[u8]) -> memofs_core::Result<HostId> {
+        let fd = self.open_under_root(path)?;
         Ok(HostId::of(&sys::at::statx_fd(fd.as_fd())?))
     }
 
-    /// Opens what `place` names: an `O_PATH` descriptor.
-    fn find(&self, place: &Place) -> Result<OwnedFd, String> {
+    /// Opens what `place` names: an `O_PATH` descriptor, with its attributes.
+    fn find(&self, place: &Place) -> Result<(OwnedFd, libc::statx), String> {
+        let stat = |fd: OwnedFd| match sys::at::statx_fd(fd.as_fd()) {
+            Ok(st) => Ok((fd, st)),
+            Err(e) => Err(e.to_string()),
+        };
         match place {
             Place::Path { path, handle } => {
-                let name = CString::new(path.clone()).map_err(|_| "a path with a NUL")?;
-                let root = self.table.root().fd().map_err(|e| e.to_string())?;
-                let fd = sys::at::openat2(root.as_fd(), &name, PATH_FLAGS, 0, self.resolve)
+                let fd = self
+                    .open_under_root(path)
                     .map_err(|e| format!("{}: {e}", lossy(path)))?;
                 if let (true, Some(want)) = (self.config.migration.verify_handles, handle) {
                     let got = sys::at::file_handle(fd.as_fd()).map_err(|e| e.to_string())?;
@@ -205,7 +214,7 @@ impl PassthroughFs {
                         ));
                     }
                 }
-                Ok(fd)
+                stat(fd)
             }
             Place::Handle {
                 handle_type,
@@ -221,25 +230,23 @@ impl PassthroughFs {
                             .to_string(),
                         e => format!("its file handle: {e}"),
                     })?;
-                self.handle_inside(fd.as_fd(), path.as_deref())?;
-                Ok(fd)
+                let (fd, st) = stat(fd)?;
+                self.handle_inside(&st, path.as_deref())?;
+                Ok((fd, st))
             }
         }
     }
 
-    /// Whether what a file handle opened (`fd`) is in the export: anything where the export
-    /// is its whole filesystem; else a file deleted meanwhile, or one whose `path` leads to
-    /// it. A handle found elsewhere on the filesystem is refused, whoever made the stream.
-    fn handle_inside(&self, fd: BorrowedFd<'_>, path: Option<&[u8]>) -> Result<(), String> {
-        if self.handles_stay_inside {
-            return Ok(());
-        }
-        let st = sys::at::statx_fd(fd).map_err(|e| e.to_string())?;
-        if st.stx_nlink == 0 {
+    /// Whether what a file handle opened (attributes `st`) is in the export: anything where
+    /// the export is its whole filesystem; else a file deleted meanwhile, or one whose `path`
+    /// leads to it. A handle found elsewhere on the filesystem is refused, whoever made the
+    /// stream.
+    fn handle_inside(&self, st: &libc::statx, path: Option<&[u8]>) -> Result<(), String> {
+        if self.handles_stay_inside || st.stx_nlink == 0 {
             return Ok(());
         }
         match path.map(|p| self.leads_to(p)) {
-            Some(Ok(host)) if host == HostId::of(&st) => Ok(()),
+            Some(Ok(host)) if host == HostId::of(st) => Ok(()),
             _ => Err("its file handle names a file that is not in the shared directory".into()),
         }
     }
@@ -251,8 +258,7 @@ impl PassthroughFs {
         kind: u32,
         place: &Place,
     ) -> Result<(), String> {
-        let fd = self.find(place)?;
-        let st = sys::at::statx_fd(fd.as_fd()).map_err(|e| e.to_string())?;
+        let (fd, st) = self.find(place)?;
         if u32::from(st.stx_mode) & libc::S_IFMT != kind {
             return Err(format!("it is of another kind here ({place:?})"));
         }
