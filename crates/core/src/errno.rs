@@ -57,6 +57,7 @@ errnos!(
     EBUSY,
     ENOTCONN,
     ENOTTY,
+    ETXTBSY,
 );
 
 impl Errno {

@@ -30,6 +30,7 @@ pub mod kernel;
 pub mod privs;
 pub mod reply;
 pub mod request;
+mod running;
 mod server;
 pub mod stats;
 mod xattrs;

@@ -601,3 +601,67 @@ fn reopened_files_reuse_their_kept_backing_registration() {
     );
     ok!(fs::write(m.join("again"), pattern(5, 6 << 20)));
 }
+
+/// A program running from the mount keeps its text: `open(O_RDONLY | O_TRUNC)` of it fails
+/// with ETXTBSY (the kernel's answer, which it gives only after OPEN has returned) and the file
+/// keeps every byte, through the mount and, for the passthrough backend, on the host.
+#[test]
+fn a_running_program_is_not_truncated() {
+    require_mount!();
+    let host = Mount::tmpfs(&[]);
+    let mounts = [
+        ("mem", Mount::memofs(&[]), None),
+        (
+            "passthrough",
+            Mount::try_memofs_source(host.path(), &[]).unwrap_or_else(|e| panic!("{e}")),
+            Some(host.path().to_path_buf()),
+        ),
+    ];
+    let program = ok!(fs::read("/bin/sleep"));
+    for (backend, m, source) in &mounts {
+        let p = m.join("sleep");
+        ok!(fs::write(&p, &program));
+        ok!(fs::set_permissions(&p, fs::Permissions::from_mode(0o755)));
+        // spawn() returns once the exec has happened; ETXTBSY here is a copy of fs::write's
+        // descriptor that a child forked by another test thread holds until its own exec.
+        let mut child = None;
+        eventually("the copied program starts", Duration::from_secs(10), || {
+            match std::process::Command::new(&p).arg("60").spawn() {
+                Ok(c) => {
+                    child = Some(c);
+                    (true, String::new())
+                }
+                Err(e) => (false, e.to_string()),
+            }
+        });
+        let mut child = child.expect("started");
+        let truncating = sys::open(&p, libc::O_RDONLY | libc::O_TRUNC, 0);
+        let writing = sys::open(&p, libc::O_WRONLY, 0);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_errno!(truncating, libc::ETXTBSY, "{backend}: O_RDONLY|O_TRUNC");
+        assert_errno!(writing, libc::ETXTBSY, "{backend}: O_WRONLY");
+        assert_bytes_eq(
+            &ok!(fs::read(&p)),
+            &program,
+            &format!("{backend}: the mount"),
+        );
+        if let Some(src) = source {
+            assert_bytes_eq(
+                &ok!(fs::read(src.join("sleep"))),
+                &program,
+                &format!("{backend}: the host"),
+            );
+        }
+        // Once the program has ended, the file truncates again.
+        eventually(
+            "a truncating open after the program ended",
+            Duration::from_secs(10),
+            || match sys::open(&p, libc::O_RDONLY | libc::O_TRUNC, 0) {
+                Ok(_) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            },
+        );
+        assert_eq!(ok!(fs::metadata(&p)).len(), 0, "{backend}: truncated");
+    }
+}

@@ -12,9 +12,7 @@ use crate::kernel::BackingWrites;
 use crate::privs::privileged;
 use crate::reply::{OpenOut, ReplyOut};
 use crate::request::Op;
-
-/// Linux's `__FMODE_EXEC`, in the flags of an OPEN made to load a program.
-const FMODE_EXEC: i32 = 0x20;
+use crate::running::Running;
 
 impl<B: Backend> Server<B> {
     /// OPEN, CREATE, TMPFILE, FLUSH, RELEASE, OPENDIR, READDIR(PLUS) and RELEASEDIR.
@@ -46,7 +44,10 @@ impl<B: Backend> Server<B> {
                 answer(out, Err(Errno::ENOSYS), |_, ()| {})
             }
             Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),
-            Op::Release { fh } => answer(out, self.release(ino, fh), |out, ()| out.empty()),
+            Op::Release { fh } => {
+                self.running.released(ino, fh);
+                answer(out, self.release(ino, fh), |out, ()| out.empty())
+            }
             Op::Opendir { flags } => self.opendir(caller, ino, flags, out),
             Op::Readdir {
                 fh, offset, plus, ..
@@ -58,8 +59,12 @@ impl<B: Backend> Server<B> {
     }
 
     /// OPEN. With passthrough the server never sees the writes, so an unprivileged open for
-    /// writing drops setuid and setgid now rather than at the first write.
+    /// writing drops setuid and setgid now rather than at the first write. A truncating open
+    /// of a running program fails before the backend truncates (see [`crate::running`]).
     fn open(&self, caller: &Caller, ino: Ino, flags: i32, kill: bool, out: &mut dyn ReplyOut) {
+        if self.running.refuses(ino, flags) {
+            return out.error(Errno::ETXTBSY);
+        }
         let r = self
             .backend
             .open(caller, ino, self.open_flags(flags))
@@ -75,7 +80,12 @@ impl<B: Backend> Server<B> {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let due = kill || (writing && o.backing_id.is_some() && !privileged(caller));
         match self.kill_privs(due, caller, ino) {
-            Ok(()) => out.opened(&o),
+            Ok(()) => {
+                if Running::is_exec(flags) {
+                    self.running.opened(ino, o.fh);
+                }
+                out.opened(&o)
+            }
             Err(e) => {
                 // The kernel never sees this open: nothing may stay open for it.
                 let _ = self.release(ino, o.fh);
@@ -165,7 +175,7 @@ impl<B: Backend> Server<B> {
     fn reads_directly(&self, ino: Ino, flags: i32) -> bool {
         self.plan.direct_io == DirectIo::Large
             && flags & libc::O_ACCMODE == libc::O_RDONLY
-            && flags & FMODE_EXEC == 0
+            && !Running::is_exec(flags)
             && self
                 .backend
                 .getattr(ino)

@@ -25,6 +25,7 @@ use crate::kernel::Kernel;
 use crate::privs::kill_suidgid;
 use crate::reply::ReplyOut;
 use crate::request::{Op, Request};
+use crate::running::Running;
 use crate::stats::{Counted, Stats};
 
 /// What the kernel granted at INIT, as far as the meaning of requests depends on it.
@@ -71,6 +72,8 @@ pub struct Server<B: Backend> {
     /// Which kernel caches may outlive an open (see [`crate::keep`]).
     keeper: Keeper,
     backings: Backings,
+    /// The exec opens not yet released (see [`crate::running`]).
+    running: Running,
     /// The abstract socket name of the control socket, where it has no file of its own.
     control_address: std::sync::OnceLock<Vec<u8>>,
     /// The backend's name for file capabilities (see [`crate::xattrs::caps_name`]).
@@ -102,6 +105,7 @@ impl<B: Backend> Server<B> {
             misses,
             keeper,
             backings: Backings::default(),
+            running: Running::default(),
             control_address: std::sync::OnceLock::new(),
             caps,
         }
