@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """dfs-guest.py KERNEL-ID...: memofs over a distributed filesystem, served to a guest.
 
-For each pinned kernel (scripts/vm/kernels.tsv): a SeaweedFS cluster on loopback with
-machines A and B (scripts/dfs/seaweedfs.sh), `memofs virtiofsd --shared-dir A` (its
-defaults: the passthrough backend, `--cache=auto`), and a QEMU (TCG) guest mounting it,
-driven through the benchmark harness's serial agent (bench/memofs_bench/vm.py). Checked
-from both sides, through ordinary system calls: a file written in the guest shows on B; a
-name the guest found missing, then created on B, shows in the guest, as does its removal,
-a change of its content and a rename made on B, each within 3 s (virtio-fs cannot tell a
-guest of changes: they show when its 1 s timeouts run out); and the server ends cleanly
-with the VM. Prints PASS/FAIL/SKIP lines and `vm-dfs-ID: N passed, N failed, N skipped`;
+For each pinned kernel (scripts/vm/kernels.tsv) and each engine of the test beds
+(SeaweedFS, with a change stream; JuiceFS, without): a cluster on loopback with machines A
+and B (scripts/dfs/ENGINE.sh), `memofs virtiofsd --shared-dir A` (its defaults: the
+passthrough backend, `--cache=auto`), and a QEMU (TCG) guest mounting it, driven through the
+benchmark harness's serial agent (bench/memofs_bench/vm.py). Checked from both sides,
+through ordinary system calls: a file written in the guest shows on B; a name the guest
+found missing, then created on B, shows in the guest, as does its removal, a change of its
+content and a rename made on B, each within 3 s (virtio-fs cannot tell a guest of changes:
+they show when its 1 s timeouts run out, with a stream or without); and the server ends
+cleanly with the VM. Prints PASS/FAIL/SKIP lines and `vm-dfs-ID: N passed, N failed, N skipped`;
 exits 1 when anything failed. A guest or cluster that cannot run here is skipped, or a
 failure with MEMOFS_VM_REQUIRED=1. Environment: CARGO, MEMOFS_VM_CACHE.
 """
@@ -30,7 +31,9 @@ sys.path.insert(0, str(TOP / "bench"))
 from memofs_bench.tools import BenchError  # noqa: E402
 from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
 
-BED = TOP / "scripts" / "dfs" / "seaweedfs.sh"
+BEDS = TOP / "scripts" / "dfs"
+# The engines the guest runs over: the bed's script name and the engine's name.
+ENGINES = (("seaweedfs", "SeaweedFS"), ("juicefs", "JuiceFS"))
 SEEN_WITHIN = 3.0
 REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
 
@@ -38,11 +41,12 @@ REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
 class Run:
     def __init__(self, kid: str):
         self.kid, self.passed, self.failed, self.skipped = kid, 0, 0, 0
+        self.engine = ""
 
     def check(self, name: str, ok: bool, detail: str = "") -> None:
         word = "PASS" if ok else "FAIL"
-        print(f"{word} vm-dfs-{self.kid} {name}{' (' + detail + ')' if detail else ''}",
-              flush=True)
+        print(f"{word} vm-dfs-{self.kid} {self.engine}{name}"
+              f"{' (' + detail + ')' if detail else ''}", flush=True)
         if ok:
             self.passed += 1
         else:
@@ -50,10 +54,10 @@ class Run:
 
     def cannot(self, why: str) -> None:
         if REQUIRED:
-            print(f"FAIL vm-dfs-{self.kid}: cannot run here: {why}")
+            print(f"FAIL vm-dfs-{self.kid} {self.engine}cannot run here: {why}")
             self.failed += 1
         else:
-            print(f"SKIP vm-dfs-{self.kid}: cannot run here: {why}")
+            print(f"SKIP vm-dfs-{self.kid} {self.engine}cannot run here: {why}")
             self.skipped += 1
 
     def summary(self) -> str:
@@ -116,14 +120,23 @@ def one(kid: str, memofs: str) -> Run:
     except BenchError as e:
         run.cannot(str(e))
         return run
+    for engine, name in ENGINES:
+        run.engine = f"{engine} "
+        over(run, k, engine, name, memofs)
+    return run
+
+
+def over(run: Run, k, engine: str, name: str, memofs: str) -> None:
+    """The checks in a guest of kernel `k`, served by `memofs` over `engine`'s machine A."""
+    bed_script = BEDS / f"{engine}.sh"
     work = Path(tempfile.mkdtemp(prefix="memofs-vm-dfs-"))
     bed, server, g = work / "bed", None, None
     try:
-        r = subprocess.run(["bash", str(BED), "start", str(bed)], capture_output=True,
+        r = subprocess.run(["bash", str(bed_script), "start", str(bed)], capture_output=True,
                            text=True, timeout=300)
         if r.returncode != 0:
-            run.cannot(f"the SeaweedFS bed did not start: {r.stderr.strip()[-300:]}")
-            return run
+            run.cannot(f"the {name} bed did not start: {r.stderr.strip()[-300:]}")
+            return
         sock = work / "fs.sock"
         server = subprocess.Popen([memofs, "virtiofsd", "--socket-path", str(sock),
                                    "--shared-dir", str(bed / "a")],
@@ -131,7 +144,7 @@ def one(kid: str, memofs: str) -> Run:
                                   stderr=open(work / "server.log", "wb"))
         if until(sock.is_socket, 10) is None:
             run.check("server-listens", False, (work / "server.log").read_text()[-300:])
-            return run
+            return
         g = Guest(work, k.image, initramfs(work / "initrd.cpio", {}, k), sock, 1024)
         g.check("mount -t virtiofs fs /mnt", "mounting")
         checks(run, g, bed / "b")
@@ -148,9 +161,9 @@ def one(kid: str, memofs: str) -> Run:
         if server is not None:
             server.kill()
             server.wait()
-        subprocess.run(["bash", str(BED), "stop", str(bed)], capture_output=True, timeout=120)
+        subprocess.run(["bash", str(bed_script), "stop", str(bed)], capture_output=True,
+                       timeout=120)
         shutil.rmtree(work, ignore_errors=True)
-    return run
 
 
 def main() -> int:
