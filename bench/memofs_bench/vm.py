@@ -133,10 +133,12 @@ def _same_fs(a: Path, b: Path) -> bool:
 
 class Guest:
     """One booted guest; `device` is the vhost-user socket of its virtio-fs device (tag `fs`),
-    or None for a guest without one."""
+    or None for a guest without one; `devices` more of them, as (socket, tag); `append` adds
+    to the kernel's command line."""
 
     def __init__(self, workdir: Path, image: Path, initrd: Path, device: Path | None,
-                 memory_mib: int = 2048):
+                 memory_mib: int = 2048, append: str = "",
+                 devices: list[tuple[Path, str]] | None = None):
         self.workdir, self.console = workdir, workdir / "console.log"
         self.agent_path = workdir / "agent.sock"
         qemu = require("qemu-system-x86_64", "bash scripts/setup.sh installs it")
@@ -146,11 +148,12 @@ class Guest:
                "-numa", "node,memdev=mem",
                "-chardev", f"socket,id=agent,path={self.agent_path},server=on,wait=off",
                "-kernel", str(image), "-initrd", str(initrd),
-               "-append", "console=ttyS0 panic=-1 loglevel=4",
+               "-append", f"console=ttyS0 panic=-1 loglevel=4 {append}".strip(),
                "-serial", f"file:{self.console}", "-serial", "chardev:agent"]
-        if device is not None:
-            cmd += ["-chardev", f"socket,id=fs0,path={device}",
-                    "-device", "vhost-user-fs-pci,queue-size=1024,chardev=fs0,tag=fs"]
+        more = [(device, "fs")] if device is not None else []
+        for i, (sock, tag) in enumerate(more + (devices or [])):
+            cmd += ["-chardev", f"socket,id=fs{i},path={sock}",
+                    "-device", f"vhost-user-fs-pci,queue-size=1024,chardev=fs{i},tag={tag}"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=open(workdir / "qemu.log", "wb"),
                                      start_new_session=True)

@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parents[2]
@@ -31,48 +30,12 @@ sys.path.insert(0, str(TOP / "bench"))
 from memofs_bench.tools import BenchError  # noqa: E402
 from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
 
+from guestcheck import Run, until  # noqa: E402
+
 BEDS = TOP / "scripts" / "dfs"
 # The engines the guest runs over: the bed's script name and the engine's name.
 ENGINES = (("seaweedfs", "SeaweedFS"), ("juicefs", "JuiceFS"))
 SEEN_WITHIN = 3.0
-REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
-
-
-class Run:
-    def __init__(self, kid: str):
-        self.kid, self.passed, self.failed, self.skipped = kid, 0, 0, 0
-        self.engine = ""
-
-    def check(self, name: str, ok: bool, detail: str = "") -> None:
-        word = "PASS" if ok else "FAIL"
-        print(f"{word} vm-dfs-{self.kid} {self.engine}{name}"
-              f"{' (' + detail + ')' if detail else ''}", flush=True)
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-
-    def cannot(self, why: str) -> None:
-        if REQUIRED:
-            print(f"FAIL vm-dfs-{self.kid} {self.engine}cannot run here: {why}")
-            self.failed += 1
-        else:
-            print(f"SKIP vm-dfs-{self.kid} {self.engine}cannot run here: {why}")
-            self.skipped += 1
-
-    def summary(self) -> str:
-        return (f"vm-dfs-{self.kid}: {self.passed} passed, {self.failed} failed, "
-                f"{self.skipped} skipped")
-
-
-def until(cond, limit: float) -> float | None:
-    """Seconds until `cond()` held, or None if it did not within `limit`."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    return None
 
 
 def in_guest_until(g: Guest, test: str, limit: float) -> float | None:
@@ -110,18 +73,16 @@ def checks(run: Run, g: Guest, b: Path) -> None:
 
 
 def one(kid: str, memofs: str) -> Run:
-    run = Run(kid)
-    for tool in ("qemu-system-x86_64", "busybox", "cpio"):
-        if not shutil.which(tool):
-            run.cannot(f"{tool} is not installed (bash scripts/setup.sh installs it)")
-            return run
+    run = Run("vm-dfs", kid)
+    if not run.has_guest_tools():
+        return run
     try:
         k = kernel(kid)
     except BenchError as e:
         run.cannot(str(e))
         return run
     for engine, name in ENGINES:
-        run.engine = f"{engine} "
+        run.part = f"{engine} "
         over(run, k, engine, name, memofs)
     return run
 

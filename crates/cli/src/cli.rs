@@ -137,6 +137,12 @@ pub struct VirtiofsdArgs {
     /// ':map:security.selinux:trusted.virtiofs.:' (docs/guide.md)
     #[arg(long = "xattrmap", value_name = "RULES")]
     pub xattrmap: Option<String>,
+    /// Label each new file with the security context the guest's kernel sends (SELinux's
+    /// security.selinux; FUSE_SECURITY_CTX), under the name --xattrmap gives it; a file that
+    /// cannot be labelled is not made. Setting security.* or trusted.* names on the host
+    /// takes CAP_SYS_ADMIN (--modcaps=+sys_admin)
+    #[arg(long = "security-label")]
+    pub security_label: bool,
     /// Share read-only (as -o ro): every request that would change something is refused
     /// (EROFS)
     #[arg(long = "readonly")]

@@ -39,10 +39,12 @@ struct Legacy {
     cache: Option<String>,
     sandbox: Option<String>,
     xattrmap: Option<String>,
+    security_label: bool,
 }
 
 /// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`, where
-/// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; `xattrmap=`; and what memofs does
+/// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; `xattrmap=`;
+/// `security_label`; and what memofs does
 /// anyway: `xattr`, `posix_lock`, `flock`, or has no use for: `no_xattr`, `no_posix_lock`,
 /// `no_flock`).
 fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
@@ -54,6 +56,7 @@ fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
             Some(("cache", mode)) => legacy.cache = Some(mode.into()),
             Some(("sandbox", mode)) => legacy.sandbox = Some(mode.into()),
             Some(("xattrmap", map)) => legacy.xattrmap = Some(map.into()),
+            None if o == "security_label" => legacy.security_label = true,
             None if matches!(
                 o.as_str(),
                 "xattr" | "no_xattr" | "posix_lock" | "no_posix_lock" | "flock" | "no_flock"
@@ -131,6 +134,8 @@ struct Setup {
     ids: IdMaps,
     acl: Want,
     xattrs: Option<XattrMap>,
+    /// `--security-label` (or `-o security_label`).
+    security_label: bool,
     migration: Choices,
 }
 
@@ -140,7 +145,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("--tag", "the tag is the VMM's to set (QEMU: tag= on vhost-user-fs-pci); this device has no configuration space of its own"),
     ("--uid-map", "the namespace sandbox maps only the server's own ids; --translate-uid gives guest ids other host ids"),
     ("--gid-map", "the namespace sandbox maps only the server's own ids; --translate-gid gives guest ids other host ids"),
-    ("--security-label", "new files get no security label from the guest (FUSE_SECURITY_CTX is not taken)"),
     ("--inode-file-handles", "memofs keeps a descriptor per inode and reopens cold ones from their file handles where it can (docs/guide.md)"),
     ("--allow-mmap", "shared mappings are refused only where -o direct_io asks (and on append-only files)"),
     ("--no-readdirplus", "directories are always listed with READDIRPLUS"),
@@ -309,6 +313,7 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         ids,
         acl,
         xattrs,
+        security_label: args.security_label || legacy.security_label,
         migration,
     })
 }
@@ -338,6 +343,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     plan.acl = setup.acl;
     plan.xattrs = setup.xattrs.clone();
     plan.announce_submounts = args.announce_submounts;
+    plan.security_label = setup.security_label;
     plan.migration = setup.migration;
     if let Some(n) = args.rlimit_nofile {
         let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
@@ -541,7 +547,7 @@ mod tests {
     fn virtiofsds_older_options_are_taken_apart_from_memofs_options() {
         let lists = vec![
             "source=/srv/a,,b,cache=always,xattr,sandbox=chroot".to_string(),
-            "negative_timeout=30,no_posix_lock".to_string(),
+            "negative_timeout=30,no_posix_lock,security_label".to_string(),
         ];
         let (ours, legacy) = split_options(&lists);
         assert_eq!(ours, vec!["negative_timeout=30".to_string()]);
@@ -552,6 +558,7 @@ mod tests {
                 cache: Some("always".into()),
                 sandbox: Some("chroot".into()),
                 xattrmap: None,
+                security_label: true,
             }
         );
     }
@@ -675,9 +682,10 @@ mod tests {
                     "memofs-virtiofsd",
                     "--socket-path",
                     "/s",
-                    "--security-label",
+                    "--gid-map",
+                    ":0:1:1:",
                 ][..],
-                "--security-label is not supported",
+                "--gid-map is not supported",
             ),
             (
                 &["memofs", "virtiofsd", "--uid-map", ":0:100000:65536:"][..],
@@ -697,6 +705,7 @@ mod tests {
             "--killpriv-v2",
             "--thread-pool-size=0",
             "--no-announce-submounts",
+            "--security-label",
         ];
         assert!(refused(&taken).is_none(), "{:?}", refused(&taken));
         // An option's value is not an option.

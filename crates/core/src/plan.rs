@@ -97,6 +97,10 @@ pub struct MountPlan {
     /// Tell the kernel which directories are mount points of other filesystems (a guest's
     /// `--announce-submounts`): each then has its own device number there.
     pub announce_submounts: bool,
+    /// Label new nodes with the security context the kernel sends (a guest's
+    /// `--security-label`: `FUSE_SECURITY_CTX`; the attribute goes through
+    /// [`MountPlan::xattrs`]).
+    pub security_label: bool,
     /// How a guest's files are found again where its VM migrates (virtiofsd's
     /// `--migration-*`).
     pub migration: crate::migrate::Choices,
@@ -164,6 +168,7 @@ impl MountPlan {
             atime_given: opts.atime_given,
             xattrs: None,
             announce_submounts: false,
+            security_label: false,
             migration: Default::default(),
             notifications: true,
         }
@@ -325,6 +330,9 @@ impl MountPlan {
         }
         if self.announce_submounts {
             v.push(("submounts", "announced".to_string()));
+        }
+        if self.security_label {
+            v.push(("security_label", "true".to_string()));
         }
         v
     }

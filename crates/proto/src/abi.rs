@@ -88,6 +88,7 @@ pub mod init {
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const SETXATTR_EXT: u64 = 1 << 29;
     pub const INIT_EXT: u64 = 1 << 30;
+    pub const SECURITY_CTX: u64 = 1 << 32;
     pub const HAS_EXPIRE_ONLY: u64 = 1 << 35;
     pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
     pub const PASSTHROUGH: u64 = 1 << 37;
@@ -209,6 +210,8 @@ abi! {
     } = 88;
     pub struct fuse_open_in { flags: u32, open_flags: u32 } = 8;
     pub struct fuse_create_in { flags: u32, mode: u32, umask: u32, open_flags: u32 } = 16;
+    pub struct fuse_ext_header { size: u32, ext_type: u32 } = 8;
+    pub struct fuse_secctx { size: u32, padding: u32 } = 8;
     pub struct fuse_open_out { fh: u64, open_flags: u32, backing_id: i32 } = 16;
     pub struct fuse_release_in { fh: u64, flags: u32, release_flags: u32, lock_owner: u64 } = 24;
     pub struct fuse_flush_in { fh: u64, unused: u32, padding: u32, lock_owner: u64 } = 24;

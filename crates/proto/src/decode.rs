@@ -20,6 +20,8 @@ use crate::abi::{self, fattr, opcode};
 pub struct Proto {
     /// `fuse_setxattr_in` has its extended (16-byte) form.
     pub setxattr_ext: bool,
+    /// Requests that make a node carry its security label (`FUSE_SECURITY_CTX`).
+    pub security_ctx: bool,
 }
 
 /// The arguments of one request (after `fuse_in_header`).
@@ -63,6 +65,24 @@ impl<'a> Args<'a> {
         Ok((v, rest))
     }
 
+    /// The arguments without the `len` bytes of extensions at their end, and those bytes.
+    fn split_extensions(self, len: usize) -> Result<(Args<'a>, &'a [u8])> {
+        let tail = |b: &'a [u8]| {
+            let at = b.len().checked_sub(len).ok_or(Errno::EINVAL)?;
+            Ok::<_, Errno>(b.split_at(at))
+        };
+        Ok(match self.payload {
+            Some(p) => {
+                let (p, ext) = tail(p)?;
+                (Args::split(self.head, p), ext)
+            }
+            None => {
+                let (h, ext) = tail(self.head)?;
+                (Args::contiguous(h), ext)
+            }
+        })
+    }
+
     fn take<T: FromBytes + IntoBytes>(self) -> Result<(T, &'a [u8])> {
         self.take_sized(size_of::<T>())
     }
@@ -74,7 +94,7 @@ impl<'a> Args<'a> {
 }
 
 /// Splits a NUL-terminated name off the front of `b`.
-fn name(b: &[u8]) -> Result<(&OsStr, &[u8])> {
+pub(crate) fn name(b: &[u8]) -> Result<(&OsStr, &[u8])> {
     let end = b.iter().position(|&c| c == 0).ok_or(Errno::EINVAL)?;
     Ok((OsStr::from_bytes(&b[..end]), &b[end + 1..]))
 }
@@ -119,8 +139,14 @@ fn setattr(a: &abi::fuse_setattr_in) -> SetAttr {
 /// Decodes one request (not INIT, which the transport answers before any other): the
 /// opcode picks its family, and the family decodes its arguments.
 pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Result<Request<'a>> {
-    // Extensions (security contexts, supplementary groups) are not asked for; if the kernel
-    // sends some anyway they sit at the end of the arguments, where no decoder looks.
+    let (args, ext) = args.split_extensions(usize::from(h.total_extlen) * 8)?;
+    let label = match h.opcode {
+        opcode::CREATE | opcode::TMPFILE | opcode::MKNOD | opcode::MKDIR | opcode::SYMLINK => {
+            crate::ext::label(ext, proto.security_ctx)?
+        }
+        _ if ext.is_empty() => None,
+        _ => return Err(Errno::EINVAL),
+    };
     let op = match h.opcode {
         opcode::LOOKUP
         | opcode::FORGET
@@ -171,6 +197,7 @@ pub fn decode<'a>(h: &abi::fuse_in_header, args: Args<'a>, proto: Proto) -> Resu
             pid: h.pid,
         },
         op,
+        label,
     })
 }
 
@@ -568,6 +595,53 @@ mod tests {
     }
 
     #[test]
+    fn a_new_nodes_label_comes_off_the_end_of_its_arguments() {
+        let mut m = abi::fuse_mkdir_in::new_zeroed();
+        m.mode = 0o755;
+        let mut ext = [32u32.to_ne_bytes(), 1u32.to_ne_bytes()].concat();
+        ext.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        ext.extend_from_slice(b"security.x\0v\0\0\0\0");
+        let ext = &ext[..32];
+        let mut h = header(opcode::MKDIR);
+        h.total_extlen = (ext.len() / 8) as u16;
+        let proto = Proto {
+            security_ctx: true,
+            ..Proto::default()
+        };
+        let whole = body(&[m.as_bytes(), b"dir\0", ext]);
+        let payload = body(&[b"dir\0", ext]);
+        for args in [
+            Args::contiguous(&whole),
+            Args::split(m.as_bytes(), &payload),
+        ] {
+            let r = decode(&h, args, proto).unwrap();
+            assert!(matches!(r.op, Op::Mkdir { name, .. } if name == "dir"));
+            let label = r.label.expect("a label");
+            assert_eq!(
+                (label.name, label.value),
+                (OsStr::new("security.x"), &b"v"[..])
+            );
+        }
+        // Not asked for, past the arguments, or on a request that makes nothing.
+        assert_eq!(
+            decode(&h, Args::contiguous(&whole), Proto::default()).err(),
+            Some(Errno::EINVAL)
+        );
+        h.total_extlen = 100;
+        assert_eq!(
+            decode(&h, Args::contiguous(&whole), proto).err(),
+            Some(Errno::EINVAL)
+        );
+        let mut u = header(opcode::UNLINK);
+        u.total_extlen = (ext.len() / 8) as u16;
+        let unlink = body(&[b"dir\0", ext]);
+        assert_eq!(
+            decode(&u, Args::contiguous(&unlink), proto).err(),
+            Some(Errno::EINVAL)
+        );
+    }
+
+    #[test]
     fn setxattr_compat_and_extended_forms() {
         let mut s = abi::fuse_setxattr_in::new_zeroed();
         s.size = 2;
@@ -575,7 +649,15 @@ mod tests {
         let ext = body(&[s.as_bytes(), b"user.a\0hi"]);
         let compat = body(&[&s.as_bytes()[..abi::COMPAT_SETXATTR_IN_SIZE], b"user.a\0hi"]);
         let h = header(opcode::SETXATTR);
-        let r = decode(&h, Args::contiguous(&ext), Proto { setxattr_ext: true }).unwrap();
+        let r = decode(
+            &h,
+            Args::contiguous(&ext),
+            Proto {
+                setxattr_ext: true,
+                ..Proto::default()
+            },
+        )
+        .unwrap();
         assert!(matches!(
             r.op,
             Op::Setxattr {

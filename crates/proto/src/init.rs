@@ -138,6 +138,8 @@ pub enum InitError {
     NoPassthrough,
     /// The plan requires FUSE-over-io_uring, which the kernel did not offer.
     NoUring,
+    /// The plan labels new nodes, and the kernel does not send their labels.
+    NoSecurityCtx,
 }
 
 impl std::fmt::Display for InitError {
@@ -150,6 +152,10 @@ impl std::fmt::Display for InitError {
             InitError::NoPassthrough => write!(
                 f,
                 "passthrough=on, but this kernel does not offer FUSE passthrough (Linux 6.9+, root): mount with passthrough=auto or off"
+            ),
+            InitError::NoSecurityCtx => write!(
+                f,
+                "--security-label, but this kernel does not send security labels of new files (FUSE_SECURITY_CTX, Linux 5.17+): start without --security-label"
             ),
             InitError::NoUring => write!(
                 f,
@@ -206,6 +212,9 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.announce_submounts {
         wanted |= init::SUBMOUNTS;
     }
+    if plan.security_label {
+        wanted |= init::SECURITY_CTX;
+    }
     if plan.keeps_across_opens() && !plan.sole_writer {
         // Pages kept from one open to the next while changes made elsewhere cannot be told:
         // a new mtime in attributes fetched again drops them (a new size does anyway).
@@ -223,6 +232,9 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     }
     if plan.io_uring == Want::On && !has(init::OVER_IO_URING) {
         return Err(InitError::NoUring);
+    }
+    if plan.security_label && !has(init::SECURITY_CTX) {
+        return Err(InitError::NoSecurityCtx);
     }
     let mut out = abi::fuse_init_out::new_zeroed();
     out.major = abi::KERNEL_VERSION;
@@ -258,6 +270,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
         },
         proto: Proto {
             setxattr_ext: has(init::SETXATTR_EXT),
+            security_ctx: has(init::SECURITY_CTX),
         },
         minor,
         passthrough_offered: offered & init::PASSTHROUGH != 0,

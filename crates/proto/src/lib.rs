@@ -2,7 +2,8 @@
 //!
 //! - [`abi`]: the kernel's structures (`include/uapi/linux/fuse.h`), defined once with size
 //!   assertions;
-//! - [`decode`]: request bytes into the request layer's [`memofs_request::Request`];
+//! - [`decode`]: request bytes into the request layer's [`memofs_request::Request`], with
+//!   `ext` reading the extensions a request may carry (a new node's security label);
 //! - [`encode`]: the request layer's replies into bytes, through a [`encode::ReplySink`] the
 //!   transport supplies;
 //! - [`init`]: the INIT negotiation, from the mount plan.
@@ -14,4 +15,5 @@
 pub mod abi;
 pub mod decode;
 pub mod encode;
+mod ext;
 pub mod init;

@@ -19,6 +19,19 @@ pub struct Request<'a> {
     pub caller: Caller,
     /// The operation and its arguments.
     pub op: Op<'a>,
+    /// The security label of the node the request makes, where the kernel sends one
+    /// (`FUSE_SECURITY_CTX`, for CREATE, TMPFILE, MKNOD, MKDIR and SYMLINK).
+    pub label: Option<Label<'a>>,
+}
+
+/// A security label the kernel's security module chose for a new node: an extended
+/// attribute, `security.selinux` for SELinux, set as the node is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Label<'a> {
+    /// The attribute's name.
+    pub name: &'a OsStr,
+    /// Its value.
+    pub value: &'a [u8],
 }
 
 /// The operations memofs serves. Every variant but [`Op::Forget`], [`Op::BatchForget`] and

@@ -655,6 +655,7 @@ fn the_backend_hears_of_attributes_the_kernel_was_given_only() {
         nodeid: 1,
         caller: USER,
         op,
+        label: None,
     };
     let mut full = Recorder {
         room: Some(0),

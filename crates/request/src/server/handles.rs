@@ -11,13 +11,27 @@ use super::{answer, Server};
 use crate::kernel::BackingWrites;
 use crate::privs::privileged;
 use crate::reply::{OpenOut, ReplyOut};
-use crate::request::Op;
+use crate::request::{Label, Op};
 use crate::running::Running;
 
 impl<B: Backend> Server<B> {
-    /// OPEN, CREATE, TMPFILE, FLUSH, RELEASE, OPENDIR, READDIR(PLUS) and RELEASEDIR.
-    pub(super) fn handles(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+    /// OPEN, CREATE, TMPFILE, FLUSH, RELEASE, OPENDIR, READDIR(PLUS) and RELEASEDIR; a file
+    /// made gets `label` (see [`super::labels`]).
+    pub(super) fn handles(
+        &self,
+        ino: Ino,
+        caller: &Caller,
+        op: &Op<'_>,
+        label: Option<&Label<'_>>,
+        out: &mut dyn ReplyOut,
+    ) {
         let b = &*self.backend;
+        let labelled = |name, r: Result<(Attr, memofs_core::Opened)>| {
+            r.and_then(|(a, o)| {
+                self.label_new(ino, name, (&a, Some(o.fh)), label)
+                    .map(|()| (a, o))
+            })
+        };
         match *op {
             Op::Open {
                 flags,
@@ -30,11 +44,13 @@ impl<B: Backend> Server<B> {
                 flags,
             } => {
                 let (umask, flags) = (self.umask(umask), self.open_flags(flags));
-                self.created(caller, out, b.create(caller, ino, name, mode, umask, flags));
+                let r = b.create(caller, ino, name, mode, umask, flags);
+                self.created(caller, out, labelled(Some(name), r));
             }
             Op::Tmpfile { mode, umask, flags } => {
                 let (umask, flags) = (self.umask(umask), self.open_flags(flags));
-                self.created(caller, out, b.tmpfile(caller, ino, mode, umask, flags));
+                let r = b.tmpfile(caller, ino, mode, umask, flags);
+                self.created(caller, out, labelled(None, r));
             }
             // Under the writeback cache the kernel sends FLUSH at every close, after writing
             // back and checking for writeback errors itself; a backend that is its files' only

@@ -10,6 +10,7 @@
 mod attrs;
 mod data;
 mod handles;
+mod labels;
 mod names;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::keep::Keeper;
 use crate::kernel::Kernel;
 use crate::privs::kill_suidgid;
 use crate::reply::ReplyOut;
-use crate::request::{Op, Request};
+use crate::request::{Label, Op, Request};
 use crate::running::Running;
 use crate::stats::{Counted, Stats};
 
@@ -196,7 +197,7 @@ impl<B: Backend> Server<B> {
             }
             Op::Syncfs => return self.blocking(&out, |b| b.syncfs()),
             op => match crate::ids::host_caller(&self.plan.ids, &req.caller) {
-                Ok(caller) => self.dispatch(req.nodeid, &caller, op, &mut out),
+                Ok(caller) => self.dispatch(req.nodeid, &caller, op, req.label.as_ref(), &mut out),
                 Err(e) => out.error(e),
             },
         }
@@ -282,7 +283,15 @@ impl<B: Backend> Server<B> {
 
     /// Every request but those [`Server::handle`] takes itself, to the family that gives it
     /// meaning.
-    fn dispatch(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+    /// `label`: the security label of the node the request makes, if it carries one.
+    fn dispatch(
+        &self,
+        ino: Ino,
+        caller: &Caller,
+        op: &Op<'_>,
+        label: Option<&Label<'_>>,
+        out: &mut dyn ReplyOut,
+    ) {
         if self.plan.read_only() && op.modifies() {
             return out.error(Errno::EROFS);
         }
@@ -294,7 +303,7 @@ impl<B: Backend> Server<B> {
             | Op::Unlink { .. }
             | Op::Rmdir { .. }
             | Op::Rename { .. }
-            | Op::Link { .. } => self.names(ino, caller, op, out),
+            | Op::Link { .. } => self.names(ino, caller, op, label, out),
             Op::Getattr { .. }
             | Op::Statx { .. }
             | Op::Setattr { .. }
@@ -312,7 +321,7 @@ impl<B: Backend> Server<B> {
             | Op::Release { .. }
             | Op::Opendir { .. }
             | Op::Readdir { .. }
-            | Op::Releasedir { .. } => self.handles(ino, caller, op, out),
+            | Op::Releasedir { .. } => self.handles(ino, caller, op, label, out),
             Op::Read { .. }
             | Op::Write { .. }
             | Op::Ioctl { .. }

@@ -2,34 +2,50 @@
 
 use std::ffi::OsStr;
 
-use memofs_core::{Backend, Caller, Errno, Ino};
+use memofs_core::{Attr, Backend, Caller, Errno, Ino, Result};
 
 use super::{answer, Server};
 use crate::reply::ReplyOut;
-use crate::request::Op;
+use crate::request::{Label, Op};
 use crate::stats::Event;
 
 impl<B: Backend> Server<B> {
-    /// LOOKUP, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR, RENAME and LINK.
-    pub(super) fn names(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+    /// LOOKUP, SYMLINK, MKNOD, MKDIR, UNLINK, RMDIR, RENAME and LINK; a node made gets
+    /// `label` (see [`super::labels`]).
+    pub(super) fn names(
+        &self,
+        ino: Ino,
+        caller: &Caller,
+        op: &Op<'_>,
+        label: Option<&Label<'_>>,
+        out: &mut dyn ReplyOut,
+    ) {
         let b = &*self.backend;
+        let made = |out: &mut dyn ReplyOut, name, r: Result<Attr>| {
+            let r = r.and_then(|a| {
+                self.label_new(ino, Some(name), (&a, None), label)
+                    .map(|()| a)
+            });
+            self.entry_reply(out, r)
+        };
         match *op {
             Op::Lookup { name } => self.lookup(ino, caller, name, out),
-            Op::Symlink { name, target } => {
-                self.entry_reply(out, b.symlink(caller, ino, name, target))
-            }
+            Op::Symlink { name, target } => made(out, name, b.symlink(caller, ino, name, target)),
             Op::Mknod {
                 name,
                 mode,
                 rdev,
                 umask,
-            } => self.entry_reply(
+            } => made(
                 out,
+                name,
                 b.mknod(caller, ino, name, mode, self.umask(umask), rdev),
             ),
-            Op::Mkdir { name, mode, umask } => {
-                self.entry_reply(out, b.mkdir(caller, ino, name, mode, self.umask(umask)))
-            }
+            Op::Mkdir { name, mode, umask } => made(
+                out,
+                name,
+                b.mkdir(caller, ino, name, mode, self.umask(umask)),
+            ),
             Op::Unlink { name } => answer(out, b.unlink(caller, ino, name), |out, ()| out.empty()),
             Op::Rmdir { name } => answer(out, b.rmdir(caller, ino, name), |out, ()| out.empty()),
             Op::Rename {

@@ -1,6 +1,9 @@
 //! The fake world the request layer is tested in: a backend and a kernel that record what
 //! they are asked, and a reply recorder.
 
+// Each test binary uses a part of this world.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -172,10 +175,12 @@ impl Backend for Fake {
         self.note(format!("mkdir {mode:o} umask {umask:o}"));
         self.attr_of(1)
     }
-    fn unlink(&self, _c: &Caller, _p: Ino, _n: &OsStr) -> Result<()> {
+    fn unlink(&self, _c: &Caller, p: Ino, n: &OsStr) -> Result<()> {
+        self.note(format!("unlink {p} {}", n.to_string_lossy()));
         Ok(())
     }
-    fn rmdir(&self, _c: &Caller, _p: Ino, _n: &OsStr) -> Result<()> {
+    fn rmdir(&self, _c: &Caller, p: Ino, n: &OsStr) -> Result<()> {
+        self.note(format!("rmdir {p} {}", n.to_string_lossy()));
         Ok(())
     }
     fn symlink(&self, _c: &Caller, _p: Ino, _n: &OsStr, _t: &OsStr) -> Result<Attr> {
@@ -493,9 +498,20 @@ pub fn setup(opts: &[&str], lends_fd: bool, granted: Granted) -> Setup {
 }
 
 pub fn setup_with(opts: &[&str], fake: Arc<Fake>, granted: Granted) -> Setup {
+    setup_planned(opts, fake, granted, |_| {})
+}
+
+/// [`setup_with`], with the plan changed by `edit` (for what no mount option says).
+pub fn setup_planned(
+    opts: &[&str],
+    fake: Arc<Fake>,
+    granted: Granted,
+    edit: impl FnOnce(&mut MountPlan),
+) -> Setup {
     let o = parse_options(opts, 8 << 30).unwrap();
     let mut plan = MountPlan::new(&o, BackendKind::Mem, true);
     plan.adopt(fake.capabilities());
+    edit(&mut plan);
     let mut server = Server::new(fake.clone(), plan, Arc::new(Stats::new()));
     let kernel = Arc::new(FakeKernel::default());
     let log = kernel.log.clone();
@@ -513,12 +529,24 @@ pub fn setup_with(opts: &[&str], fake: Arc<Fake>, granted: Granted) -> Setup {
 
 impl Setup {
     pub fn ask(&self, nodeid: Ino, caller: Caller, op: Op<'_>) -> Reply {
+        self.ask_labelled(nodeid, caller, op, None)
+    }
+
+    /// [`Setup::ask`] for a request that carries the security label of the node it makes.
+    pub fn ask_labelled(
+        &self,
+        nodeid: Ino,
+        caller: Caller,
+        op: Op<'_>,
+        label: Option<memofs_request::Label<'_>>,
+    ) -> Reply {
         let mut rec = Recorder::default();
         let req = Request {
             unique: 1,
             nodeid,
             caller,
             op,
+            label,
         };
         let wants = req.op.wants_reply();
         match self.server.handle(&req, &mut rec) {

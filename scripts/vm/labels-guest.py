@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""labels-guest.py KERNEL-ID...: security labels of new files, from a guest's kernel to the host.
+
+For each pinned kernel (scripts/vm/kernels.tsv): a QEMU (TCG) guest booted with SELinux as
+its security module (`security=selinux selinux=1`, no policy loaded: SELinux enforces
+nothing and labels each new file with an initial context, `unlabeled`), driven through the
+benchmark harness's serial agent (bench/memofs_bench/vm.py), mounting three shared
+directories served by `memofs virtiofsd`:
+- `labelled`: `--security-label --xattrmap ':map:security.:trusted.virtiofs.:'
+  --modcaps=+sys_admin`, virtiofsd's recipe for SELinux guests. The guest makes a file
+  (CREATE), a directory (MKDIR), a symlink (SYMLINK) and a FIFO (MKNOD); on the host each
+  carries `trusted.virtiofs.security.selinux` with the context the guest's kernel sent, and
+  no `security.selinux`.
+- `plain`: the same without `--security-label`: nothing is labelled.
+- `user`: `--security-label` with the labels mapped to `user.` names, which Linux keeps on
+  files and directories only: the file is made and labelled, the symlink fails (EPERM) and
+  is not left on the host.
+Prints PASS/FAIL/SKIP lines and `vm-labels-ID: N passed, N failed, N skipped`; exits 1 when
+anything failed. Environment: CARGO, MEMOFS_VM_CACHE, MEMOFS_VM_REQUIRED.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(TOP / "bench"))
+
+from memofs_bench.tools import BenchError  # noqa: E402
+from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
+
+from guestcheck import Run, until  # noqa: E402
+
+# The shares: name, the server's options beyond its socket and directory.
+SHARES = (
+    ("labelled", ["--security-label", "--modcaps=+sys_admin",
+                  "--xattrmap", ":map:security.:trusted.virtiofs.:"]),
+    ("plain", ["--modcaps=+sys_admin", "--xattrmap", ":map:security.:trusted.virtiofs.:"]),
+    ("user", ["--security-label", "--xattrmap", ":map:security.:user.virtiofs.:"]),
+)
+# The nodes the guest makes in each share, and how.
+MAKE = "echo data >f && mkdir d && mkfifo p && ln -s f s"
+LABEL = "security.selinux"
+
+
+def host_label(path: Path, name: str) -> bytes | None:
+    """The value of attribute `name` of `path` (not followed), None where it has none."""
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def checks(run: Run, g: Guest, shares: Path) -> None:
+    g.check("mkdir -p /mnt/labelled /mnt/plain /mnt/user && "
+            "mount -t virtiofs labelled /mnt/labelled && mount -t virtiofs plain /mnt/plain "
+            "&& mount -t virtiofs user /mnt/user", "mounting")
+    # SELinux's context of a process before any policy: its initial context's name (another
+    # module would say otherwise, AppArmor `unconfined`).
+    out = g.check("cat /proc/self/attr/current", "asking the security module")
+    run.check("guest-runs-selinux", out.strip().strip("\0") == "kernel", out.strip()[-200:])
+    for share in ("labelled", "plain"):
+        g.check(f"cd /mnt/{share} && {MAKE}", f"making nodes in {share}")
+    mapped = "trusted.virtiofs." + LABEL
+    for node in ("f", "d", "p", "s"):
+        got = host_label(shares / "labelled" / node, mapped)
+        run.check(f"labelled-{node}", got is not None and got.rstrip(b"\0") != b"",
+                  repr(got))
+        raw = host_label(shares / "labelled" / node, LABEL)
+        run.check(f"labelled-{node}-not-as-security", raw is None, repr(raw))
+        plain = host_label(shares / "plain" / node, mapped)
+        run.check(f"plain-{node}-unlabelled", plain is None, repr(plain))
+    # Linux keeps user. attributes on files and directories only.
+    rc, out, _ = g.run("cd /mnt/user && echo data >f && ln -s f s")
+    run.check("user-symlink-refused", rc != 0 and "ermitted" in out, out.strip()[-200:])
+    run.check("user-file-labelled",
+              host_label(shares / "user" / "f", "user.virtiofs." + LABEL) is not None)
+    run.check("user-symlink-not-left", not os.path.lexists(shares / "user" / "s"))
+    g.check("umount /mnt/labelled /mnt/plain /mnt/user", "unmounting")
+
+
+def one(kid: str, memofs: str) -> Run:
+    run = Run("vm-labels", kid)
+    if not run.has_guest_tools():
+        return run
+    try:
+        k = kernel(kid)
+    except BenchError as e:
+        run.cannot(str(e))
+        return run
+    work = Path(tempfile.mkdtemp(prefix="memofs-vm-labels-"))
+    servers: list[subprocess.Popen] = []
+    g = None
+    try:
+        devices = []
+        for name, opts in SHARES:
+            (work / "shares" / name).mkdir(parents=True)
+            sock = work / f"{name}.sock"
+            servers.append(subprocess.Popen(
+                [memofs, "virtiofsd", "--socket-path", str(sock),
+                 "--shared-dir", str(work / "shares" / name), *opts],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(work / f"{name}.log", "wb")))
+            if until(sock.is_socket, 10) is None:
+                run.check(f"{name}-server-listens", False,
+                          (work / f"{name}.log").read_text()[-300:])
+                return run
+            devices.append((sock, name))
+        g = Guest(work, k.image, initramfs(work / "initrd.cpio", {}, k), None, 1024,
+                  append="security=selinux selinux=1", devices=devices)
+        checks(run, g, work / "shares")
+        g.stop()
+        g = None
+        for (name, _), server in zip(SHARES, servers):
+            code = server.wait(timeout=10)
+            run.check(f"{name}-server-ends-cleanly", code == 0, f"exit {code}")
+        servers = []
+    except (BenchError, OSError, subprocess.SubprocessError) as e:
+        run.check("guest", False, str(e)[-400:])
+    finally:
+        if g is not None:
+            g.stop()
+        for server in servers:
+            server.kill()
+            server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    return run
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print("usage: scripts/vm/labels-guest.py KERNEL-ID...", file=sys.stderr)
+        return 2
+    cargo = os.environ.get("CARGO", "cargo")
+    subprocess.run([cargo, "build", "-q", "-p", "memofs"], cwd=TOP, check=True)
+    failed = False
+    for kid in sys.argv[1:]:
+        run = one(kid, str(TOP / "target" / "debug" / "memofs"))
+        print(run.summary(), flush=True)
+        failed |= run.failed > 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
