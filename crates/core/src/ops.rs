@@ -14,6 +14,10 @@ use std::os::fd::BorrowedFd;
 /// Reads up to a length of bytes at an offset of a descriptor to where a READ's bytes go;
 /// how many it read ([`Backend::read_from_fd`]).
 pub type FdRead<'a> = dyn FnMut(BorrowedFd<'_>, u64, usize) -> std::io::Result<usize> + 'a;
+
+/// Writes a WRITE's bytes at an offset of a descriptor, from where they lie; how many it
+/// wrote ([`Backend::write_to_fd`]).
+pub type FdWrite<'a> = dyn FnMut(BorrowedFd<'_>, u64) -> std::io::Result<usize> + 'a;
 use std::sync::Arc;
 
 use crate::errno::{Errno, Result};
@@ -146,6 +150,18 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
+    /// WRITE where the data goes to a file the host kernel holds (a host file): `write`
+    /// gets its descriptor and `offset`, writes the bytes there from where they lie and
+    /// says how many it wrote. `None`: the data goes elsewhere ([`Backend::write`] takes it).
+    fn write_to_fd(
+        &self,
+        _ino: Ino,
+        _fh: u64,
+        _offset: u64,
+        _write: &mut FdWrite<'_>,
+    ) -> Option<Result<u32>> {
+        None
+    }
     /// A `close(2)` of a descriptor of an open whose [`crate::Opened::flush`] was set: what
     /// the host's close would report (the kernel sends FLUSH only for those opens).
     fn flush(&self, _ino: Ino, _fh: u64) -> Result<()> {

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memofs_core::atime::AtimeMode;
-use memofs_core::ops::FdRead;
+use memofs_core::ops::{FdRead, FdWrite};
 use memofs_core::options::HugeMode;
 use memofs_core::{AtimePolicy, AtomicTimestamp, Errno, Result, Timestamp};
 use parking_lot::Mutex;
@@ -506,6 +506,12 @@ impl KernelFile {
     /// Writes at `offset`; short at `size=`, as tmpfs.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<u32> {
         Ok(self.file()?.write_at(data, offset)? as u32)
+    }
+
+    /// WRITE's bytes written at `offset` by `write`, from where they lie (as [`Self::write`]).
+    pub fn write_from(&self, offset: u64, write: &mut FdWrite<'_>) -> Result<u32> {
+        let file = self.file()?;
+        Ok(write(file.as_fd(), offset)? as u32)
     }
 
     /// Sets the size.

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use triomphe::Arc;
 
-use memofs_core::ops::FdRead;
+use memofs_core::ops::{FdRead, FdWrite};
 use memofs_core::{
     inode_flags, Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino,
     Opened, Result, SetAttr, StatFs, TimeSet, Timestamp, NAME_MAX,
@@ -416,6 +416,33 @@ impl Backend for MemFs {
         let n = inode.file()?.write(&self.limits, offset, data)?;
         inode.touch_modified(Timestamp::now());
         Ok(n)
+    }
+
+    /// WRITE into kernel-backed data from where the bytes lie (a guest's memory), with
+    /// [`Backend::write`]'s checks and times.
+    fn write_to_fd(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        write: &mut FdWrite<'_>,
+    ) -> Option<Result<u32>> {
+        let inode = match self.table.get(ino) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        let file = match inode.file() {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
+            return Some(Err(Errno::EPERM));
+        }
+        let r = file.write_from(offset, write)?;
+        if r.is_ok() {
+            inode.touch_modified(Timestamp::now());
+        }
+        Some(r)
     }
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {

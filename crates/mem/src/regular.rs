@@ -13,7 +13,7 @@
 //! Freed pages go back to the C allocator, and from there to the kernel shortly after (see
 //! [`crate::reclaim`]), so deleting or truncating files shrinks the server's RSS.
 
-use memofs_core::ops::FdRead;
+use memofs_core::ops::{FdRead, FdWrite};
 use memofs_core::{Errno, Result};
 use parking_lot::RwLock;
 
@@ -109,6 +109,15 @@ impl RegularFile {
         match self {
             RegularFile::Pages(_) => None,
             RegularFile::Kernel(k) => Some(k.read_from_fd(offset, len, read)),
+        }
+    }
+
+    /// WRITE's bytes written by `write` straight into kernel-backed data; `None` for the
+    /// page store (its pages are no descriptor's).
+    pub fn write_from(&self, offset: u64, write: &mut FdWrite<'_>) -> Option<Result<u32>> {
+        match self {
+            RegularFile::Pages(_) => None,
+            RegularFile::Kernel(k) => Some(k.write_from(offset, write)),
         }
     }
 

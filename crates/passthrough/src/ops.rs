@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use memofs_core::ops::FdRead;
+use memofs_core::ops::{FdRead, FdWrite};
 use memofs_core::{
     Attr, Backend, BackendUsage, Caller, Capabilities, DirEntry, Errno, FileKind, Ino, Invalidator,
     Opened, Result, SetAttr, StatFs, ROOT_INO,
@@ -149,6 +149,24 @@ impl Backend for PassthroughFs {
 
     fn write(&self, _ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.write_file(fh, offset, data)
+    }
+
+    fn write_to_fd(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        offset: u64,
+        write: &mut FdWrite<'_>,
+    ) -> Option<Result<u32>> {
+        let file = match self.file(fh) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(
+            write(file.fd.as_fd(), offset)
+                .map(|n| n as u32)
+                .map_err(Errno::from),
+        )
     }
 
     /// What a `close(2)` of the host file would report: a duplicate of its descriptor closed

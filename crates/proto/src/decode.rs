@@ -10,7 +10,7 @@ use std::mem::size_of;
 use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::{Caller, Errno, Result, SetAttr, TimeSet, Timestamp};
-use memofs_request::{Op, Request};
+use memofs_request::{Op, Payload, Request, WriteData};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::abi::{self, fattr, opcode};
@@ -25,12 +25,14 @@ pub struct Proto {
 }
 
 /// The arguments of one request (after `fuse_in_header`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Args<'a> {
     /// Holds the per-opcode struct; for `/dev/fuse`, everything after the header.
     head: &'a [u8],
     /// For a ring entry: the payload (the arguments after the per-opcode struct).
     payload: Option<&'a [u8]>,
+    /// A WRITE's bytes, where the transport left them where the sender put them.
+    elsewhere: Option<&'a dyn Payload>,
 }
 
 impl<'a> Args<'a> {
@@ -39,6 +41,7 @@ impl<'a> Args<'a> {
         Args {
             head: body,
             payload: None,
+            elsewhere: None,
         }
     }
 
@@ -48,6 +51,17 @@ impl<'a> Args<'a> {
         Args {
             head: op_in,
             payload: Some(payload),
+            elsewhere: None,
+        }
+    }
+
+    /// A WRITE's arguments up to its data in `body`, its data left in `data` (a guest's
+    /// memory, written to the backend's file from there).
+    pub fn write_elsewhere(body: &'a [u8], data: &'a dyn Payload) -> Args<'a> {
+        Args {
+            head: body,
+            payload: None,
+            elsewhere: Some(data),
         }
     }
 
@@ -74,11 +88,17 @@ impl<'a> Args<'a> {
         Ok(match self.payload {
             Some(p) => {
                 let (p, ext) = tail(p)?;
-                (Args::split(self.head, p), ext)
+                (
+                    Args {
+                        payload: Some(p),
+                        ..self
+                    },
+                    ext,
+                )
             }
             None => {
-                let (h, ext) = tail(self.head)?;
-                (Args::contiguous(h), ext)
+                let (head, ext) = tail(self.head)?;
+                (Args { head, ..self }, ext)
             }
         })
     }
@@ -382,10 +402,16 @@ fn data<'a>(op: u32, args: Args<'a>) -> Result<Op<'a>> {
         }
         opcode::WRITE => {
             let (w, rest) = args.take::<abi::fuse_write_in>()?;
+            let size = w.size as usize;
+            let data = match args.elsewhere {
+                Some(p) if rest.is_empty() && p.len() == size => WriteData::Elsewhere(p),
+                Some(_) => return Err(Errno::EINVAL),
+                None => WriteData::Bytes(rest.get(..size).ok_or(Errno::EINVAL)?),
+            };
             Op::Write {
                 fh: w.fh,
                 offset: w.offset,
-                data: rest.get(..w.size as usize).ok_or(Errno::EINVAL)?,
+                data,
                 kill_suidgid: w.write_flags & abi::WRITE_KILL_SUIDGID != 0,
                 cached: w.write_flags & abi::WRITE_CACHE != 0,
             }
@@ -560,12 +586,41 @@ mod tests {
             .unwrap()
             .op,
             Op::Write {
-                data: b"xyz",
+                data: WriteData::Bytes(b"xyz"),
                 kill_suidgid: true,
                 cached: true,
                 ..
             }
         ));
+        // Data left where the sender put them: taken for as long as the WRITE says.
+        struct Three;
+        impl Payload for Three {
+            fn len(&self) -> usize {
+                3
+            }
+            fn write_at(&self, _: std::os::fd::BorrowedFd<'_>, _: u64) -> std::io::Result<usize> {
+                Ok(3)
+            }
+            fn copy_into(&self, buf: &mut Vec<u8>) -> std::io::Result<()> {
+                buf.extend_from_slice(b"xyz");
+                Ok(())
+            }
+        }
+        let h = header(opcode::WRITE);
+        let args = Args::write_elsewhere(w.as_bytes(), &Three);
+        let op = decode(&h, args, Proto::default()).unwrap().op;
+        assert!(matches!(op, Op::Write { data: WriteData::Elsewhere(p), .. } if p.len() == 3));
+        w.size = 4;
+        let args = Args::write_elsewhere(w.as_bytes(), &Three);
+        assert_eq!(
+            decode(&h, args, Proto::default()).err(),
+            Some(Errno::EINVAL)
+        );
+        let args = Args::write_elsewhere(&wire, &Three);
+        assert_eq!(
+            decode(&h, args, Proto::default()).err(),
+            Some(Errno::EINVAL)
+        );
     }
 
     #[test]

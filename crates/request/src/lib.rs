@@ -37,6 +37,6 @@ mod xattrs;
 
 pub use kernel::Kernel;
 pub use reply::{FdSource, OpenOut, ReplyOut};
-pub use request::{Kind, Label, Op, Request};
+pub use request::{Kind, Label, Op, Payload, Request, WriteData};
 pub use server::{Granted, Handled, Server};
 pub use stats::Stats;

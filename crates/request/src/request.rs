@@ -5,6 +5,9 @@
 //! request arrived (`/dev/fuse` or an io_uring ring).
 
 use std::ffi::OsStr;
+use std::fmt;
+use std::io;
+use std::os::fd::BorrowedFd;
 
 use memofs_core::{Caller, Ino, SetAttr};
 
@@ -22,6 +25,55 @@ pub struct Request<'a> {
     /// The security label of the node the request makes, where the kernel sends one
     /// (`FUSE_SECURITY_CTX`, for CREATE, TMPFILE, MKNOD, MKDIR and SYMLINK).
     pub label: Option<Label<'a>>,
+}
+
+/// A WRITE's bytes.
+#[derive(Clone, Copy)]
+pub enum WriteData<'a> {
+    /// In the request's buffer.
+    Bytes(&'a [u8]),
+    /// Still where the sender put them (a guest's memory), moved once the backend says
+    /// where they go: written straight to its file where it has one, else copied out.
+    Elsewhere(&'a dyn Payload),
+}
+
+impl WriteData<'_> {
+    /// How many bytes there are.
+    pub fn len(&self) -> usize {
+        match self {
+            WriteData::Bytes(b) => b.len(),
+            WriteData::Elsewhere(p) => p.len(),
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for WriteData<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteData::Bytes(b) => write!(f, "{} bytes", b.len()),
+            WriteData::Elsewhere(p) => write!(f, "{} bytes elsewhere", p.len()),
+        }
+    }
+}
+
+/// A request's bytes that a transport leaves where the sender put them.
+pub trait Payload {
+    /// How many bytes there are.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes them at `offset` of `fd`; how many were written (short where the file's
+    /// filesystem took fewer).
+    fn write_at(&self, fd: BorrowedFd<'_>, offset: u64) -> io::Result<usize>;
+    /// Appends them to `buf`.
+    fn copy_into(&self, buf: &mut Vec<u8>) -> io::Result<()>;
 }
 
 /// A security label the kernel's security module chose for a new node: an extended
@@ -100,7 +152,7 @@ pub enum Op<'a> {
     Write {
         fh: u64,
         offset: u64,
-        data: &'a [u8],
+        data: WriteData<'a>,
         kill_suidgid: bool,
         cached: bool,
     },

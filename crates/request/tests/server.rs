@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memofs_core::{Caller, Errno, SetAttr};
-use memofs_request::{Granted, Op};
+use memofs_request::{Granted, Op, WriteData};
 
 mod common;
 use common::*;
@@ -85,7 +85,7 @@ fn flagged_write() -> Op<'static> {
     Op::Write {
         fh: 42,
         offset: 0,
-        data: b"abc",
+        data: WriteData::Bytes(b"abc"),
         kill_suidgid: true,
         cached: false,
     }
@@ -127,7 +127,7 @@ fn a_flagged_write_clears_setuid_and_tells_the_kernel() {
     let op = Op::Write {
         fh: 42,
         offset: 0,
-        data: b"abc",
+        data: WriteData::Bytes(b"abc"),
         kill_suidgid: false,
         cached: false,
     };
@@ -689,7 +689,7 @@ fn writeback_cache_failures_and_lseek() {
     let write = |cached| Op::Write {
         fh: 42,
         offset: 0,
-        data: b"abc",
+        data: WriteData::Bytes(b"abc"),
         kill_suidgid: false,
         cached,
     };

@@ -15,10 +15,9 @@
 //! store's own pages are copied; a host file (or the mem backend's kernel-backed data) is
 //! read with `preadv` straight into the guest memory the chain's descriptors name.
 
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::io::{Read, Write};
 
-use vm_memory::bitmap::{BitmapSlice, WithBitmapSlice};
+use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{Permissions, VolatileSlice};
 use zerocopy::IntoBytes;
 
@@ -31,6 +30,7 @@ use virtio_queue::DescriptorChain;
 use vm_memory::GuestMemory;
 
 use crate::guest::{header, GuestFs, OUT_HEADER};
+use crate::guest_io::{self, GuestPayload};
 
 /// The largest request read out of a chain: the largest WRITE the guest may send (INIT
 /// tells it [`MAX_WRITE`]) with its header and arguments. Anything longer is refused
@@ -38,6 +38,8 @@ use crate::guest::{header, GuestFs, OUT_HEADER};
 pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
 
 const IN_HEADER: usize = std::mem::size_of::<abi::fuse_in_header>();
+/// A WRITE's header and arguments, before its data.
+const WRITE_ARGS: usize = IN_HEADER + std::mem::size_of::<abi::fuse_write_in>();
 
 /// Buffers one queue's requests reuse.
 #[derive(Default)]
@@ -55,7 +57,7 @@ pub fn serve<B: Backend, M: GuestMemory>(
     chain: DescriptorChain<&M>,
     bufs: &mut Buffers,
 ) -> u32 {
-    let slices_of = chain.clone();
+    let descs = chain.clone();
     let (mut reader, mut writer) = match (chain.clone().reader(mem), chain.writer(mem)) {
         (Ok(r), Ok(w)) => (r, w),
         (Err(e), _) | (_, Err(e)) => {
@@ -66,13 +68,26 @@ pub fn serve<B: Backend, M: GuestMemory>(
     let Buffers { request, scratch } = bufs;
     let mut reply = GuestReply::new(&mut writer);
     match read_request(&mut reader, request) {
-        Ok(()) => {
+        Ok(left) => {
             let h = header(request).expect("read_request read a whole header");
             if h.opcode == abi::opcode::READ {
-                reply.data = writable_slices(mem, slices_of);
+                let writable = descs.clone().writable().map(|d| (d.addr(), d.len()));
+                reply.data = guest_io::slices(mem, writable, Permissions::Write);
             }
             let room = reply.writer.room();
-            guest_fs.answer(&h, &request[IN_HEADER..], room, scratch, &mut reply);
+            let body = &request[IN_HEADER..];
+            if left == 0 {
+                guest_fs.answer(&h, body, None, room, scratch, &mut reply);
+                return reply.written;
+            }
+            // A WRITE's data, left in guest memory after the arguments read.
+            let readable = descs.readable().map(|d| (d.addr(), d.len()));
+            let payload = guest_io::slices(mem, readable, Permissions::Read)
+                .and_then(|s| GuestPayload::new(&s, request.len(), left));
+            match payload {
+                Some(p) => guest_fs.answer(&h, body, Some(&p), room, scratch, &mut reply),
+                None => Encoder::new(h.unique, scratch, &mut reply).error(Errno::EINVAL),
+            }
         }
         Err(Some((unique, e))) => Encoder::new(unique, scratch, &mut reply).error(e),
         Err(None) => return 0,
@@ -80,10 +95,11 @@ pub fn serve<B: Backend, M: GuestMemory>(
     reply.written
 }
 
-/// Reads a whole request into `buf`: its header's `len` bytes. `Err(Some)` for a request
-/// to answer with an error (its header read, the rest malformed or too long),
-/// `Err(None)` for one that cannot be answered (no whole header).
-fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<(u64, Errno)>> {
+/// Reads a request into `buf`: its header's `len` bytes, but for a WRITE only up to its
+/// data, whose length it returns (the data stays in guest memory, see [`GuestPayload`]).
+/// `Err(Some)` for a request to answer with an error (its header read, the rest malformed
+/// or too long), `Err(None)` for one that cannot be answered (no whole header).
+fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<usize, Option<(u64, Errno)>> {
     buf.clear();
     buf.resize(IN_HEADER, 0);
     if reader.read_exact(buf).is_err() {
@@ -96,7 +112,12 @@ fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<
         log::warn!("request length {len} (opcode {}) refused", h.opcode);
         return Err(Some((h.unique, Errno::EINVAL)));
     }
-    buf.resize(len, 0);
+    let read = if h.opcode == abi::opcode::WRITE {
+        len.min(WRITE_ARGS)
+    } else {
+        len
+    };
+    buf.resize(read, 0);
     if reader.read_exact(&mut buf[IN_HEADER..]).is_err() {
         log::warn!(
             "request shorter than its length {len} (opcode {})",
@@ -104,7 +125,7 @@ fn read_request(reader: &mut impl Read, buf: &mut Vec<u8>) -> Result<(), Option<
         );
         return Err(Some((h.unique, Errno::EINVAL)));
     }
-    Ok(())
+    Ok(len - read)
 }
 
 /// One reply, written into the chain's writable part as it is sent: one that does not fit
@@ -178,7 +199,7 @@ impl<W: WriteRoom, B: BitmapSlice> ReplySink for GuestReply<'_, '_, W, B> {
             return false;
         }
         let r = source(&mut |fd, offset, len| {
-            pread_into(&slices, OUT_HEADER, fd, offset, len.min(space))
+            guest_io::pread_into(&slices, OUT_HEADER, fd, offset, len.min(space))
         });
         match r {
             None => false,
@@ -196,109 +217,6 @@ impl<W: WriteRoom, B: BitmapSlice> ReplySink for GuestReply<'_, '_, W, B> {
             }
         }
     }
-}
-
-/// The guest memory of `chain`'s writable descriptors, in order (each checked against the
-/// memory the VMM shared, as `Writer` checks it); `None` if any is not guest memory.
-fn writable_slices<'m, M, B>(
-    mem: &'m M,
-    chain: DescriptorChain<&'m M>,
-) -> Option<Vec<VolatileSlice<'m, B>>>
-where
-    M: GuestMemory,
-    M::Bitmap: WithBitmapSlice<'m, S = B>,
-    B: BitmapSlice,
-{
-    let mut out = Vec::new();
-    for desc in chain.writable() {
-        let slices = mem
-            .get_slices(desc.addr(), desc.len() as usize, Permissions::Write)
-            .ok()?;
-        for s in slices {
-            out.push(s.ok()?);
-        }
-    }
-    Some(out)
-}
-
-/// The most iovecs one `preadv` takes (Linux's `UIO_MAXIOV`).
-const IOV_MAX: usize = 1024;
-
-/// Reads up to `len` bytes at `offset` of `fd` into `slices`, from `skip` bytes into them;
-/// how many it read (short at the file's end, or where the slices end). What was written is
-/// marked dirty in the VMM's log.
-fn pread_into<B: BitmapSlice>(
-    slices: &[VolatileSlice<'_, B>],
-    skip: usize,
-    fd: BorrowedFd<'_>,
-    offset: u64,
-    len: usize,
-) -> io::Result<usize> {
-    let mut parts = Vec::new();
-    let (mut skip, mut left) = (skip, len);
-    for s in slices {
-        if left == 0 {
-            break;
-        }
-        if skip >= s.len() {
-            skip -= s.len();
-            continue;
-        }
-        let n = (s.len() - skip).min(left);
-        parts.push(s.subslice(skip, n).map_err(io::Error::other)?);
-        skip = 0;
-        left -= n;
-    }
-    let total = len - left;
-    let guards: Vec<_> = parts.iter().map(|p| p.ptr_guard_mut()).collect();
-    let mut done = 0;
-    while done < total {
-        let mut iov = Vec::with_capacity(parts.len().min(IOV_MAX));
-        let mut past = done;
-        for (p, g) in parts.iter().zip(&guards) {
-            if past >= p.len() {
-                past -= p.len();
-                continue;
-            }
-            if iov.len() == IOV_MAX {
-                break;
-            }
-            // SAFETY: `past < p.len()`, so the pointer stays inside the slice's mapping.
-            let base = unsafe { g.as_ptr().add(past) };
-            iov.push(libc::iovec {
-                iov_base: base.cast(),
-                iov_len: p.len() - past,
-            });
-            past = 0;
-        }
-        let at = offset
-            .checked_add(done as u64)
-            .and_then(|at| libc::off_t::try_from(at).ok())
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: every iovec lies inside guest memory the chain's descriptors let the
-        // device write (checked by `get_slices`), mapped while `guards` live.
-        let n = unsafe { libc::preadv(fd.as_raw_fd(), iov.as_ptr(), iov.len() as i32, at) };
-        match n {
-            0 => break,
-            n if n > 0 => done += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    let mut marked = 0;
-    for p in &parts {
-        if marked >= done {
-            break;
-        }
-        let n = p.len().min(done - marked);
-        p.bitmap().mark_dirty(0, n);
-        marked += n;
-    }
-    Ok(done)
 }
 
 /// A writer that says how much it can take.

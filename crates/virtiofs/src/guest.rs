@@ -14,7 +14,7 @@ use memofs_proto::decode::{decode, Args, Proto};
 use memofs_proto::encode::{reply_bound, Encoder, ReplySink};
 use memofs_proto::init::{self, MAX_WRITE};
 use memofs_request::kernel::BackingWrites;
-use memofs_request::{Handled, Kernel, Op, ReplyOut, Server, Stats};
+use memofs_request::{Handled, Kernel, Op, Payload, ReplyOut, Server, Stats};
 use zerocopy::FromBytes;
 
 /// The kernel side of a virtio-fs connection: upstream Linux's virtio-fs driver has no
@@ -108,12 +108,13 @@ impl<B: Backend> GuestFs<B> {
     }
 
     /// Answers the request `h` with arguments `body` into `out` (left empty for requests
-    /// that take no reply), whose chain has `room` bytes for the reply. `scratch` is reused
-    /// between calls.
+    /// that take no reply), whose chain has `room` bytes for the reply. A WRITE's data may
+    /// have been left in guest memory (`elsewhere`). `scratch` is reused between calls.
     pub(crate) fn answer(
         &self,
         h: &abi::fuse_in_header,
         body: &[u8],
+        elsewhere: Option<&dyn Payload>,
         room: usize,
         scratch: &mut Vec<u8>,
         out: &mut dyn ReplySink,
@@ -127,7 +128,11 @@ impl<B: Backend> GuestFs<B> {
             Encoder::new(h.unique, scratch, out).error(Errno::EIO);
             return;
         };
-        let req = match decode(h, Args::contiguous(body), mounted.proto) {
+        let args = match elsewhere {
+            Some(data) => Args::write_elsewhere(body, data),
+            None => Args::contiguous(body),
+        };
+        let req = match decode(h, args, mounted.proto) {
             Ok(r) => r,
             Err(e) => {
                 log::warn!("malformed request (opcode {}): {e:?}", h.opcode);

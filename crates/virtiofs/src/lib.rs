@@ -24,6 +24,7 @@
 
 pub mod chain;
 pub mod guest;
+mod guest_io;
 mod migrate;
 
 use std::fs::File;

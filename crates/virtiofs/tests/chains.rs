@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use memofs_core::options::parse_options;
 use memofs_core::plan::{BackendKind, MountPlan};
+use memofs_core::{Backend, Caller, ROOT_INO};
 use memofs_mem::{MemConfig, MemFs};
 use memofs_proto::abi;
 use memofs_request::Stats;
@@ -49,8 +50,8 @@ fn request(opcode: u32, body: &[u8]) -> Vec<u8> {
 
 /// Serves one chain made of `descs` after writing `req` at [`REQUEST_AT`]; returns the
 /// bytes written and the reply read back from [`REPLY_AT`].
-fn serve(
-    s: &GuestFs<MemFs>,
+fn serve<B: Backend>(
+    s: &GuestFs<B>,
     mem: &GuestMemoryMmap,
     req: &[u8],
     descs: &[RawDescriptor],
@@ -77,7 +78,7 @@ fn out_header(reply: &[u8]) -> abi::fuse_out_header {
     abi::fuse_out_header::read_from_prefix(reply).unwrap().0
 }
 
-fn init(s: &GuestFs<MemFs>, mem: &GuestMemoryMmap) {
+fn init<B: Backend>(s: &GuestFs<B>, mem: &GuestMemoryMmap) {
     let mut i = abi::fuse_init_in::new_zeroed();
     i.major = abi::KERNEL_VERSION;
     i.minor = abi::KERNEL_MINOR_VERSION;
@@ -107,7 +108,7 @@ fn init_then_a_lookup_miss_gets_a_negative_entry() {
 
 #[test]
 fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
-    use memofs_core::{Backend, Caller, Errno, ROOT_INO};
+    use memofs_core::Errno;
     let (s, mem) = (session(), memory());
     init(&s, &mem);
     // A file the guest looked up, then deleted while its kernel still held it.
@@ -142,7 +143,7 @@ fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
 
 #[test]
 fn files_a_gone_guest_held_open_are_released_with_their_data() {
-    use memofs_core::{Backend, Caller, Errno, ROOT_INO};
+    use memofs_core::Errno;
     let c = Caller {
         uid: 0,
         gid: 0,
@@ -180,7 +181,6 @@ fn files_a_gone_guest_held_open_are_released_with_their_data() {
 
 #[test]
 fn a_request_whose_answer_would_not_fit_is_refused_before_its_work() {
-    use memofs_core::{Backend, Caller, ROOT_INO};
     let (s, mem) = (session(), memory());
     init(&s, &mem);
     let mut c = abi::fuse_create_in::new_zeroed();
@@ -222,6 +222,122 @@ fn a_request_split_over_many_descriptors_is_read_whole() {
     let (n, reply) = serve(&s, &mem, &req, &descs);
     assert_eq!(out_header(&reply).error, 0);
     assert_eq!(n as usize, 16 + std::mem::size_of::<abi::fuse_entry_out>());
+}
+
+/// A WRITE of `data` at `offset` of the open file `fh` of `ino`, its data left in guest
+/// memory in pieces of the sizes `cuts` gives in turn (the arguments cut the same way).
+fn write_chain<B: Backend>(
+    s: &GuestFs<B>,
+    mem: &GuestMemoryMmap,
+    (ino, fh, offset): (u64, u64, u64),
+    data: &[u8],
+    cuts: &[u64],
+) -> (abi::fuse_out_header, u32) {
+    let mut w = abi::fuse_write_in::new_zeroed();
+    (w.fh, w.offset, w.size) = (fh, offset, data.len() as u32);
+    let mut req = request(abi::opcode::WRITE, &[w.as_bytes(), data].concat());
+    req[16..24].copy_from_slice(&ino.to_ne_bytes());
+    let (mut descs, mut at) = (Vec::new(), 0u64);
+    for &cut in cuts.iter().cycle() {
+        let n = cut.min(req.len() as u64 - at);
+        descs.push(desc(REQUEST_AT + at, n as u32, VRING_DESC_F_NEXT));
+        at += n;
+        if at == req.len() as u64 {
+            break;
+        }
+    }
+    descs.push(desc(REPLY_AT, 4096, VRING_DESC_F_WRITE));
+    let reply = serve(s, mem, &req, &descs).1;
+    let written = abi::fuse_write_out::read_from_prefix(reply.get(16..).unwrap_or(&[]))
+        .map_or(0, |(w, _)| w.size);
+    (out_header(&reply), written)
+}
+
+/// WRITEs whose data stays in guest memory reach the file whole however the guest cuts
+/// them: the passthrough backend writes them to its file from there (`pwritev`), the mem
+/// backend copies them out; a WRITE that says more than its chain holds is refused.
+fn writes_from_guest_memory<B: Backend>(s: &GuestFs<B>) {
+    let mem = memory();
+    init(s, &mem);
+    let root = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+    };
+    let fs = s.backend();
+    let (attr, o) = fs
+        .create(&root, ROOT_INO, "w".as_ref(), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    for (offset, cuts) in [
+        (0u64, &[1u64, 79, 3, 16384][..]),
+        (5000, &[81, 1, 65536, 17]),
+    ] {
+        let (h, written) = write_chain(s, &mem, (attr.ino, o.fh, offset), &data, cuts);
+        assert_eq!(
+            (h.error, written as usize),
+            (0, data.len()),
+            "cuts {cuts:?}"
+        );
+        let mut back = Vec::new();
+        fs.read(attr.ino, o.fh, offset, data.len() as u32, &mut back)
+            .unwrap();
+        assert!(back == data, "cuts {cuts:?}: the file holds what was sent");
+    }
+    // A WRITE longer than its chain: the last descriptor is left out.
+    let mut w = abi::fuse_write_in::new_zeroed();
+    (w.fh, w.size) = (o.fh, 100);
+    let mut req = request(abi::opcode::WRITE, &[w.as_bytes(), &[1u8; 100]].concat());
+    req[16..24].copy_from_slice(&attr.ino.to_ne_bytes());
+    let descs = [
+        desc(REQUEST_AT, req.len() as u32 - 10, VRING_DESC_F_NEXT),
+        desc(REPLY_AT, 4096, VRING_DESC_F_WRITE),
+    ];
+    let (_, reply) = serve(s, &mem, &req, &descs);
+    assert_eq!(out_header(&reply).error, -libc::EINVAL);
+}
+
+#[test]
+fn writes_from_guest_memory_reach_the_mem_backend_whole() {
+    writes_from_guest_memory(&session());
+}
+
+#[test]
+fn writes_from_guest_memory_reach_kernel_backed_data_whole() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: kernel-backed data takes root");
+        return;
+    }
+    let opts = parse_options::<String>(&[], 1 << 30).unwrap();
+    let plan = MountPlan::new(&opts, BackendKind::Mem, false);
+    let config = MemConfig {
+        kernel_data: true,
+        ..MemConfig::default()
+    };
+    let fs = MemFs::new(config).unwrap();
+    writes_from_guest_memory(&GuestFs::new(
+        Arc::new(fs),
+        plan,
+        Arc::new(Stats::default()),
+    ));
+}
+
+#[test]
+fn writes_from_guest_memory_reach_a_host_file_whole() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the passthrough backend is tested as root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("memofs-chains-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = parse_options::<String>(&[], 1 << 30).unwrap();
+    let plan = MountPlan::new(&opts, BackendKind::Passthrough, false);
+    let fs = memofs_passthrough::PassthroughFs::new(&dir, Default::default()).unwrap();
+    let s = GuestFs::new(Arc::new(fs), plan, Arc::new(Stats::default()));
+    writes_from_guest_memory(&s);
+    let on_host = std::fs::read(dir.join("w")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(on_host.len(), 305_000, "both writes are in the host file");
 }
 
 #[test]

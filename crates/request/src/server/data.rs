@@ -9,15 +9,37 @@ use memofs_core::{Backend, Caller, Errno, Ino, Invalidator, Result};
 use super::{answer, Server};
 use crate::privs::privileged;
 use crate::reply::ReplyOut;
-use crate::request::Op;
+use crate::request::{Op, WriteData};
 use crate::stats::Event;
 
 thread_local! {
     /// Each request thread reuses one read buffer: no allocation per READ.
     static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// And one for WRITE data copied out of where the transport left it.
+    static WRITE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl<B: Backend> Server<B> {
+    /// WRITE's bytes to the backend. Bytes the transport left where the sender put them (a
+    /// guest's memory) are written from there straight to the backend's file where it has
+    /// one, and copied out first where it has not.
+    fn write(&self, ino: Ino, fh: u64, offset: u64, data: WriteData<'_>) -> Result<u32> {
+        let b = &*self.backend;
+        let p = match data {
+            WriteData::Bytes(d) => return b.write(ino, fh, offset, d),
+            WriteData::Elsewhere(p) => p,
+        };
+        if let Some(r) = b.write_to_fd(ino, fh, offset, &mut |fd, at| p.write_at(fd, at)) {
+            return r;
+        }
+        WRITE_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.clear();
+            p.copy_into(&mut buf)?;
+            b.write(ino, fh, offset, &buf)
+        })
+    }
+
     /// READ, WRITE, IOCTL, FALLOCATE, LSEEK and COPY_FILE_RANGE.
     pub(super) fn data(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         let b = &*self.backend;
@@ -48,7 +70,7 @@ impl<B: Backend> Server<B> {
             } => {
                 let r = self
                     .kill_privs(kill_suidgid, caller, ino)
-                    .and_then(|()| b.write(ino, fh, offset, data));
+                    .and_then(|()| self.write(ino, fh, offset, data));
                 if cached && r.is_err() {
                     self.writeback_failed(ino);
                 }
