@@ -63,6 +63,7 @@ STATISTICS = {
     "Amean": amean,
     "Hmean": hmean,
     "Median": median,
+    "P99": lambda xs: float(np.percentile(_arr(xs), 99)),
     "Stddev": stddev,
     "CoeffVar": coeffvar,
 }

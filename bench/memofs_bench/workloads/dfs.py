@@ -16,23 +16,26 @@ machine A's view:
   drop_caches, `grep -r` warm; s;
   before the timed warm steps every target is left SETTLE seconds (untimed) and, where it
   reports its invalidations, until they stop, so that a warm step finds a settled cache;
-- `changes` (needs machine B): NAMES times, a name is looked up on A (the kernel may cache the
-  miss), created on B, and stat()ed on A until it appears; then deleted on B until it is gone
-  on A. Latency from B's syscall's return; a change not seen within TIMEOUT counts as stale.
+- `changes` (needs machine B): NAMES names, BATCH at a time, each looked up on A (the kernel
+  may cache the miss), then on B created, rewritten (longer data), renamed and deleted, one
+  kind for the whole batch at a time, while a thread polls A until every name of the batch
+  shows it. Latency per name from its syscall's return on B (`compare --stats
+  Median,P99,Max` gives median, p99 and max); a change not seen within TIMEOUT counts as stale.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import sysconfig
 import tarfile
+import threading
 import time
 from pathlib import Path
 
 from .. import tools
 from . import Context, Metric, Param, Part, Workload
-from .coherence import create_delete
 from .tree import MARKER, tarball
 
 NAME = "no-such-module.py"
@@ -151,8 +154,83 @@ def tree(ctx: Context):
     yield "time", "grep", secs
 
 
+KINDS = ("create", "rewrite", "rename", "delete")
+
+
+def _on_b(kind: str, b: Path, name: str) -> None:
+    """Makes change `kind` of `name` on machine B (`b`)."""
+    if kind == "create":
+        (b / name).write_bytes(b"made on B")
+    elif kind == "rewrite":
+        (b / name).write_bytes(b"rewritten on B, longer")
+    elif kind == "rename":
+        (b / name).rename(b / f"{name}-moved")
+    else:
+        (b / f"{name}-moved").unlink()
+
+
+def _shows(kind: str, a: Path, name: str) -> bool:
+    """Whether machine A's view `a` (through the target) shows change `kind` of `name`."""
+    def read(p: Path) -> bytes | None:
+        try:
+            return p.read_bytes()
+        except OSError:
+            return None
+    if kind == "create":
+        return read(a / name) == b"made on B"
+    if kind == "rewrite":
+        return read(a / name) == b"rewritten on B, longer"
+    if kind == "rename":
+        return not os.path.lexists(a / name) and os.path.lexists(a / f"{name}-moved")
+    return not os.path.lexists(a / f"{name}-moved")
+
+
+def _watch(kind: str, a: Path, pending: dict, done: threading.Event, timeout: float,
+           out: list) -> None:
+    """Polls A (`a`) for change `kind` of each name in `pending` (name: when B made it)
+    until `done` is set and nothing is pending; appends (name, seconds or None if not seen
+    within `timeout`) to `out`."""
+    while not (done.is_set() and not pending):
+        for name, made in list(pending.items()):
+            now = time.perf_counter()
+            if _shows(kind, a, name):
+                out.append((name, time.perf_counter() - made))
+            elif now - made > timeout:
+                out.append((name, None))
+            else:
+                continue
+            del pending[name]
+        time.sleep(1e-4)
+
+
 def changes(ctx: Context):
-    yield from create_delete(ctx, str(ctx.peer), str(ctx.mnt), "from-b")
+    n, batch, timeout = ctx.int("names"), ctx.int("batch"), float(ctx.params["timeout"])
+    a, b = ctx.mnt, Path(ctx.peer)
+    stale = dict.fromkeys(KINDS, 0)
+    for first in range(0, n, batch):
+        names = [f"from-b-{os.getpid()}-{i}" for i in range(first, min(n, first + batch))]
+        ctx.status(f"changes on B, names {first + 1}-{first + len(names)} of {n}")
+        for name in names:
+            if os.path.lexists(a / name):
+                raise tools.CheckFailed(f"{name} exists before the test")
+        for kind in KINDS:
+            # A watcher polls A from the first change on, while the others are made.
+            pending, done, seen = {}, threading.Event(), []
+            watcher = threading.Thread(target=_watch,
+                                       args=(kind, a, pending, done, timeout, seen))
+            watcher.start()
+            for name in names:
+                _on_b(kind, b, name)
+                pending[name] = time.perf_counter()
+            done.set()
+            watcher.join()
+            for _, secs in seen:
+                if secs is None:
+                    stale[kind] += 1
+                else:
+                    yield "latency", kind, secs * 1e3
+    for kind in KINDS:
+        yield "stale", kind, 100.0 * stale[kind] / n
 
 
 WORKLOAD = Workload(
@@ -167,7 +245,8 @@ WORKLOAD = Workload(
         Param("gap", "2", "0", "seconds (untimed) before each warm import run: longer than "
               "the engine's mount keeps names and attributes (SeaweedFS: 1 s)"),
         Param("files", "5000", "50", "files in the synthetic tree"),
-        Param("names", "30", "3", "create+delete pairs made on machine B"),
+        Param("names", "100", "4", "names created, rewritten, renamed and deleted on machine B"),
+        Param("batch", "50", "2", "names changed at a time (each kind at once for a batch)"),
         Param("timeout", "5", "5", "seconds after which a change on B counts as stale"),
         Param("settle", "3", "0", "seconds every target is left, untimed, after writes and "
               "before warm steps"),
@@ -188,7 +267,7 @@ WORKLOAD = Workload(
         Part("tree", ("time",), tree, ("tar", "git", "grep"),
              lambda p: ["untar", "git-commit", "git-status-first", "git-status", "git-status-cold",
                         "grep"]),
-        Part("changes", ("latency", "stale"), changes, (), lambda p: ["create", "delete"],
+        Part("changes", ("latency", "stale"), changes, (), lambda p: list(KINDS),
              needs_peer=True),
     ],
 )

@@ -114,7 +114,13 @@ fn chmod(proc: &ProcSelf, fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
 impl PassthroughFs {
     /// Current attributes of `inode`.
     pub(crate) fn attr(&self, inode: &Inode) -> Result<Attr> {
-        attr_of(inode.ino, &sys::at::statx_fd(inode.fd()?.as_fd())?)
+        let fd = inode.fd()?;
+        let st = if self.table.settling.is_settling(inode.ino) {
+            sys::at::statx_fd_sync(fd.as_fd())?
+        } else {
+            sys::at::statx_fd(fd.as_fd())?
+        };
+        attr_of(inode.ino, &st)
     }
 
     /// SETATTR: owner, then mode (a chown may clear set-id bits), then size, then times (last,

@@ -204,8 +204,12 @@ impl PassthroughFs {
         Ok(())
     }
 
-    /// The entry to report for `raw`, or `None` when its name no longer exists.
+    /// The entry to report for `raw`, or `None` when its name no longer exists (here, or
+    /// on another machine a moment ago: see [`crate::settling`]).
     fn dir_entry(&self, dir: &Inode, raw: &RawEntry, plus: bool) -> Result<Option<DirEntry>> {
+        if self.table.settling.is_gone(dir.ino, raw.name.as_bytes()) {
+            return Ok(None);
+        }
         let mut entry = DirEntry {
             ino: 0,
             offset: raw.off,

@@ -167,6 +167,9 @@ impl PassthroughFs {
         let changes = self.table.host_changes();
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
         let created = self.create_as_caller(caller, &dir, &name, (mode, umask), flags | how);
+        if created.is_ok() {
+            self.table.settling.made(dir.ino, name.as_bytes());
+        }
         match created {
             Ok(fd) => self.register_created(fd, flags, changes),
             Err(Errno::EEXIST) if !exclusive => {

@@ -23,6 +23,7 @@
 //! and removes the entry at zero, so a lookup never revives a removed entry. The root is
 //! never removed.
 
+use crate::settling::Settling;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,6 +165,8 @@ pub(crate) struct InodeTable {
     numbers_unstable: bool,
     /// Batches of host changes the watcher has delivered (see [`crate::xattr`]).
     host_changes: AtomicU64,
+    /// What a change feed named a change of a moment ago (see [`crate::settling`]).
+    pub(crate) settling: Settling,
 }
 
 impl InodeTable {
@@ -197,6 +200,7 @@ impl InodeTable {
             root_dev: host.dev,
             numbers_unstable,
             host_changes: AtomicU64::new(0),
+            settling: Settling::default(),
         }
     }
 

@@ -111,6 +111,7 @@ mod namespace;
 mod ops;
 mod pin;
 mod reaper;
+mod settling;
 mod sys;
 mod watch;
 mod xattr;

@@ -29,23 +29,41 @@ impl PassthroughFs {
     /// Takes a reference to the host inode `fd` refers to; returns it with its attributes.
     pub(crate) fn reference_fd(&self, fd: OwnedFd) -> Result<(Arc<Inode>, Attr)> {
         let st = sys::at::statx_fd(fd.as_fd())?;
+        self.reference_stat(fd, &st)
+    }
+
+    /// [`Self::reference_fd`] of `fd`, whose attributes are `st`.
+    fn reference_stat(&self, fd: OwnedFd, st: &libc::statx) -> Result<(Arc<Inode>, Attr)> {
         let inode = self
             .table
-            .reference(fd, &st, &self.pins, |fd| self.budget.keep(fd))?;
-        let attr = attr_of(inode.ino, &st)?;
+            .reference(fd, st, &self.pins, |fd| self.budget.keep(fd))?;
+        let attr = attr_of(inode.ino, st)?;
         Ok((inode, attr))
     }
 
     /// Resolves the ordinary name `name` in `dir` and takes a reference to what it names.
     pub(crate) fn lookup_name(&self, dir: &Inode, name: &CStr) -> Result<(Arc<Inode>, Attr)> {
         let fd = sys::at::openat2(dir.fd()?.as_fd(), name, PATH_FLAGS, 0, self.resolve)?;
-        self.reference_fd(fd)
+        // A name changed elsewhere a moment ago: the source's client may still hold it.
+        let st = if self.table.settling.is_settling(dir.ino) {
+            sys::at::statx_fd_sync(fd.as_fd()).map_err(|e| match e {
+                Errno::ESTALE => Errno::ENOENT,
+                e => e,
+            })?
+        } else {
+            sys::at::statx_fd(fd.as_fd())?
+        };
+        self.reference_stat(fd, &st)
     }
 
     /// LOOKUP, including `.` and `..`.
     pub(crate) fn lookup_any(&self, parent: Ino, name: &OsStr) -> Result<Attr> {
         let dir = self.table.get(parent)?;
         let (_inode, attr) = match name::lookup(name)? {
+            // Gone on another machine a moment ago, though the source may still show it.
+            Lookup::Name(name) if self.table.settling.is_gone(dir.ino, name.as_bytes()) => {
+                return Err(Errno::ENOENT)
+            }
             Lookup::Name(name) => self.lookup_name(&dir, &name)?,
             Lookup::Dot => self.reference_again(&dir)?,
             Lookup::DotDot if dir.ino == ROOT_INO => self.reference_again(&dir)?,
@@ -129,6 +147,7 @@ impl PassthroughFs {
             let _creds = self.as_caller(caller);
             make(dir.fd()?.as_fd(), &name)?;
         }
+        self.table.settling.made(dir.ino, name.as_bytes());
         Ok(self.lookup_name(&dir, &name)?.1)
     }
 
@@ -242,6 +261,12 @@ impl PassthroughFs {
             &new_name,
             flags,
         )?;
+        self.table
+            .settling
+            .present(new_dir.ino, new_name.as_bytes());
+        if flags & rename_flags::EXCHANGE != 0 {
+            self.table.settling.made(dir.ino, name.as_bytes());
+        }
         self.number_freed(replaced);
         Ok(())
     }
@@ -264,6 +289,9 @@ impl PassthroughFs {
             }
             r => r?,
         }
+        self.table
+            .settling
+            .present(new_dir.ino, new_name.as_bytes());
         Ok(self.reference_again(&inode)?.1)
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! Opens for writing are not checked here: the kernel refuses them before it sends OPEN, and
 //! an exec open's RELEASE may arrive after its process has ended and the kernel lets writers
-//! in again.
+//! in again. The exec opens move with a VM's live migration ([`Running::entries`]), as the
+//! handles they count do.
 //!
 //! Lock order: `Running::inner` is a leaf (nothing else is locked while it is held).
 
@@ -55,6 +56,25 @@ impl Running {
         let mut inner = self.inner.lock();
         *inner.handles.entry((ino, fh)).or_default() += 1;
         *inner.inodes.entry(ino).or_default() += 1;
+    }
+
+    /// Every handle with exec opens, and how many: (inode, handle, count).
+    pub(crate) fn entries(&self) -> Vec<(Ino, u64, u32)> {
+        let inner = self.inner.lock();
+        inner
+            .handles
+            .iter()
+            .map(|(&(ino, fh), &n)| (ino, fh, n))
+            .collect()
+    }
+
+    /// Takes on `entries` (from [`Running::entries`] of the server a VM moved from).
+    pub(crate) fn restore(&self, entries: &[(Ino, u64, u32)]) {
+        for &(ino, fh, n) in entries {
+            for _ in 0..n {
+                self.opened(ino, fh);
+            }
+        }
     }
 
     /// Handle `fh` of `ino` was released: if it was an exec open, one fewer is running.

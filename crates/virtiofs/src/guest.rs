@@ -17,6 +17,10 @@ use memofs_request::kernel::BackingWrites;
 use memofs_request::{Handled, Kernel, Op, Payload, ReplyOut, Server, Stats};
 use zerocopy::FromBytes;
 
+/// The guest's mount as it moves with its VM: its INIT's arguments, the answer, and its
+/// opens to execute files, (inode, handle, count).
+pub(crate) type Session = (Vec<u8>, Vec<u8>, Vec<(u64, u64, u32)>);
+
 /// The kernel side of a virtio-fs connection: upstream Linux's virtio-fs driver has no
 /// notification queue and takes no backing files, so every notification fails with
 /// `ENOSYS` (counted by the request layer as failed, never retried for the epoch) and the
@@ -235,15 +239,21 @@ impl<B: Backend> GuestFs<B> {
     }
 
     /// The guest's mount as a state stream carries it: its INIT's arguments and answer.
-    pub(crate) fn saved_session(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+    pub(crate) fn saved_session(&self) -> Option<Session> {
         let m = self.mounted()?;
-        Some((m.init.clone(), m.reply.clone()))
+        Some((m.init.clone(), m.reply.clone(), m.server.exec_opens()))
     }
 
     /// Takes on the guest's mount from the server it moves from: the request layer its INIT
     /// started there, started here from the same arguments. The answer must be the one the
     /// guest got, or this server's options differ from that one's.
-    pub(crate) fn resume_session(&self, init: &[u8], reply: &[u8]) -> Result<(), String> {
+    /// `exec_opens` are the guest's opens to execute a file that it holds there.
+    pub(crate) fn resume_session(
+        &self,
+        init: &[u8],
+        reply: &[u8],
+        exec_opens: &[(u64, u64, u32)],
+    ) -> Result<(), String> {
         let mounted = self.session(init)?;
         if mounted.reply != reply {
             return Err(
@@ -252,6 +262,7 @@ impl<B: Backend> GuestFs<B> {
                     .into(),
             );
         }
+        mounted.server.restore_exec_opens(exec_opens);
         *self.mounted.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(mounted));
         Ok(())
     }

@@ -7,7 +7,8 @@
 //! the other end to read it from (`SET_DEVICE_STATE_FD`), and asks each how it went
 //! (`CHECK_DEVICE_STATE`). The transfer runs on a thread of its own, while the queues stay
 //! quiet. The stream ([`memofs_core::migrate`]) carries the guest's mount (its INIT's
-//! arguments and answer, so the destination's request layer starts as the source's did)
+//! arguments and answer, so the destination's request layer starts as the source's did,
+//! and the opens it holds to execute files, which keep those files from being truncated)
 //! and then the backend's own state: for the mem backend, every file, so that the
 //! filesystem itself travels with the VM; for a shared directory, what the guest holds of
 //! it, found again there by path or file handle.
@@ -25,10 +26,17 @@ pub(crate) fn save<B: Backend>(fs: &GuestFs<B>, out: impl Write) -> io::Result<(
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let mut w = FrameWriter::start(&mut out)?;
     match fs.saved_session() {
-        Some((init, reply)) => {
+        Some((init, reply, exec_opens)) => {
             w.frame(&[1])?;
             w.frame(&init)?;
             w.frame(&reply)?;
+            let mut opens = Vec::with_capacity(exec_opens.len() * 20);
+            for (ino, fh, n) in exec_opens {
+                opens.extend(ino.to_le_bytes());
+                opens.extend(fh.to_le_bytes());
+                opens.extend(n.to_le_bytes());
+            }
+            w.frame(&opens)?;
         }
         None => w.frame(&[0])?,
     }
@@ -50,19 +58,35 @@ pub(crate) fn load<B: Backend>(fs: &GuestFs<B>, input: impl Read) -> io::Result<
         [1] => {
             let init = r.frame()?.to_vec();
             let reply = r.frame()?.to_vec();
-            Some((init, reply))
+            let opens = r.frame()?;
+            if opens.len() % 20 != 0 {
+                return Err(invalid("the exec opens are cut"));
+            }
+            let exec_opens: Vec<_> = opens
+                .chunks_exact(20)
+                .map(|e| {
+                    let word = |at: usize| u64::from_le_bytes(e[at..at + 8].try_into().unwrap());
+                    let n = u32::from_le_bytes(e[16..20].try_into().unwrap());
+                    (word(0), word(8), n.min(MAX_EXEC_OPENS))
+                })
+                .collect();
+            Some((init, reply, exec_opens))
         }
         _ => return Err(invalid("the guest's mount is neither there nor absent")),
     };
     backend.load(&mut r)?;
     let frames = r.frames;
     r.finish()?;
-    if let Some((init, reply)) = session {
-        fs.resume_session(&init, &reply).map_err(io::Error::other)?;
+    if let Some((init, reply, exec_opens)) = session {
+        fs.resume_session(&init, &reply, &exec_opens)
+            .map_err(io::Error::other)?;
     }
     log::info!("state loaded: {frames} frames");
     Ok(())
 }
+
+/// Exec opens of one handle past this are a corrupt stream (each costs the reader a step).
+const MAX_EXEC_OPENS: u32 = 1 << 16;
 
 fn unsupported() -> io::Error {
     io::Error::new(

@@ -114,6 +114,18 @@ pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> Result<libc::statx> {
     statx(fd, EMPTY)
 }
 
+/// [`statx_fd`] checked with the filesystem's server where it has one
+/// (`AT_STATX_FORCE_SYNC`: a FUSE or network filesystem asks it, whatever it cached).
+pub(crate) fn statx_fd_sync(fd: BorrowedFd<'_>) -> Result<libc::statx> {
+    let mut st = MaybeUninit::<libc::statx>::uninit();
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC;
+    let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+    // SAFETY: `EMPTY` is NUL-terminated, `fd` is open, and `st` has room for a `statx`.
+    check(unsafe { libc::statx(fd.as_raw_fd(), EMPTY.as_ptr(), flags, mask, st.as_mut_ptr()) })?;
+    // SAFETY: `statx` succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
 /// `mknodat`.
 pub(crate) fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, dev: libc::dev_t) -> Result<()> {
     // SAFETY: `name` is NUL-terminated and `dir` is open.

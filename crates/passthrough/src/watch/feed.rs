@@ -222,6 +222,7 @@ impl Feed {
                 return None;
             }
         };
+        table.settling.follow();
         let slot: InvalidatorSlot = Arc::new(RwLock::new(invalidator));
         let (table, thread_slot, stop_rx) = (table.clone(), slot.clone(), stop.0);
         let thread = std::thread::Builder::new()
@@ -360,6 +361,7 @@ fn read_until_end(
                 Ok(0) | Err(_) => return false,
                 Ok(n) => parser.push(&buf[..n], &mut paths),
             }
+            note_names(table, &paths);
         }
         let now = Instant::now();
         let mut seen = HashSet::new();
@@ -384,7 +386,25 @@ fn read_until_end(
         for p in &paths {
             changes_for(table, p, &mut dirs, &mut changes);
         }
+        settling(table, &changes);
         deliver(table, &changes, &**slot.read());
+    }
+}
+
+/// Marks what `changes` are about as changed a moment ago (see [`crate::settling`]): a
+/// directory whose names changed, an inode whose attributes or data did.
+fn settling(table: &InodeTable, changes: &[Change]) {
+    for c in changes {
+        match c {
+            Change::Entry(dir, _) => table.settling.mark(*dir),
+            Change::Inode(ino) => table.settling.mark(*ino),
+            Change::Child(dir, name) => {
+                if let Some(ino) = child_ino(table, *dir, name) {
+                    table.settling.mark(ino);
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -394,6 +414,9 @@ fn read_until_end(
 pub(crate) struct Changed {
     path: Vec<OsString>,
     name: bool,
+    /// For a name change, whether the feed says the name is there now (created, renamed
+    /// to) or gone (deleted, renamed away); `None` where it does not say.
+    now: Option<bool>,
 }
 
 /// What to invalidate for `changed`: for a name change, the name in its parent (the
@@ -407,24 +430,54 @@ pub(crate) fn changes_for(
     dirs: &mut HashMap<Vec<OsString>, Option<Ino>>,
     out: &mut Vec<Change>,
 ) {
-    let Some((name, parents)) = changed.path.split_last() else {
+    if changed.path.is_empty() {
         out.push(Change::Inode(ROOT_INO));
         return;
-    };
-    let mut dir = ROOT_INO;
-    for (i, d) in parents.iter().enumerate() {
-        let found = dirs
-            .entry(parents[..=i].to_vec())
-            .or_insert_with(|| child_ino(table, dir, d));
-        match *found {
-            Some(ino) => dir = ino,
-            None => return,
-        }
     }
+    let Some((dir, name)) = parent_of(table, changed, dirs) else {
+        return;
+    };
     out.push(Change::Child(dir, name.clone()));
     if changed.name {
         out.push(Change::Entry(dir, name.clone()));
         out.push(Change::Inode(dir));
+    }
+}
+
+/// The directory the kernel holds that `changed`'s name is in, and the name; `None` for
+/// the root itself or where the kernel holds no such directory. `dirs` as for
+/// [`changes_for`].
+fn parent_of<'c>(
+    table: &InodeTable,
+    changed: &'c Changed,
+    dirs: &mut HashMap<Vec<OsString>, Option<Ino>>,
+) -> Option<(Ino, &'c OsString)> {
+    let (name, parents) = changed.path.split_last()?;
+    let mut dir = ROOT_INO;
+    for (i, d) in parents.iter().enumerate() {
+        dir = (*dirs
+            .entry(parents[..=i].to_vec())
+            .or_insert_with(|| child_ino(table, dir, d)))?;
+    }
+    Some((dir, name))
+}
+
+/// Notes what new feed output says of names (see [`crate::settling`]): a name deleted or
+/// renamed away is gone for lookups and listings while the source's client may still
+/// show it; one created or renamed to is not. Only for output just read: the repeats at
+/// [`AGAIN`] would undo a later change of the same name.
+fn note_names(table: &InodeTable, changed: &[Changed]) {
+    let mut dirs = HashMap::new();
+    for c in changed {
+        let (Some(now), true) = (c.now, c.name) else {
+            continue;
+        };
+        if let Some((dir, name)) = parent_of(table, c, &mut dirs) {
+            match now {
+                true => table.settling.present(dir, name.as_bytes()),
+                false => table.settling.gone(dir, name.as_bytes()),
+            }
+        }
     }
 }
 
@@ -531,7 +584,11 @@ impl Parser {
                 Some(_) => line.to_vec(),
             };
             match components(&path) {
-                Some(path) => out.push(Changed { path, name: true }),
+                Some(path) => out.push(Changed {
+                    path,
+                    name: true,
+                    now: None,
+                }),
                 None => log::warn!("passthrough: change feed: a path with `..` ignored"),
             }
         }
@@ -563,7 +620,12 @@ fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Changed>) -> usize
                     .map(|e| (join(&event.directory, &e.name), e.inode()));
                 let new = n.new.as_ref().map(|e| (join(new_dir, &e.name), e.inode()));
                 let in_place = matches!((&old, &new), (Some(o), Some(n)) if o == n);
-                for (p, _) in [old, new].into_iter().flatten() {
+                // The old path is gone, unless the new one is the same (replaced); the new
+                // one is there.
+                let replaced = matches!((&old, &new), (Some(o), Some(n)) if o.0 == n.0);
+                let old = old.filter(|_| !replaced).map(|o| (o, false));
+                let new = new.map(|n| (n, true));
+                for ((p, _), there) in [old, new].into_iter().flatten() {
                     let Some(path) = below(&p, prefix).and_then(|r| components(r.as_bytes()))
                     else {
                         continue;
@@ -571,6 +633,7 @@ fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Changed>) -> usize
                     let c = Changed {
                         path,
                         name: !in_place,
+                        now: (!in_place).then_some(there),
                     };
                     if !out.contains(&c) {
                         out.push(c);
@@ -676,5 +739,35 @@ mod tests {
             &[br#"{"directory": "/", "eventNotification": {"oldEntry": null, "newEntry": {"name": "x"}}} garbage {"#, b"\n{\"directory\": \"/y\"}"],
         );
         assert_eq!(all, ["x"]);
+    }
+
+    #[test]
+    fn seaweedfs_events_say_which_names_are_gone() {
+        let events = br#"
+{"directory": "/d", "eventNotification": {"oldEntry": {"name": "a"}, "newEntry": {"name": "b"}}}
+{"directory": "/d", "eventNotification": {"oldEntry": {"name": "c"}, "newEntry": null}}
+{"directory": "/d", "eventNotification": {"oldEntry": {"name": "r", "attributes": {"inode": "1"}},
+ "newEntry": {"name": "r", "attributes": {"inode": "2"}}}}
+{"directory": "/d", "eventNotification": {"oldEntry": {"name": "u", "attributes": {"inode": "3"}},
+ "newEntry": {"name": "u", "attributes": {"inode": "3"}}}}
+"#;
+        let mut out = Vec::new();
+        seaweedfs_events(events, "/", &mut out);
+        let got: Vec<_> = out
+            .iter()
+            .map(|c| (c.path.join(OsStr::new("/")), c.name, c.now))
+            .collect();
+        let want = [
+            ("d/a", true, Some(false)),
+            ("d/b", true, Some(true)),
+            ("d/c", true, Some(false)),
+            ("d/r", true, Some(true)),
+            ("d/u", false, None),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|&(p, name, now)| (OsString::from(p), name, now))
+            .collect();
+        assert_eq!(got, want);
     }
 }

@@ -132,6 +132,17 @@ impl<B: Backend> Server<B> {
         &self.backend
     }
 
+    /// The opens the kernel made to execute a file and has not released: (inode, handle,
+    /// count), for a live migration (see [`crate::running`]).
+    pub fn exec_opens(&self) -> Vec<(Ino, u64, u32)> {
+        self.running.entries()
+    }
+
+    /// Takes on the exec opens of the server a VM moved from ([`Server::exec_opens`]).
+    pub fn restore_exec_opens(&self, entries: &[(Ino, u64, u32)]) {
+        self.running.restore(entries);
+    }
+
     /// INIT is done: `granted` is what the kernel allowed, `kernel` the connection's
     /// notifications and backing files. Starts the invalidation thread and hands the
     /// backend its invalidator.

@@ -26,7 +26,14 @@ pub struct World {
     unlinked: Option<(u64, u64)>,
     /// The directory being listed: node, handle, its names, those listed, the last offset.
     listing: (u64, u64, BTreeSet<String>, Vec<String>, u64),
+    /// The file the guest holds open to execute it (a program running): node, handle.
+    running: (u64, u64),
 }
+
+/// Linux's `__FMODE_EXEC`, in the flags of an OPEN made to execute a file.
+const FMODE_EXEC: u32 = 0x20;
+/// What the running program holds.
+const PROGRAM: &[u8] = b"a program's text";
 
 /// The seed of the half-written file's bytes.
 const WRITING_SEED: u64 = 77;
@@ -136,6 +143,14 @@ pub fn build(o: &Options, g: &mut Guest) -> Result<World, String> {
         fill(WRITING_SEED, at, &mut buf);
         write(g, wnode, wfh, at, &buf)?;
     }
+    let (pnode, pfh) = create(g, 1, "program")?;
+    write(g, pnode, pfh, 0, PROGRAM)?;
+    close(g, pnode, pfh, false)?;
+    let exec = abi::fuse_open_in {
+        flags: libc::O_RDONLY as u32 | FMODE_EXEC,
+        open_flags: 0,
+    };
+    let running = handle(&call(g, opcode::OPEN, pnode, exec.as_bytes(), 64)?)?;
     let (unode, ufh) = create(g, 1, "unlinked")?;
     write(g, unode, ufh, 0, b"unlinked but open")?;
     call(g, opcode::UNLINK, 1, b"unlinked\0", 64)?;
@@ -160,7 +175,7 @@ pub fn build(o: &Options, g: &mut Guest) -> Result<World, String> {
         .copied()
         .chain(small.iter().map(|(n, _)| *n))
         .chain(big.iter().map(|(n, _, _)| *n))
-        .chain([wnode, unode])
+        .chain([wnode, unode, pnode])
         .collect();
     let attrs = getattrs(g, nodes.iter().copied())?;
     Ok(World {
@@ -170,6 +185,7 @@ pub fn build(o: &Options, g: &mut Guest) -> Result<World, String> {
         writing: (wnode, wfh, 3 * MIB as u64),
         unlinked: Some((unode, ufh)),
         listing: (listed_dir, dfh, names, listed, last),
+        running: (pnode, running),
     })
 }
 
@@ -184,7 +200,33 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("an-unlinked-open-file-still-reads", unlinked_reads),
     ("every-byte-arrived", every_byte),
     ("new-files-take-new-node-ids", new_node_ids),
+    ("a-running-program-is-not-truncated", running_program),
 ];
+
+/// The file held open to execute it: a truncating read-only open fails (`ETXTBSY`, as on
+/// the source) and leaves it whole; once released it truncates.
+fn running_program(g: &mut Guest, w: &World) -> Result<String, String> {
+    let (node, fh) = w.running;
+    let trunc = abi::fuse_open_in {
+        flags: (libc::O_RDONLY | libc::O_TRUNC) as u32,
+        open_flags: 0,
+    };
+    match g.call(opcode::OPEN, node, trunc.as_bytes(), 64) {
+        Some((e, _)) if e == -libc::ETXTBSY => {}
+        other => return Err(format!("O_TRUNC open of the running program: {other:?}")),
+    }
+    let open = abi::fuse_open_in::new_zeroed();
+    let rfh = handle(&call(g, opcode::OPEN, node, open.as_bytes(), 64)?)?;
+    let text = read(g, node, rfh, 0, 4096)?;
+    close(g, node, rfh, false)?;
+    if text != PROGRAM {
+        return Err(format!("the program holds {text:?}"));
+    }
+    close(g, node, fh, false)?;
+    let tfh = handle(&call(g, opcode::OPEN, node, trunc.as_bytes(), 64)?)?;
+    close(g, node, tfh, false)?;
+    Ok("ETXTBSY while running, truncated once released".into())
+}
 
 fn same_attributes(g: &mut Guest, w: &World) -> Result<String, String> {
     let now = getattrs(g, w.nodes.iter().map(|(n, _)| *n))?;
