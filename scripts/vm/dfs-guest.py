@@ -17,7 +17,6 @@ failure with MEMOFS_VM_REQUIRED=1. Environment: CARGO, MEMOFS_VM_CACHE.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +27,9 @@ TOP = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TOP / "bench"))
 
 from memofs_bench.tools import BenchError  # noqa: E402
-from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
+from memofs_bench.vm import Guest, initramfs  # noqa: E402
 
+import guestcheck  # noqa: E402
 from guestcheck import Run, until  # noqa: E402
 
 BEDS = TOP / "scripts" / "dfs"
@@ -73,13 +73,8 @@ def checks(run: Run, g: Guest, b: Path) -> None:
 
 
 def one(kid: str, memofs: str) -> Run:
-    run = Run("vm-dfs", kid)
-    if not run.has_guest_tools():
-        return run
-    try:
-        k = kernel(kid)
-    except BenchError as e:
-        run.cannot(str(e))
+    run, k = guestcheck.begin("vm-dfs", kid)
+    if k is None:
         return run
     for engine, name in ENGINES:
         run.part = f"{engine} "
@@ -127,19 +122,5 @@ def over(run: Run, k, engine: str, name: str, memofs: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main() -> int:
-    if len(sys.argv) < 2:
-        print("usage: scripts/vm/dfs-guest.py KERNEL-ID...", file=sys.stderr)
-        return 2
-    cargo = os.environ.get("CARGO", "cargo")
-    subprocess.run([cargo, "build", "-q", "-p", "memofs"], cwd=TOP, check=True)
-    failed = False
-    for kid in sys.argv[1:]:
-        run = one(kid, str(TOP / "target" / "debug" / "memofs"))
-        print(run.summary(), flush=True)
-        failed |= run.failed > 0
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guestcheck.main("dfs-guest.py", one))

@@ -1,5 +1,6 @@
 """What the guest check scripts (dfs-guest.py, labels-guest.py) share: a run's PASS, FAIL
-and SKIP lines and its summary, the tools a guest needs, and waiting for a condition.
+and SKIP lines and its summary, the tools and kernel a guest needs, waiting for a
+condition, and the command line. The scripts put bench/ on the module path first.
 
 A guest or bed that cannot run here is skipped, or a failure with MEMOFS_VM_REQUIRED=1.
 """
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Callable
 
 REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
 
@@ -52,6 +57,21 @@ class Run:
                 f"{self.skipped} skipped")
 
 
+def begin(label: str, kid: str):
+    """A run of `label` on kernel `kid`, and the kernel (memofs_bench.vm's, fetched once);
+    None for the kernel where no guest can run here (the run says why)."""
+    from memofs_bench.tools import BenchError
+    from memofs_bench.vm import kernel
+    run = Run(label, kid)
+    if not run.has_guest_tools():
+        return run, None
+    try:
+        return run, kernel(kid)
+    except BenchError as e:
+        run.cannot(str(e))
+        return run, None
+
+
 def until(cond, limit: float) -> float | None:
     """Seconds until `cond()` held, or None if it did not within `limit`."""
     t0 = time.monotonic()
@@ -60,3 +80,21 @@ def until(cond, limit: float) -> float | None:
             return time.monotonic() - t0
         time.sleep(0.05)
     return None
+
+
+def main(script: str, one: Callable[[str, str], Run]) -> int:
+    """A check script's command line: builds memofs, runs `one(kernel id, memofs binary)`
+    for each kernel id given, prints each run's summary; 1 if anything failed, 2 for no
+    kernel."""
+    if len(sys.argv) < 2:
+        print(f"usage: scripts/vm/{script} KERNEL-ID...", file=sys.stderr)
+        return 2
+    top = Path(__file__).resolve().parents[2]
+    cargo = os.environ.get("CARGO", "cargo")
+    subprocess.run([cargo, "build", "-q", "-p", "memofs"], cwd=top, check=True)
+    failed = False
+    for kid in sys.argv[1:]:
+        run = one(kid, str(top / "target" / "debug" / "memofs"))
+        print(run.summary(), flush=True)
+        failed |= run.failed > 0
+    return 1 if failed else 0

@@ -32,8 +32,9 @@ TOP = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TOP / "bench"))
 
 from memofs_bench.tools import BenchError  # noqa: E402
-from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
+from memofs_bench.vm import Guest, initramfs  # noqa: E402
 
+import guestcheck  # noqa: E402
 from guestcheck import Run, until  # noqa: E402
 
 # The shares: name, the server's options beyond its socket and directory.
@@ -85,13 +86,8 @@ def checks(run: Run, g: Guest, shares: Path) -> None:
 
 
 def one(kid: str, memofs: str) -> Run:
-    run = Run("vm-labels", kid)
-    if not run.has_guest_tools():
-        return run
-    try:
-        k = kernel(kid)
-    except BenchError as e:
-        run.cannot(str(e))
+    run, k = guestcheck.begin("vm-labels", kid)
+    if k is None:
         return run
     work = Path(tempfile.mkdtemp(prefix="memofs-vm-labels-"))
     servers: list[subprocess.Popen] = []
@@ -132,19 +128,5 @@ def one(kid: str, memofs: str) -> Run:
     return run
 
 
-def main() -> int:
-    if len(sys.argv) < 2:
-        print("usage: scripts/vm/labels-guest.py KERNEL-ID...", file=sys.stderr)
-        return 2
-    cargo = os.environ.get("CARGO", "cargo")
-    subprocess.run([cargo, "build", "-q", "-p", "memofs"], cwd=TOP, check=True)
-    failed = False
-    for kid in sys.argv[1:]:
-        run = one(kid, str(TOP / "target" / "debug" / "memofs"))
-        print(run.summary(), flush=True)
-        failed |= run.failed > 0
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guestcheck.main("labels-guest.py", one))

@@ -24,6 +24,22 @@ use crate::{iflags, xattr, MemFs};
 const APPEND_ONLY_OPEN: u64 = 1 << 63;
 
 impl MemFs {
+    /// `f` of regular file `ino` and its data, for the operations that move data through a
+    /// descriptor where there is one (`None` from `f`: there is none).
+    fn with_regular<T>(
+        &self,
+        ino: Ino,
+        f: impl FnOnce(&Inode, &RegularFile) -> Option<Result<T>>,
+    ) -> Option<Result<T>> {
+        match self.table.get(ino) {
+            Ok(inode) => match inode.file() {
+                Ok(file) => f(&inode, file),
+                Err(e) => Some(Err(e)),
+            },
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
         inode.check_open(flags)?;
@@ -389,20 +405,14 @@ impl Backend for MemFs {
         size: u32,
         read: &mut FdRead<'_>,
     ) -> Option<Result<usize>> {
-        let inode = match self.table.get(ino) {
-            Ok(i) => i,
-            Err(e) => return Some(Err(e)),
-        };
-        let file = match inode.file() {
-            Ok(f) => f,
-            Err(e) => return Some(Err(e)),
-        };
-        let r = file.read_from_fd(offset, size, read)?;
-        // atime moves before the reply goes out, as for `read_with`.
-        if r.is_ok() {
-            inode.touch_atime(&self.atime);
-        }
-        Some(r)
+        self.with_regular(ino, |inode, file| {
+            let r = file.read_from_fd(offset, size, read)?;
+            // atime moves before the reply goes out, as for `read_with`.
+            if r.is_ok() {
+                inode.touch_atime(&self.atime);
+            }
+            Some(r)
+        })
     }
 
     /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared
@@ -427,22 +437,16 @@ impl Backend for MemFs {
         offset: u64,
         write: &mut FdWrite<'_>,
     ) -> Option<Result<u32>> {
-        let inode = match self.table.get(ino) {
-            Ok(i) => i,
-            Err(e) => return Some(Err(e)),
-        };
-        let file = match inode.file() {
-            Ok(f) => f,
-            Err(e) => return Some(Err(e)),
-        };
-        if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
-            return Some(Err(Errno::EPERM));
-        }
-        let r = file.write_from(offset, write)?;
-        if r.is_ok() {
-            inode.touch_modified(Timestamp::now());
-        }
-        Some(r)
+        self.with_regular(ino, |inode, file| {
+            if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
+                return Some(Err(Errno::EPERM));
+            }
+            let r = file.write_from(offset, write)?;
+            if r.is_ok() {
+                inode.touch_modified(Timestamp::now());
+            }
+            Some(r)
+        })
     }
 
     fn release(&self, ino: Ino, _fh: u64) -> Result<()> {

@@ -20,6 +20,12 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 const MEM: usize = 8 << 20;
 const REQUEST_AT: u64 = 0x10_0000;
 const REPLY_AT: u64 = 0x40_0000;
+/// The caller of the backend calls the tests make themselves.
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+};
 
 fn session() -> GuestFs<MemFs> {
     let opts = parse_options::<String>(&[], 1 << 30).unwrap();
@@ -112,17 +118,12 @@ fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
     let (s, mem) = (session(), memory());
     init(&s, &mem);
     // A file the guest looked up, then deleted while its kernel still held it.
-    let c = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
     let fs = s.backend();
     let (attr, o) = fs
-        .create(&c, ROOT_INO, "gone".as_ref(), 0o644, 0, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, "gone".as_ref(), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.release(attr.ino, o.fh).unwrap();
-    fs.unlink(&c, ROOT_INO, "gone".as_ref()).unwrap();
+    fs.unlink(&ROOT, ROOT_INO, "gone".as_ref()).unwrap();
     assert!(fs.getattr(attr.ino).is_ok());
     init(&s, &mem);
     assert_eq!(
@@ -132,10 +133,10 @@ fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
     );
     // DESTROY (an unmount) does the same.
     let (attr, o) = fs
-        .create(&c, ROOT_INO, "gone2".as_ref(), 0o644, 0, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, "gone2".as_ref(), 0o644, 0, libc::O_RDWR)
         .unwrap();
     fs.release(attr.ino, o.fh).unwrap();
-    fs.unlink(&c, ROOT_INO, "gone2".as_ref()).unwrap();
+    fs.unlink(&ROOT, ROOT_INO, "gone2".as_ref()).unwrap();
     let destroy = request(abi::opcode::DESTROY, b"");
     serve(&s, &mem, &destroy, &plain(&destroy, 4096));
     assert_eq!(fs.getattr(attr.ino), Err(Errno::ESTALE), "freed at DESTROY");
@@ -144,11 +145,6 @@ fn a_guest_that_mounts_again_holds_none_of_the_earlier_inodes() {
 #[test]
 fn files_a_gone_guest_held_open_are_released_with_their_data() {
     use memofs_core::Errno;
-    let c = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
     let (s, mem) = (session(), memory());
     let fs = s.backend().clone();
     let used = || fs.usage().bytes_used;
@@ -158,10 +154,10 @@ fn files_a_gone_guest_held_open_are_released_with_their_data() {
         let empty = used();
         // Open, unlinked while open, and written: only the open keeps it.
         let (attr, o) = fs
-            .create(&c, ROOT_INO, "open".as_ref(), 0o644, 0, libc::O_RDWR)
+            .create(&ROOT, ROOT_INO, "open".as_ref(), 0o644, 0, libc::O_RDWR)
             .unwrap();
         fs.write(attr.ino, o.fh, 0, &vec![7u8; 1 << 20]).unwrap();
-        fs.unlink(&c, ROOT_INO, "open".as_ref()).unwrap();
+        fs.unlink(&ROOT, ROOT_INO, "open".as_ref()).unwrap();
         assert!(used() >= empty + (1 << 20), "{end}: charged while open");
         match end {
             "init" => init(&s, &mem),
@@ -193,14 +189,9 @@ fn a_request_whose_answer_would_not_fit_is_refused_before_its_work() {
     let room = 16 + std::mem::size_of::<abi::fuse_entry_out>() as u32;
     let (_, reply) = serve(&s, &mem, &create, &plain(&create, room));
     assert_eq!(out_header(&reply).error, -libc::EINVAL);
-    let root = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
     assert!(
         s.backend()
-            .lookup(&root, ROOT_INO, "made".as_ref())
+            .lookup(&ROOT, ROOT_INO, "made".as_ref())
             .is_err(),
         "nothing was created"
     );
@@ -259,14 +250,9 @@ fn write_chain<B: Backend>(
 fn writes_from_guest_memory<B: Backend>(s: &GuestFs<B>) {
     let mem = memory();
     init(s, &mem);
-    let root = Caller {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-    };
     let fs = s.backend();
     let (attr, o) = fs
-        .create(&root, ROOT_INO, "w".as_ref(), 0o644, 0, libc::O_RDWR)
+        .create(&ROOT, ROOT_INO, "w".as_ref(), 0o644, 0, libc::O_RDWR)
         .unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
     for (offset, cuts) in [
