@@ -275,6 +275,14 @@ pub trait Backend: Send + Sync + 'static {
     /// against until it expires or is invalidated. Called for every attribute reply: cheap.
     /// Default: nothing to note.
     fn attr_sent(&self, _attr: &Attr) {}
+    /// Whether a miss of `name` in `parent` that [`Backend::lookup`] just answered may be
+    /// kept by the kernel as a negative entry. No where the backend was told the name was
+    /// just made elsewhere and its source has not caught up yet (a change feed's report
+    /// that came before the source's own client shows it): the next lookup asks again.
+    /// Default: yes.
+    fn miss_may_be_kept(&self, _parent: Ino, _name: &OsStr) -> bool {
+        true
+    }
     /// Whether `attr` may change where neither the mount nor the backend sees it (e.g. a
     /// host file's other hard links outside a watched export), so the kernel must not keep
     /// it (see [`crate::CachePolicy::attr_timeout_for`]). Called for every attribute reply:

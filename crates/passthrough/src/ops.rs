@@ -19,6 +19,12 @@ impl Backend for PassthroughFs {
         self.lookup_any(parent, name)
     }
 
+    /// Not a name a change feed reported made a moment ago (see [`crate::settling`]).
+    fn miss_may_be_kept(&self, parent: Ino, name: &OsStr) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        !self.table.settling.is_expected(parent, name.as_bytes())
+    }
+
     fn forget(&self, ino: Ino, nlookup: u64) {
         self.table.forget(ino, nlookup);
     }

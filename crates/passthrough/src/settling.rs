@@ -13,7 +13,9 @@
 //! The feed also says which names are gone (deleted or renamed away on another machine),
 //! which a check of the object cannot tell where it still exists under another name: for
 //! [`SETTLE`], such a name is missing to lookups and listings through memofs, until the
-//! feed or memofs itself makes it again. The feed reports memofs's own changes too, a
+//! feed or memofs itself makes it again. And which names were made: the source's client
+//! may not show such a name yet, and a miss of it is then answered without a negative
+//! entry, so that the next lookup asks again. The feed reports memofs's own changes too, a
 //! moment after they are made: a name memofs itself made within [`SETTLE`] is not taken
 //! as gone (the report may be of an earlier change, such as the rename that moved a lock
 //! file away before the next lock of the same name was made).
@@ -54,6 +56,9 @@ pub(crate) struct Settling {
 enum Name {
     /// Deleted or renamed away elsewhere (missing to lookups and listings).
     Gone(Instant),
+    /// Made elsewhere: a miss is the source's client not having caught up yet, and is not
+    /// kept.
+    Expected(Instant),
     /// Made by memofs itself (a report of it gone is older).
     MadeHere(Instant),
 }
@@ -61,7 +66,7 @@ enum Name {
 impl Name {
     fn until(self) -> Instant {
         match self {
-            Name::Gone(t) | Name::MadeHere(t) => t,
+            Name::Gone(t) | Name::Expected(t) | Name::MadeHere(t) => t,
         }
     }
 }
@@ -109,16 +114,23 @@ impl Settling {
         put_locked(&mut names, now, (dir, name), Some(Name::Gone(now + SETTLE)));
     }
 
-    /// The feed says `name` in `dir` is there now.
+    /// The feed says `name` in `dir` is there now: not gone, and a miss of it is the
+    /// source's client lagging, for [`SETTLE`] (unless memofs itself made it).
     pub(crate) fn present(&self, dir: Ino, name: &[u8]) {
         let now = Instant::now();
-        if self.quiet(now) {
-            return;
-        }
         let mut names = self.names.lock();
-        if let Some(Name::Gone(_)) = names.get(&dir).and_then(|n| n.get(name)) {
-            put_locked(&mut names, now, (dir, name), None);
+        if let Some(Name::MadeHere(t)) = names.get(&dir).and_then(|n| n.get(name)) {
+            if *t > now {
+                return;
+            }
         }
+        self.marked(now);
+        put_locked(
+            &mut names,
+            now,
+            (dir, name),
+            Some(Name::Expected(now + SETTLE)),
+        );
     }
 
     /// memofs made `name` in `dir` (created, linked, renamed to).
@@ -138,6 +150,17 @@ impl Settling {
             && matches!(
                 self.names.lock().get(&dir).and_then(|n| n.get(name)),
                 Some(Name::Gone(t)) if *t > now
+            )
+    }
+
+    /// Whether the feed said within [`SETTLE`] that `name` in `dir` was made, and memofs
+    /// has not made it itself since.
+    pub(crate) fn is_expected(&self, dir: Ino, name: &[u8]) -> bool {
+        let now = Instant::now();
+        !self.quiet(now)
+            && matches!(
+                self.names.lock().get(&dir).and_then(|n| n.get(name)),
+                Some(Name::Expected(t)) if *t > now
             )
     }
 
@@ -232,7 +255,7 @@ mod tests {
         assert!(!s.is_gone(1, b"y") && !s.is_gone(2, b"x"));
         s.present(1, b"x");
         assert!(!s.is_gone(1, b"x"));
-        assert!(s.names.lock().is_empty());
+        assert!(s.is_expected(1, b"x"), "a miss of it is the source lagging");
         s.gone(1, b"x");
         s.made(1, b"x");
         assert!(!s.is_gone(1, b"x"), "made here again");

@@ -76,14 +76,14 @@ impl<B: Backend> Server<B> {
         });
         match r {
             Err(Errno::ENOENT) => match self.plan.cache.negative() {
-                Some(neg) => {
+                Some(neg) if self.backend.miss_may_be_kept(parent, name) => {
                     self.stats.event(Event::NegativeReply);
                     if !self.plan.sole_writer {
                         self.misses.note(parent, name);
                     }
                     out.entry(&neg);
                 }
-                None => out.error(Errno::ENOENT),
+                _ => out.error(Errno::ENOENT),
             },
             r => self.entry_reply(out, r),
         }

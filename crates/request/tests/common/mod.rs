@@ -76,6 +76,8 @@ pub struct Fake {
     pub sent: Mutex<Vec<Ino>>,
     /// File sizes (0 where not set).
     pub sizes: Mutex<HashMap<Ino, u64>>,
+    /// Names whose miss the source may not have caught up with (not to be kept).
+    pub lagging: Mutex<Vec<OsString>>,
     pub dev_null: std::fs::File,
 }
 
@@ -96,6 +98,7 @@ impl Fake {
             append_only: AtomicBool::new(false),
             sent: Mutex::new(Vec::new()),
             sizes: Mutex::new(HashMap::new()),
+            lagging: Mutex::new(Vec::new()),
             dev_null: std::fs::File::open("/dev/null").unwrap(),
         })
     }
@@ -128,6 +131,10 @@ impl Fake {
 }
 
 impl Backend for Fake {
+    fn miss_may_be_kept(&self, _parent: Ino, name: &OsStr) -> bool {
+        !self.lagging.lock().unwrap().iter().any(|n| n == name)
+    }
+
     fn lookup(&self, _c: &Caller, _parent: Ino, name: &OsStr) -> Result<Attr> {
         match name.as_bytes() {
             b"f" => self.attr_of(2),
