@@ -21,7 +21,8 @@ use memofs_e2e::{ok, require_mount, skip, Mount};
 /// the stream names each change within milliseconds, and memofs checks with the engine
 /// while the source's own client may still hold the old answer, so the median of each kind
 /// is well under the source's own 1 s; the worst may be a change whose report the stream
-/// delayed (2 of 1 000 renames took 1.15 s in the harness's `dfs` family).
+/// kept missing for its own second (6 of 1 000 renames took about 1.0 s in the harness's
+/// `dfs` family).
 const STREAM: Bounds = Bounds {
     median: Some(Duration::from_millis(200)),
     worst: Duration::from_millis(1500),
