@@ -103,20 +103,18 @@ impl Settling {
     /// The feed says `name` in `dir` was deleted or renamed away: gone, unless memofs
     /// itself made it within [`SETTLE`].
     pub(crate) fn gone(&self, dir: Ino, name: &[u8]) {
-        let now = Instant::now();
-        let mut names = self.names.lock();
-        if let Some(Name::MadeHere(t)) = names.get(&dir).and_then(|n| n.get(name)) {
-            if *t > now {
-                return;
-            }
-        }
-        self.marked(now);
-        put_locked(&mut names, now, (dir, name), Some(Name::Gone(now + SETTLE)));
+        self.reported(dir, name, Name::Gone);
     }
 
     /// The feed says `name` in `dir` is there now: not gone, and a miss of it is the
     /// source's client lagging, for [`SETTLE`] (unless memofs itself made it).
     pub(crate) fn present(&self, dir: Ino, name: &[u8]) {
+        self.reported(dir, name, Name::Expected);
+    }
+
+    /// Notes what the feed reported of `name` in `dir` (`what`, until [`SETTLE`] from
+    /// now), unless memofs itself made the name within [`SETTLE`]: the report is older.
+    fn reported(&self, dir: Ino, name: &[u8], what: fn(Instant) -> Name) {
         let now = Instant::now();
         let mut names = self.names.lock();
         if let Some(Name::MadeHere(t)) = names.get(&dir).and_then(|n| n.get(name)) {
@@ -125,12 +123,7 @@ impl Settling {
             }
         }
         self.marked(now);
-        put_locked(
-            &mut names,
-            now,
-            (dir, name),
-            Some(Name::Expected(now + SETTLE)),
-        );
+        put_locked(&mut names, now, (dir, name), Some(what(now + SETTLE)));
     }
 
     /// memofs made `name` in `dir` (created, linked, renamed to).
@@ -145,23 +138,24 @@ impl Settling {
 
     /// Whether `name` in `dir` was deleted or renamed away elsewhere within [`SETTLE`].
     pub(crate) fn is_gone(&self, dir: Ino, name: &[u8]) -> bool {
-        let now = Instant::now();
-        !self.quiet(now)
-            && matches!(
-                self.names.lock().get(&dir).and_then(|n| n.get(name)),
-                Some(Name::Gone(t)) if *t > now
-            )
+        matches!(self.known(dir, name), Some(Name::Gone(_)))
     }
 
     /// Whether the feed said within [`SETTLE`] that `name` in `dir` was made, and memofs
     /// has not made it itself since.
     pub(crate) fn is_expected(&self, dir: Ino, name: &[u8]) -> bool {
+        matches!(self.known(dir, name), Some(Name::Expected(_)))
+    }
+
+    /// What is known of `name` in `dir` that still counts.
+    fn known(&self, dir: Ino, name: &[u8]) -> Option<Name> {
         let now = Instant::now();
-        !self.quiet(now)
-            && matches!(
-                self.names.lock().get(&dir).and_then(|n| n.get(name)),
-                Some(Name::Expected(t)) if *t > now
-            )
+        if self.quiet(now) {
+            return None;
+        }
+        let names = self.names.lock();
+        let w = *names.get(&dir)?.get(name)?;
+        (w.until() > now).then_some(w)
     }
 
     /// Whether `ino` changed elsewhere within [`SETTLE`].
