@@ -261,9 +261,7 @@ impl PassthroughFs {
             &new_name,
             flags,
         )?;
-        self.table
-            .settling
-            .present(new_dir.ino, new_name.as_bytes());
+        self.table.settling.made(new_dir.ino, new_name.as_bytes());
         if flags & rename_flags::EXCHANGE != 0 {
             self.table.settling.made(dir.ino, name.as_bytes());
         }
@@ -289,9 +287,7 @@ impl PassthroughFs {
             }
             r => r?,
         }
-        self.table
-            .settling
-            .present(new_dir.ino, new_name.as_bytes());
+        self.table.settling.made(new_dir.ino, new_name.as_bytes());
         Ok(self.reference_again(&inode)?.1)
     }
 }

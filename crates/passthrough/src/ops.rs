@@ -2,6 +2,7 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -21,7 +22,6 @@ impl Backend for PassthroughFs {
 
     /// Not a name a change feed reported made a moment ago (see [`crate::settling`]).
     fn miss_may_be_kept(&self, parent: Ino, name: &OsStr) -> bool {
-        use std::os::unix::ffi::OsStrExt;
         !self.table.settling.is_expected(parent, name.as_bytes())
     }
 

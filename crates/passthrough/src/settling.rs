@@ -123,7 +123,7 @@ impl Settling {
             }
         }
         self.marked(now);
-        put_locked(&mut names, now, (dir, name), Some(what(now + SETTLE)));
+        put_locked(&mut names, now, (dir, name), what(now + SETTLE));
     }
 
     /// memofs made `name` in `dir` (created, linked, renamed to).
@@ -132,7 +132,7 @@ impl Settling {
             return;
         }
         let now = Instant::now();
-        let what = Some(Name::MadeHere(now + SETTLE));
+        let what = Name::MadeHere(now + SETTLE);
         put_locked(&mut self.names.lock(), now, (dir, name), what);
     }
 
@@ -182,13 +182,13 @@ impl Settling {
     }
 }
 
-/// Sets (or with `None` forgets) what is known of `name` in `dir`, pruning what no longer
-/// counts when there is much.
+/// Sets what is known of `name` in `dir`, pruning what no longer counts when there is
+/// much.
 fn put_locked(
     names: &mut HashMap<Ino, HashMap<Vec<u8>, Name>>,
     now: Instant,
     (dir, name): (Ino, &[u8]),
-    what: Option<Name>,
+    what: Name,
 ) {
     if names.values().map(HashMap::len).sum::<usize>() >= PRUNE_AT {
         names.retain(|_, n| {
@@ -196,19 +196,7 @@ fn put_locked(
             !n.is_empty()
         });
     }
-    match what {
-        Some(w) => {
-            names.entry(dir).or_default().insert(name.to_vec(), w);
-        }
-        None => {
-            if let Some(n) = names.get_mut(&dir) {
-                n.remove(name);
-                if n.is_empty() {
-                    names.remove(&dir);
-                }
-            }
-        }
-    }
+    names.entry(dir).or_default().insert(name.to_vec(), what);
 }
 
 #[cfg(test)]

@@ -37,21 +37,6 @@ pub enum WriteData<'a> {
     Elsewhere(&'a dyn Payload),
 }
 
-impl WriteData<'_> {
-    /// How many bytes there are.
-    pub fn len(&self) -> usize {
-        match self {
-            WriteData::Bytes(b) => b.len(),
-            WriteData::Elsewhere(p) => p.len(),
-        }
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 impl fmt::Debug for WriteData<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
