@@ -297,6 +297,21 @@ pub trait Backend: Send + Sync + 'static {
     fn name_changes_reported(&self) -> bool {
         false
     }
+    /// The kernel refused the file of `ino` that [`Backend::with_backing_fd`] lent, for a
+    /// reason of the file's filesystem (stacked too deep, or without the operations the
+    /// kernel needs): every file of that filesystem would be refused alike, so the backend
+    /// may stop lending them (and opening them only to lend). Called with the request
+    /// layer's backing map locked, as `with_backing_fd`. Default: nothing to note.
+    fn backing_refused(&self, _ino: Ino) {}
+    /// Whether every change made behind the kernel's back to a regular file's data (on a
+    /// host, on another machine, through a mapping too) is reported to the invalidator as
+    /// it happens, so the kernel may keep a file's pages across opens although the backend
+    /// is not the only writer (a change feed that names each modified file; not a host
+    /// watcher, which sees no write through a shared mapping). Asked at every OPEN the
+    /// server serves. Default: no.
+    fn data_changes_reported(&self) -> bool {
+        false
+    }
     /// Whether nothing can change the tree unseen for as long as the mount lives: every
     /// change made behind the kernel's back, to names and attributes alike, is reported to
     /// the invalidator as it happens (a local filesystem under a watcher that marks all of

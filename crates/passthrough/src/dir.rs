@@ -31,13 +31,17 @@ const DIRENT_BUF: usize = 32 * 1024;
 /// `d_type` u8).
 const NAME_OFFSET: usize = 19;
 
-/// An open directory: a host directory stream.
+/// An open directory: a host directory stream, opened with the handle or, while a change
+/// feed follows the source, by the first READDIR that reaches the server (the kernel keeps
+/// listings there, so a directory listed again is listed from its copy, and the host
+/// directory, on a distributed filesystem an open and a close through its own client, need
+/// not be opened at all).
 #[derive(Debug)]
 pub(crate) struct OpenDir {
     /// The inode it was opened through.
     pub ino: Ino,
-    /// The stream, one reader at a time.
-    pub stream: Mutex<DirStream>,
+    /// The stream (`None` until a deferred one is opened), one reader at a time.
+    pub stream: Mutex<Option<DirStream>>,
     /// Keeps the inode's own descriptor open while the directory is.
     pub _pin: OpenPin,
 }
@@ -134,30 +138,48 @@ fn kind_of_dtype(t: u8) -> Option<FileKind> {
 impl PassthroughFs {
     /// OPENDIR: a host stream opened from the directory's `O_PATH` descriptor (`openat` of
     /// `.`, no path resolved). `O_NOATIME` when the atime policy never updates directories.
+    /// Deferred while a change feed follows the source (see [`OpenDir`]).
     pub(crate) fn open_dir(&self, _caller: &Caller, ino: Ino) -> Result<Opened> {
+        let dir = self.dir_handle(ino, !self.opens_deferred())?;
         Ok(Opened {
-            fh: self.dirs.insert(self.dir_stream(ino)?),
+            fh: self.dirs.insert(dir),
             ..Opened::default()
         })
     }
 
     /// A new host stream of directory `ino`, at its beginning.
     pub(crate) fn dir_stream(&self, ino: Ino) -> Result<OpenDir> {
+        self.dir_handle(ino, true)
+    }
+
+    /// A handle of directory `ino`, its host stream opened now or (`now` false) at the
+    /// first READDIR.
+    fn dir_handle(&self, ino: Ino, now: bool) -> Result<OpenDir> {
         let inode = self.table.get(ino)?;
         if inode.kind != FileKind::Directory {
             return Err(Errno::ENOTDIR);
         }
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         // Pinned first: the descriptor the stream is opened through stays while it is open.
         let pin = OpenPin::new(&inode);
-        let fd = self.open_noatime(true, flags, |f| {
-            sys::at::openat(inode.fd()?.as_fd(), c".", f)
-        })?;
+        let stream = if now {
+            Some(self.host_stream(&inode)?)
+        } else {
+            None
+        };
         Ok(OpenDir {
             ino,
             _pin: pin,
-            stream: Mutex::new(DirStream::new(self.budget.keep(fd)?)),
+            stream: Mutex::new(stream),
         })
+    }
+
+    /// A host stream of directory `inode`, from its `O_PATH` descriptor.
+    fn host_stream(&self, inode: &Inode) -> Result<DirStream> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let fd = self.open_noatime(true, flags, |f| {
+            sys::at::openat(inode.fd()?.as_fd(), c".", f)
+        })?;
+        Ok(DirStream::new(self.budget.keep(fd)?))
     }
 
     /// READDIR / READDIRPLUS from host offset `offset`. With `plus`, each entry but `.` and
@@ -179,6 +201,10 @@ impl PassthroughFs {
         };
         let dir = self.table.get(handle.ino)?;
         let mut stream = handle.stream.lock();
+        let stream = match &mut *stream {
+            Some(stream) => stream,
+            none => none.insert(self.host_stream(&dir)?),
+        };
         stream.seek(offset)?;
         let mut emitted = false;
         while let Some(raw) = stream.peek()? {

@@ -8,6 +8,13 @@
 //! a host file that is append-only (`chattr +a`) is opened with it, when the caller asked for
 //! it, and its writes are then served by the server alone (see
 //! [`memofs_core::Opened::append_only`]).
+//!
+//! While a change feed follows the source ([`PassthroughFs::opens_deferred`]), a plain
+//! read-only OPEN opens no host file: the kernel keeps such a file's pages across opens
+//! there (every change to its data is reported), so a file read again is read from the
+//! kernel's copy, and the host file (on a distributed filesystem, an open and a close
+//! through its own client, round trips to its servers) is opened by the first request that
+//! needs it ([`PassthroughFs::host_fd`]).
 
 use std::ffi::{CStr, OsStr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -113,12 +120,7 @@ impl PassthroughFs {
     ) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let flush = writable && close_may_fail(fd.as_fd());
-        let file = OpenFile {
-            ino: pin.ino(),
-            _pin: pin,
-            fd: self.budget.keep(fd)?,
-            writable,
-        };
+        let file = OpenFile::new(pin, Some(self.budget.keep(fd)?), flags);
         Ok(Opened {
             fh: self.files.insert(file),
             flush,
@@ -135,15 +137,68 @@ impl PassthroughFs {
     /// group are compared with them first; if they differ, the open fails with `ESTALE`,
     /// and the kernel walks the path again, looking the name up afresh, and checks the
     /// permission against the host's attributes (then as they are).
+    ///
+    /// While a change feed follows the source, a file with one name under the export has
+    /// every change of its mode and owner reported, and its attributes are what the kernel
+    /// was told, as for the names it keeps: the comparison is left out, and a plain
+    /// read-only open is deferred (see the module documentation).
     pub(crate) fn open_file(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let inode = self.table.get(ino)?;
         let told = *inode.told.lock();
-        if let Some(told) = told {
-            if told != Told::of(&self.attr(&inode)?) {
+        let reported = self.opens_deferred() && told.is_some_and(|t| t.one_name());
+        if let Some(told) = told.filter(|_| !reported) {
+            if !told.grants_as(&Told::of(&self.attr(&inode)?)) {
                 return Err(Errno::ESTALE);
             }
         }
-        self.open_inode(&inode, self.file_flags(flags), flags & libc::O_APPEND != 0)
+        let (append, flags) = (flags & libc::O_APPEND != 0, self.file_flags(flags));
+        if reported && inode.kind == FileKind::Regular && Self::only_reads(flags) {
+            let file = OpenFile::new(OpenPin::new(&inode), None, flags);
+            return Ok(Opened {
+                fh: self.files.insert(file),
+                ..Opened::default()
+            });
+        }
+        self.open_inode(&inode, flags, append)
+    }
+
+    /// Whether the file `ino` is on a host filesystem whose files the kernel refuses as
+    /// backing files (see `Backend::backing_refused`).
+    pub(crate) fn lends_no_backing(&self, ino: Ino) -> bool {
+        let devs = self.unlendable.read();
+        !devs.is_empty()
+            && self
+                .table
+                .get(ino)
+                .is_ok_and(|i| devs.contains(&i.host.dev))
+    }
+
+    /// Whether a plain read-only open may be deferred: a change feed follows the source.
+    pub(crate) fn opens_deferred(&self) -> bool {
+        self.following.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether an open with (filtered) `flags` only reads: nothing it does at open time
+    /// (truncating, or a host file's own open-time effects) may wait.
+    fn only_reads(flags: i32) -> bool {
+        flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0
+    }
+
+    /// The host descriptor of `file`, opened now if its open was deferred (with the
+    /// server's credentials, as the open itself would have been). Two requests racing to
+    /// open it both may; one descriptor is kept.
+    pub(crate) fn host_fd<'f>(&self, file: &'f OpenFile) -> Result<BorrowedFd<'f>> {
+        if let Some(fd) = file.fd.get() {
+            return Ok(fd.as_fd());
+        }
+        let inode = self.table.get(file.ino)?;
+        let fd = self.open_noatime(false, file.flags, |f| {
+            self.proc.reopen(inode.fd()?.as_fd(), f)
+        })?;
+        let fd = self.budget.keep(fd)?;
+        // Lost a race: the other request's descriptor is the handle's, this one closes.
+        let _ = file.fd.set(fd);
+        Ok(file.fd.get().expect("set above").as_fd())
     }
 
     /// CREATE, with the caller's credentials and umask. The file is created with `O_EXCL`;
@@ -266,7 +321,8 @@ impl PassthroughFs {
 
     /// READ into `buf`.
     pub(crate) fn read_file(&self, fh: u64, off: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
-        sys::io::pread(self.file(fh)?.fd.as_fd(), buf, size as usize, off)
+        let file = self.file(fh)?;
+        sys::io::pread(self.host_fd(&file)?, buf, size as usize, off)
     }
 
     /// WRITE at `off`; returns the bytes written. A writer of an append-only host file
@@ -276,7 +332,8 @@ impl PassthroughFs {
     /// FUSE file), and an append lands at the end the host knows, not at the size the
     /// kernel cached.
     pub(crate) fn write_file(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let n = sys::io::pwrite(self.file(fh)?.fd.as_fd(), data, off)?;
+        let file = self.file(fh)?;
+        let n = sys::io::pwrite(self.host_fd(&file)?, data, off)?;
         Ok(n as u32)
     }
 
@@ -293,7 +350,13 @@ impl PassthroughFs {
     ) -> Result<u64> {
         let (src, dst) = (self.file(fh_in)?, self.file(fh_out)?);
         let len = len.min(MAX_COPY);
-        sys::io::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len)
+        sys::io::copy_file_range(
+            self.host_fd(&src)?,
+            off_in,
+            self.host_fd(&dst)?,
+            off_out,
+            len,
+        )
     }
 }
 

@@ -1,9 +1,8 @@
 //! Open file and directory handles: the `fh` numbers the kernel passes back.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memofs_core::{Errno, Ino, Result};
 use parking_lot::RwLock;
@@ -16,17 +15,29 @@ use crate::inode::OpenPin;
 pub(crate) struct OpenFile {
     /// The inode it was opened through.
     pub ino: Ino,
-    /// A real (not `O_PATH`) descriptor of the host file.
-    pub fd: CountedFd,
+    /// A real (not `O_PATH`) descriptor of the host file: opened with the handle, or, for
+    /// a deferred open, by the first request that needs it
+    /// ([`crate::PassthroughFs::host_fd`]).
+    pub fd: OnceLock<CountedFd>,
+    /// The flags the host file is (or is to be) opened with.
+    pub flags: i32,
     /// Keeps the inode's own descriptor open while the file is.
     pub _pin: OpenPin,
     /// Opened for writing (a truncate can go through it).
     pub writable: bool,
 }
 
-impl AsFd for OpenFile {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+impl OpenFile {
+    /// A handle of `pin`'s inode whose host file is `fd`, or, without one, is opened with
+    /// `flags` when first needed.
+    pub(crate) fn new(pin: OpenPin, fd: Option<CountedFd>, flags: i32) -> OpenFile {
+        OpenFile {
+            ino: pin.ino(),
+            fd: fd.map(OnceLock::from).unwrap_or_default(),
+            flags,
+            _pin: pin,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        }
     }
 }
 

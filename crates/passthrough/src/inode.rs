@@ -120,12 +120,13 @@ impl Drop for OpenPin {
 }
 
 /// The attributes the kernel checks an open's permission against (see
-/// [`crate::PassthroughFs::open_file`]).
+/// [`crate::PassthroughFs::open_file`]), and whether the file had one name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Told {
     mode: u32,
     uid: u32,
     gid: u32,
+    links: u32,
 }
 
 impl Told {
@@ -135,7 +136,18 @@ impl Told {
             mode: attr.perm as u32,
             uid: attr.uid,
             gid: attr.gid,
+            links: attr.nlink,
         }
+    }
+
+    /// Whether `now` grants what these attributes granted (mode, owner and group).
+    pub(crate) fn grants_as(&self, now: &Told) -> bool {
+        (self.mode, self.uid, self.gid) == (now.mode, now.uid, now.gid)
+    }
+
+    /// Whether the file had a single name: no hard link elsewhere could change it.
+    pub(crate) fn one_name(&self) -> bool {
+        self.links == 1
     }
 }
 

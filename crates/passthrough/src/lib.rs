@@ -124,7 +124,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use memofs_core::{Caller, Errno, Ino, Invalidator};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 pub use crate::config::{PassthroughConfig, WatchMode, DEFAULT_MAX_OPEN_FDS};
 pub use crate::error::SetupError;
@@ -178,6 +178,9 @@ pub struct PassthroughFs {
     /// A watcher marks the root's whole filesystem, so per-inode knowledge of host
     /// attributes on it stays fresh.
     watching: AtomicBool,
+    /// Host filesystems (by device) whose files the kernel refuses as backing files
+    /// (`Backend::backing_refused`): none of their files is lent again. A leaf lock.
+    unlendable: RwLock<Vec<u64>>,
 }
 
 impl PassthroughFs {
@@ -258,6 +261,7 @@ impl PassthroughFs {
             feed_spec,
             feed: Mutex::new(None),
             following: AtomicBool::new(false),
+            unlendable: RwLock::new(Vec::new()),
             watching: AtomicBool::new(false),
         })
     }

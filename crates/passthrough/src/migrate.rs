@@ -277,12 +277,7 @@ impl PassthroughFs {
         let fd = self
             .proc
             .reopen(inode.fd()?.as_fd(), flags & REOPEN_FLAGS)?;
-        let file = OpenFile {
-            ino,
-            fd: self.budget.keep(fd)?,
-            _pin: pin,
-            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
-        };
+        let file = OpenFile::new(pin, Some(self.budget.keep(fd)?), flags & REOPEN_FLAGS);
         self.files.insert_at(fh, file)
     }
 }
@@ -320,7 +315,11 @@ impl Migrate for PassthroughFs {
             )?;
         }
         for (fh, file) in &files {
-            let flags = sys::io::status_flags(file.fd.as_fd()).map_err(io::Error::from)?;
+            let flags = match file.fd.get() {
+                Some(fd) => sys::io::status_flags(fd.as_fd()).map_err(io::Error::from)?,
+                // A deferred open: the flags it is to be opened with.
+                None => file.flags,
+            };
             put(
                 out,
                 &Record::File {

@@ -150,7 +150,10 @@ impl Backend for PassthroughFs {
             Ok(f) => f,
             Err(e) => return Some(Err(e)),
         };
-        Some(read(file.fd.as_fd(), offset, size as usize).map_err(Errno::from))
+        Some(
+            self.host_fd(&file)
+                .and_then(|fd| read(fd, offset, size as usize).map_err(Errno::from)),
+        )
     }
 
     fn write(&self, _ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
@@ -169,16 +172,20 @@ impl Backend for PassthroughFs {
             Err(e) => return Some(Err(e)),
         };
         Some(
-            write(file.fd.as_fd(), offset)
-                .map(|n| n as u32)
-                .map_err(Errno::from),
+            self.host_fd(&file)
+                .and_then(|fd| write(fd, offset).map(|n| n as u32).map_err(Errno::from)),
         )
     }
 
     /// What a `close(2)` of the host file would report: a duplicate of its descriptor closed
     /// (the host filesystem writes back and reports as at any close; the handle stays open).
     fn flush(&self, _ino: Ino, fh: u64) -> Result<()> {
-        sys::io::close_dup(self.file(fh)?.fd.as_fd())
+        let file = self.file(fh)?;
+        match file.fd.get() {
+            Some(fd) => sys::io::close_dup(fd.as_fd()),
+            // Never opened: nothing to report.
+            None => Ok(()),
+        }
     }
 
     fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
@@ -186,7 +193,8 @@ impl Backend for PassthroughFs {
     }
 
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool) -> Result<()> {
-        sys::io::fsync(self.file(fh)?.fd.as_fd(), datasync)
+        let file = self.file(fh)?;
+        sys::io::fsync(self.host_fd(&file)?, datasync)
     }
 
     /// Makes everything written through the export durable on the host: `syncfs(2)` of the
@@ -266,11 +274,13 @@ impl Backend for PassthroughFs {
     }
 
     fn fallocate(&self, _ino: Ino, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
-        sys::io::fallocate(self.file(fh)?.fd.as_fd(), mode, offset, length)
+        let file = self.file(fh)?;
+        sys::io::fallocate(self.host_fd(&file)?, mode, offset, length)
     }
 
     fn lseek(&self, _ino: Ino, fh: u64, offset: u64, whence: i32) -> Result<u64> {
-        sys::io::lseek(self.file(fh)?.fd.as_fd(), offset, whence)
+        let file = self.file(fh)?;
+        sys::io::lseek(self.host_fd(&file)?, offset, whence)
     }
 
     fn copy_file_range(
@@ -317,13 +327,20 @@ impl Backend for PassthroughFs {
         }
     }
 
-    /// Lends the handle's own descriptor, for FUSE passthrough.
-    fn with_backing_fd(&self, _ino: Ino, fh: u64, use_fd: &mut dyn FnMut(BorrowedFd<'_>)) -> bool {
+    /// Lends the handle's own descriptor, for FUSE passthrough; none of a filesystem the
+    /// kernel refused a file of (a deferred open stays deferred).
+    fn with_backing_fd(&self, ino: Ino, fh: u64, use_fd: &mut dyn FnMut(BorrowedFd<'_>)) -> bool {
+        if self.lends_no_backing(ino) {
+            return false;
+        }
         match self.files.get(fh) {
-            Ok(file) => {
-                use_fd(file.fd.as_fd());
-                true
-            }
+            Ok(file) => match self.host_fd(&file) {
+                Ok(fd) => {
+                    use_fd(fd);
+                    true
+                }
+                Err(_) => false,
+            },
             Err(_) => false,
         }
     }
@@ -374,6 +391,25 @@ impl Backend for PassthroughFs {
     /// (which drops a listing the kernel keeps).
     fn name_changes_reported(&self) -> bool {
         self.watching.load(Ordering::Acquire) || self.following.load(Ordering::Acquire)
+    }
+
+    fn backing_refused(&self, ino: Ino) {
+        if let Ok(inode) = self.table.get(ino) {
+            let mut devs = self.unlendable.write();
+            if !devs.contains(&inode.host.dev) {
+                log::info!(
+                    "passthrough: the kernel takes no file of host device {} as a backing file: its file data goes through the server",
+                    inode.host.dev
+                );
+                devs.push(inode.host.dev);
+            }
+        }
+    }
+
+    /// The feed names every file whose data changed, wherever it was written (the engine
+    /// publishes each change that reaches it).
+    fn data_changes_reported(&self) -> bool {
+        self.opens_deferred()
     }
 
     fn sees_every_change(&self) -> bool {

@@ -168,6 +168,7 @@ impl Backings {
             }
             Refusal::File => {
                 log::debug!("the kernel refused inode {ino} as a backing file ({e}): served through the server");
+                backend.backing_refused(ino);
                 Ok(None)
             }
             Refusal::Open(errno) => {

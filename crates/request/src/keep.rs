@@ -132,6 +132,12 @@ impl Keeper {
         }
     }
 
+    /// Whether the kernel may always keep what it caches of an inode of this kind (a
+    /// directory: `dir`): no read of one ever moves atime.
+    pub(crate) fn keeps_always(&self, dir: bool) -> bool {
+        self.policy.never(dir)
+    }
+
     /// Whether directory listings may live in the kernel at all (no OPENDIR needed to
     /// decide per open).
     pub(crate) fn listings_kept(&self) -> bool {

@@ -435,6 +435,34 @@ fn listings_stay_in_the_kernel_only_where_every_change_is_seen() {
 }
 
 #[test]
+fn file_pages_stay_in_the_kernel_across_opens_only_where_every_data_change_is_reported() {
+    let kept = |s: &Setup| match s.ask(
+        2,
+        USER,
+        Op::Open {
+            flags: libc::O_RDONLY,
+            kill_suidgid: false,
+        },
+    ) {
+        Reply::Opened(o) => o.keep_cache,
+        r => panic!("OPEN answered {r:?}"),
+    };
+    // Others write too (the kernel can be told of their changes): not kept, since nothing
+    // reports changes to data...
+    let fake = Fake::shared(true);
+    let s = setup_with(&["noatime"], fake.clone(), Granted::default());
+    assert!(!kept(&s));
+    // ... until the backend reports every one (a change feed).
+    fake.data_reported.store(true, Ordering::Relaxed);
+    assert!(kept(&s));
+    // And then still not where a read could move atime now.
+    let fake = Fake::shared(true);
+    fake.data_reported.store(true, Ordering::Relaxed);
+    let s = setup_with(&["strictatime"], fake, Granted::default());
+    assert!(!kept(&s));
+}
+
+#[test]
 fn unsupported_opcodes_are_enosys() {
     let s = setup(&[], false, Granted::default());
     assert_eq!(

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use memofs_e2e::checks::stats_json;
+use memofs_e2e::checks::{counter, stats_json, stats_usage};
 use memofs_e2e::dfs::Cluster;
 use memofs_e2e::{ok, require_mount, skip, Mount};
 
@@ -121,6 +121,11 @@ fn changes_from_b(m: &Mount, b: &Path, tag: &str, bounds: &Bounds) {
         within(1, &name, &|| {
             fs::read(m.join(&name)).is_ok_and(|d| d == b"rewritten on B, longer")
         });
+        // The same size again: pages the kernel kept of the last read must not be served.
+        ok!(fs::write(b.join(&name), b"REWRITTEN ON B, LONGER"));
+        within(1, &name, &|| {
+            fs::read(m.join(&name)).is_ok_and(|d| d == b"REWRITTEN ON B, LONGER")
+        });
         let moved = format!("{name}-moved");
         ok!(fs::rename(b.join(&name), b.join(&moved)));
         within(2, &name, &|| {
@@ -184,6 +189,52 @@ fn written_through_memofs_shows_on_b(m: &Mount, b: &Path) {
     );
 }
 
+/// Waits until memofs has sent no invalidation for 1.5 s (at most 30 s): the stream's
+/// reports of what the test did are over.
+fn feed_quiet(m: &Mount) {
+    let sent = || counter(m, "inval_entry") + counter(m, "inval_inode");
+    let (deadline, mut last, mut since) = (
+        Instant::now() + Duration::from_secs(30),
+        sent(),
+        Instant::now(),
+    );
+    while since.elapsed() < Duration::from_millis(1500) {
+        assert!(
+            Instant::now() < deadline,
+            "memofs kept invalidating for 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let now = sent();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+}
+
+/// With the stream, a file read again is read from the kernel's kept pages (no READ
+/// reaches memofs), and a read-only open of it opens nothing on A (memofs holds no more
+/// descriptors while it is open), yet the data is the file's.
+fn reads_again_stay_on_this_host(m: &Mount) {
+    let path = m.join("kept");
+    ok!(fs::write(&path, b"read again and again"));
+    // The stream reports the write back, and its invalidations drop the pages for a while.
+    feed_quiet(m);
+    assert_eq!(ok!(fs::read(&path)), b"read again and again");
+    let reads = counter(m, "READ");
+    let before = stats_usage(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    let held = ok!(fs::File::open(&path));
+    let during = stats_usage(m.path()).unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..3 {
+        assert_eq!(ok!(fs::read(&path)), b"read again and again");
+    }
+    drop(held);
+    assert_eq!(counter(m, "READ"), reads, "reads again reached memofs");
+    assert_eq!(
+        during.descriptors_used, before.descriptors_used,
+        "a read-only open opened the file on A"
+    );
+}
+
 #[test]
 fn changes_made_on_another_machine_show_through_memofs() {
     require_mount!();
@@ -200,6 +251,7 @@ fn changes_made_on_another_machine_show_through_memofs() {
         "SeaweedFS keeps atime itself: it holds back no cache: {doc}"
     );
     written_through_memofs_shows_on_b(&m, &b);
+    reads_again_stay_on_this_host(&m);
     git_works(&m, "repo-stream");
     changes_from_b(&m, &b, "stream", &STREAM);
     drop(m);

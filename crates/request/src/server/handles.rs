@@ -117,7 +117,7 @@ impl<B: Backend> Server<B> {
             return out.error(Errno::ENOSYS);
         }
         answer(out, self.backend.opendir(caller, ino, flags), |out, o| {
-            let keep = self.may_keep_listings() && self.keep(ino);
+            let keep = self.may_keep_listings() && self.keep(ino, true);
             out.opened(&OpenOut {
                 fh: o.fh,
                 keep_cache: keep,
@@ -168,8 +168,10 @@ impl<B: Backend> Server<B> {
         let append_writer = opened.append_only && writing;
         let direct_io = backing_id.is_none()
             && (self.plan.direct_io == DirectIo::All || append_writer || direct);
-        let keep_cache =
-            !direct_io && backing_id.is_none() && self.plan.keeps_across_opens() && self.keep(ino);
+        let keep_cache = !direct_io
+            && backing_id.is_none()
+            && (self.plan.keeps_across_opens() || self.backend.data_changes_reported())
+            && self.keep(ino, false);
         Ok(OpenOut {
             fh,
             noflush: !opened.flush,
@@ -213,9 +215,13 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    /// Whether the kernel may keep its copy of `ino` now; if so, it is dropped again when
-    /// relatime's day is up.
-    fn keep(&self, ino: Ino) -> bool {
+    /// Whether the kernel may keep its copy of `ino` (a directory: `dir`) now; if so, it is
+    /// dropped again when relatime's day is up. Where no read of such an inode ever moves
+    /// atime, the inode's attributes are not needed (nor asked of the backend).
+    fn keep(&self, ino: Ino, dir: bool) -> bool {
+        if self.keeper.keeps_always(dir) {
+            return true;
+        }
         let Ok(attr) = self.backend.getattr(ino) else {
             return false;
         };

@@ -60,6 +60,8 @@ pub struct Fake {
     pub sole_writer: bool,
     /// Reports every name change made behind the kernel's back (a watched export).
     pub names_reported: bool,
+    /// Reports every data change made behind the kernel's back (a change feed).
+    pub data_reported: AtomicBool,
     /// What the next change of a mode fails with, if anything.
     pub refuse_chmod: Mutex<Option<Errno>>,
     /// What the next WRITE fails with.
@@ -90,6 +92,7 @@ impl Fake {
             lends_fd,
             sole_writer: true,
             names_reported: false,
+            data_reported: AtomicBool::new(false),
             refuse_chmod: Mutex::new(None),
             refuse_write: Mutex::new(None),
             keeps_backing: AtomicBool::new(false),
@@ -361,6 +364,9 @@ impl Backend for Fake {
     }
     fn name_changes_reported(&self) -> bool {
         self.names_reported
+    }
+    fn data_changes_reported(&self) -> bool {
+        self.data_reported.load(Ordering::Relaxed)
     }
     fn attr_sent(&self, attr: &Attr) {
         self.sent.lock().unwrap().push(attr.ino);
