@@ -165,12 +165,13 @@ impl PassthroughFs {
     /// Whether the file `ino` is on a host filesystem whose files the kernel refuses as
     /// backing files (see `Backend::backing_refused`).
     pub(crate) fn lends_no_backing(&self, ino: Ino) -> bool {
-        let devs = self.unlendable.read();
-        !devs.is_empty()
-            && self
-                .table
-                .get(ino)
-                .is_ok_and(|i| devs.contains(&i.host.dev))
+        if self.unlendable.read().is_empty() {
+            return false;
+        }
+        let Ok(inode) = self.table.get(ino) else {
+            return false;
+        };
+        self.unlendable.read().contains(&inode.host.dev)
     }
 
     /// Whether a plain read-only open may be deferred: a change feed follows the source.

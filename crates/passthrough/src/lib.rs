@@ -88,7 +88,8 @@
 //! 6. leaf locks, never held while taking another: each inode's descriptor slot, the file
 //!    and directory handle tables,
 //!    the watcher's invalidator slot, each inode's record of the attributes the kernel was
-//!    given (`Inode::told`), and the reaper's queue (the reaper thread takes its `dropping`
+//!    given (`Inode::told`), the host filesystems lent no backing files
+//!    (`PassthroughFs::unlendable`), and the reaper's queue (the reaper thread takes its `dropping`
 //!    lock while still holding the queue, and nothing else).
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
