@@ -2,7 +2,8 @@
 //! where memofs cannot see them. Here the source is a local directory with the watcher off,
 //! changed behind memofs's back, and the program reads the names the test gives it from a
 //! FIFO: each change stays hidden behind the kernel's hour-long caches until the feed names
-//! its path, and shows through memofs once it has.
+//! its path, and shows through memofs once it has; file pages the kernel keeps across opens
+//! too.
 
 use std::fs;
 use std::io::Write;
@@ -10,7 +11,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use memofs_e2e::checks::stats_json;
+use memofs_e2e::checks::{settled, stats_json};
 use memofs_e2e::{ok, require_mount, Mount, TempDir};
 
 /// How long a named change may take to show (a loaded machine's slack included).
@@ -113,6 +114,22 @@ fn a_feed_program_names_the_paths_changed_behind_memofs() {
     assert!(
         shows(|| fs::read(m.join("f")).is_ok_and(|d| d == b"new and longer")),
         "the rewritten data never showed"
+    );
+
+    // File pages are kept across opens (the feed is to name every data change): a file read
+    // again sends no READ; and a rewrite of the same size behind memofs shows once named.
+    ok!(fs::write(m.join("kept"), b"read again"));
+    assert_eq!(ok!(fs::read(m.join("kept"))), b"read again");
+    let reads = settled(&m, "READ");
+    for _ in 0..3 {
+        assert_eq!(ok!(fs::read(m.join("kept"))), b"read again");
+    }
+    assert_eq!(settled(&m, "READ"), reads, "reads again reached memofs");
+    ok!(fs::write(src.join("kept"), b"READ AGAIN"));
+    name("kept");
+    assert!(
+        shows(|| fs::read(m.join("kept")).is_ok_and(|d| d == b"READ AGAIN")),
+        "the rewrite of the same size never showed"
     );
 
     // A directory named by the feed that is some process's working directory stays one
