@@ -190,7 +190,7 @@ impl PassthroughFs {
         let open = fh.and_then(|fh| self.files.get(fh).ok());
         let reopened: OwnedFd;
         let fd: BorrowedFd<'_> = match &open {
-            Some(file) if file.ino == inode.ino && file.writable => self.host_fd(file)?,
+            Some(file) if file.ino == inode.ino && file.writable() => self.host_fd(file)?,
             _ => {
                 reopened = self.proc.reopen(inode.fd()?.as_fd(), libc::O_WRONLY)?;
                 reopened.as_fd()

@@ -118,8 +118,7 @@ impl PassthroughFs {
         flags: i32,
         append_only: bool,
     ) -> Result<Opened> {
-        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let flush = writable && close_may_fail(fd.as_fd());
+        let flush = flags & libc::O_ACCMODE != libc::O_RDONLY && close_may_fail(fd.as_fd());
         let file = OpenFile::new(pin, Some(self.budget.keep(fd)?), flags);
         Ok(Opened {
             fh: self.files.insert(file),

@@ -23,8 +23,6 @@ pub(crate) struct OpenFile {
     pub flags: i32,
     /// Keeps the inode's own descriptor open while the file is.
     pub _pin: OpenPin,
-    /// Opened for writing (a truncate can go through it).
-    pub writable: bool,
 }
 
 impl OpenFile {
@@ -36,8 +34,12 @@ impl OpenFile {
             fd: fd.map(OnceLock::from).unwrap_or_default(),
             flags,
             _pin: pin,
-            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
         }
+    }
+
+    /// Opened for writing (a truncate can go through it).
+    pub(crate) fn writable(&self) -> bool {
+        self.flags & libc::O_ACCMODE != libc::O_RDONLY
     }
 }
 

@@ -121,7 +121,7 @@ impl Drop for OpenPin {
 
 /// The attributes the kernel checks an open's permission against (see
 /// [`crate::PassthroughFs::open_file`]), and whether the file had one name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Told {
     mode: u32,
     uid: u32,
