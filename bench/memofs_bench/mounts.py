@@ -155,6 +155,22 @@ def affinity(pid: int) -> list[int] | None:
         return None
 
 
+def server_cpu_seconds(mnt: Path) -> float | None:
+    """User plus system CPU seconds used so far by the processes serving `mnt` (those whose
+    argv names it); None where none does (a kernel filesystem)."""
+    pids = pids_with_arg(str(mnt))
+    if not pids:
+        return None
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])   # utime, stime: stat's 14th and 15th
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def pids_with_arg(arg: str, exe_name: str | None = None) -> list[int]:
     """Processes whose argv contains `arg` (and whose argv[0] ends with exe_name)."""
     out = []

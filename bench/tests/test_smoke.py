@@ -79,9 +79,11 @@ def test_workload_smoke_on_tmpfs(smoke_doc, name):
             got = samples(smoke_doc, key)
             assert got, f"no samples for {key}"
             assert {s["round"] for s in got} == {0, 1}
-            # Rates and times are positive; costs (memory) may be zero (tmpfs has no server).
-            floor_ok = (lambda v: v > 0) if w.metric(metric).higher_better or w.name != "memory" \
-                else (lambda v: v >= 0)
+            # Rates and times are positive; costs (memory, a server's CPU) may be zero (tmpfs
+            # has no server).
+            m = w.metric(metric)
+            zero_ok = not m.higher_better and (w.name == "memory" or m.server_cost)
+            floor_ok = (lambda v: v >= 0) if zero_ok else (lambda v: v > 0)
             assert all(math.isfinite(s["value"]) and floor_ok(s["value"]) for s in got)
             labels = {s["param"] for s in got}
             assert labels == set(smoke_doc["metrics"][key]["params"]) & labels

@@ -42,6 +42,7 @@ class Metric:
     param_name: str = ""      # what the per-row parameter is, e.g. "groups"
     row_label: str | None = None   # mmtests label for the central rows (e.g. "Procs")
     summary: bool = False     # also report medians and ratios to the baseline per row
+    server_cost: bool = False  # what the FUSE server spends: 0 where there is none (tmpfs)
 
 
 @dataclass
