@@ -3,7 +3,7 @@
 # devices the host started (`mem`: the mem backend; `share`: a host directory through the
 # passthrough backend), checks them through ordinary system calls, and writes `PASS name` /
 # `FAIL name: why` lines and `@@` markers for the host to the second serial port. Two more
-# devices take the options VM managers pass: `ro` (a host directory, --readonly, with a
+# devices take the options VM managers pass: `ro` (a host directory, --readonly and -o no_xattr, with a
 # filesystem below it, --announce-submounts) and `ids` (a host directory, --translate-uid,
 # --translate-gid and --xattrmap).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share /ro /ids
@@ -91,6 +91,13 @@ refused ro-unlink rm /ro/kept
 refused ro-chmod chmod 600 /ro/kept
 refused ro-touch touch /ro/kept
 if command -v setfattr >/dev/null; then refused ro-setfattr setfattr -n user.x -v 1 /ro/kept; fi
+# The ro device is also served with -o no_xattr: the guest's kernel stops asking.
+if command -v getfattr >/dev/null; then
+    for i in 1 2 3 4 5; do
+        fails_with ro-no-xattr-get-$i "not supported" getfattr -n user.x /ro/kept
+        fails_with ro-no-xattr-list-$i "not supported" getfattr -d -m - /ro/kept
+    done
+fi
 same ro-still-there "$(cat /ro/kept 2>&1)" "kept on the host"
 # The filesystem mounted below it on the host (--announce-submounts): a device of its own.
 same submount-read "$(cat /ro/sub/inner 2>&1)" "in a submount"

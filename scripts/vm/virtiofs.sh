@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
 # (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
-# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly, with a
-# filesystem mounted below it announced to the guest) and `ids` (one with translated ids and
+# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly and
+# -o no_xattr, with a filesystem mounted below it announced to the guest) and `ids` (one with translated ids and
 # mapped extended attribute names), guest memory shared through memory-backend-memfd. The
 # guest (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host
 # checks what the read-only and translated shares hold afterwards, counts the requests of
@@ -161,7 +161,7 @@ run_one() {
     local mem_pid=$!
     (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
-    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts >"$out/ro.log" 2>&1 &
+    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts -o no_xattr >"$out/ro.log" 2>&1 &
     local ro_pid=$!
     "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
         --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \
@@ -236,8 +236,22 @@ run_one() {
         "$memofs" stats --json "$out/mem.sock" |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("LOOKUP",{}).get("count",0))'
     }
+    # -o no_xattr on the ro device: five getxattrs and five listxattrs in the guest, one
+    # request of each kind at most (the kernel remembers ENOSYS).
+    xattr_requests() {
+        "$memofs" stats --json "$out/ro.sock" |
+            python3 -c 'import json,sys; r=json.load(sys.stdin)["requests"]; print(sum(r.get(k,{}).get("count",0) for k in ("GETXATTR","LISTXATTR")))'
+    }
     local before after
     if wait_for "$out/output.log" "$limit" "^@@ LOOK$"; then
+        after=$(xattr_requests)
+        if ! command -v getfattr >/dev/null; then
+            echo "SKIP ro-no-xattr-requests: no getfattr on the host for the guest (scripts/setup.sh installs it)" >>"$host"
+        elif [ -n "$after" ] && [ "$after" -ge 1 ] && [ "$after" -le 2 ]; then
+            echo "PASS ro-no-xattr-requests ($after GETXATTR and LISTXATTR requests for 10 calls)" >>"$host"
+        else
+            echo "FAIL ro-no-xattr-requests: '$after' GETXATTR and LISTXATTR requests for 10 calls" >>"$host"
+        fi
         before=$(lookups)
         touch "$out/share/go-look"
         if wait_for "$out/output.log" 300 "^@@ LOOKED 10000$"; then

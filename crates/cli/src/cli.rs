@@ -109,7 +109,7 @@ pub struct VirtiofsdArgs {
     /// with the shared directory's device number
     #[arg(long = "no-announce-submounts", overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
-    /// Extended attributes (always on)
+    /// Extended attributes (the default here; `-o no_xattr` or `-o xattr=off` turns them off)
     #[arg(long = "xattr")]
     pub xattr: bool,
     /// POSIX ACLs: never (the default, as virtiofsd's), auto (where the backend keeps them)

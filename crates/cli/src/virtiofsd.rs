@@ -40,13 +40,15 @@ struct Legacy {
     sandbox: Option<String>,
     xattrmap: Option<String>,
     security_label: bool,
+    /// Remote locks asked for (`posix_lock`, `flock`).
+    remote_locks: Vec<String>,
 }
 
 /// Splits the `-o` lists into memofs options and virtiofsd's older forms (`source=DIR`, where
 /// `,,` stands for a comma as libvirt writes it; `cache=`; `sandbox=`; `xattrmap=`;
-/// `security_label`; and what memofs does
-/// anyway: `xattr`, `posix_lock`, `flock`, or has no use for: `no_xattr`, `no_posix_lock`,
-/// `no_flock`).
+/// `security_label`; `xattr` and `no_xattr`, memofs's `xattr=on|off`; `posix_lock` and
+/// `flock`, remote locks, which [`setup`] takes only where they change nothing; and what
+/// memofs does anyway: `no_posix_lock`, `no_flock`, locks kept by the guest's kernel).
 fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
     let mut legacy = Legacy::default();
     let mut ours = Vec::new();
@@ -57,10 +59,10 @@ fn split_options(lists: &[String]) -> (Vec<String>, Legacy) {
             Some(("sandbox", mode)) => legacy.sandbox = Some(mode.into()),
             Some(("xattrmap", map)) => legacy.xattrmap = Some(map.into()),
             None if o == "security_label" => legacy.security_label = true,
-            None if matches!(
-                o.as_str(),
-                "xattr" | "no_xattr" | "posix_lock" | "no_posix_lock" | "flock" | "no_flock"
-            ) => {}
+            None if o == "xattr" => ours.push("xattr=on".into()),
+            None if o == "no_xattr" => ours.push("xattr=off".into()),
+            None if o == "posix_lock" || o == "flock" => legacy.remote_locks.push(o),
+            None if o == "no_posix_lock" || o == "no_flock" => {}
             _ => ours.push(o),
         }
     }
@@ -288,6 +290,13 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
     if let Some(msg) = backends::foreign_option(&options, source.is_some()) {
         return Err(usage(msg));
     }
+    if let (Some(lock), Some(_)) = (legacy.remote_locks.first(), &source) {
+        return Err(usage(format!(
+            "-o {lock}: memofs keeps locks in the guest's kernel (it does not ask for \
+             FUSE_POSIX_LOCKS or FUSE_FLOCK_LOCKS), so processes on the host would not see \
+             the guest's locks; leave it out"
+        )));
+    }
     let sandbox =
         sandbox::SandboxMode::parse(args.sandbox.as_deref().or(legacy.sandbox.as_deref()))
             .map_err(usage)?;
@@ -300,6 +309,20 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         Some(map) => Some(XattrMap::parse(map).map_err(|e| usage(format!("--xattrmap: {e}")))?),
         None => None,
     };
+    let security_label = args.security_label || legacy.security_label;
+    if !opts.xattr {
+        let needs = [
+            (args.xattr, "--xattr"),
+            (xattrs.is_some(), "--xattrmap"),
+            (security_label, "--security-label"),
+            (acl != Want::Off, "--posix-acl"),
+        ];
+        if let Some((_, what)) = needs.iter().find(|(asked, _)| *asked) {
+            return Err(usage(format!(
+                "{what} needs extended attributes, which -o no_xattr (xattr=off) turns off"
+            )));
+        }
+    }
     let source = match source {
         Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
         None => None,
@@ -313,7 +336,7 @@ fn setup(args: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         ids,
         acl,
         xattrs,
-        security_label: args.security_label || legacy.security_label,
+        security_label,
         migration,
     })
 }
@@ -547,10 +570,10 @@ mod tests {
     fn virtiofsds_older_options_are_taken_apart_from_memofs_options() {
         let lists = vec![
             "source=/srv/a,,b,cache=always,xattr,sandbox=chroot".to_string(),
-            "negative_timeout=30,no_posix_lock,security_label".to_string(),
+            "negative_timeout=30,no_posix_lock,security_label,flock,no_xattr".to_string(),
         ];
         let (ours, legacy) = split_options(&lists);
-        assert_eq!(ours, vec!["negative_timeout=30".to_string()]);
+        assert_eq!(ours, ["xattr=on", "negative_timeout=30", "xattr=off"]);
         assert_eq!(
             legacy,
             Legacy {
@@ -559,7 +582,49 @@ mod tests {
                 sandbox: Some("chroot".into()),
                 xattrmap: None,
                 security_label: true,
+                remote_locks: vec!["flock".into()],
             }
+        );
+    }
+
+    #[test]
+    fn no_xattr_turns_extended_attributes_off_and_refuses_what_needs_them() {
+        let xattr = |extra: &[&str]| setup(&args(extra)).map(|s| s.opts.xattr).map_err(|e| e.1);
+        assert_eq!(xattr(&[]), Ok(true));
+        assert_eq!(xattr(&["--xattr"]), Ok(true));
+        assert_eq!(xattr(&["-o", "no_xattr"]), Ok(false));
+        assert_eq!(xattr(&["-o", "xattr=off"]), Ok(false));
+        for (extra, what) in [
+            (&["-o", "no_xattr", "--xattr"][..], "--xattr needs"),
+            (
+                &["-o", "no_xattr", "--security-label"][..],
+                "--security-label needs",
+            ),
+            (
+                &["-o", "no_xattr,xattrmap=:map::user.vm.:"][..],
+                "--xattrmap needs",
+            ),
+            (&["-o", "no_xattr", "--posix-acl"][..], "--posix-acl needs"),
+        ] {
+            let e = xattr(extra).unwrap_err();
+            assert!(e.contains(what), "{extra:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn remote_locks_are_refused_only_where_the_host_shares_the_files() {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_str().unwrap();
+        let ok = |extra: &[&str]| setup(&args(extra)).map(|_| ()).map_err(|e| e.1);
+        assert_eq!(ok(&["-o", "posix_lock,flock"]), Ok(()));
+        assert_eq!(
+            ok(&["--shared-dir", dir, "-o", "no_posix_lock,no_flock"]),
+            Ok(())
+        );
+        let e = ok(&["--shared-dir", dir, "-o", "flock"]).unwrap_err();
+        assert!(
+            e.contains("-o flock: memofs keeps locks in the guest's kernel"),
+            "{e}"
         );
     }
 

@@ -101,6 +101,9 @@ pub struct MountPlan {
     /// `--security-label`: `FUSE_SECURITY_CTX`; the attribute goes through
     /// [`MountPlan::xattrs`]).
     pub security_label: bool,
+    /// Extended attributes are served; without them every xattr request is answered
+    /// `ENOSYS`, which the kernel remembers (`xattr=off`).
+    pub xattr: bool,
     /// How a guest's files are found again where its VM migrates (virtiofsd's
     /// `--migration-*`).
     pub migration: crate::migrate::Choices,
@@ -169,6 +172,7 @@ impl MountPlan {
             xattrs: None,
             announce_submounts: false,
             security_label: false,
+            xattr: opts.xattr,
             migration: Default::default(),
             notifications: true,
         }
@@ -181,10 +185,11 @@ impl MountPlan {
         self.kernel_flags.contains(&KernelFlag::ReadOnly)
     }
 
-    /// Whether ACLs are refused: asked off, or ids are translated (an ACL names ids inside
-    /// its value, which the request layer does not translate).
+    /// Whether ACLs are refused: asked off, ids are translated (an ACL names ids inside its
+    /// value, which the request layer does not translate), or no extended attributes are
+    /// served (ACLs are kept as such).
     pub fn acls_refused(&self) -> bool {
-        self.acl == Want::Off || !self.ids.is_identity()
+        self.acl == Want::Off || !self.ids.is_identity() || !self.xattr
     }
 
     /// Completes the plan with what the built backend can do.
@@ -300,6 +305,7 @@ impl MountPlan {
             ("writeback", self.writeback().to_string()),
             ("direct_io", self.direct_io.name().to_string()),
             ("posix_acl", self.posix_acl.to_string()),
+            ("xattr", self.xattr.to_string()),
             ("threads", self.threads.to_string()),
             ("busy_poll_us", self.busy_poll.as_micros().to_string()),
         ];

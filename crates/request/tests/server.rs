@@ -196,6 +196,30 @@ fn trusted_xattrs_are_listed_to_privileged_callers_only() {
     );
 }
 
+#[test]
+fn without_xattrs_every_xattr_request_is_enosys_and_reaches_no_backend() {
+    let s = setup(&["xattr=off"], false, Granted::default());
+    let before = s.fake.calls().len();
+    let set = Op::Setxattr {
+        name: name("user.a"),
+        value: b"v",
+        flags: 0,
+        acl_kill_sgid: false,
+    };
+    let get = Op::Getxattr {
+        name: name("security.capability"),
+        size: 0,
+    };
+    let remove = Op::Removexattr {
+        name: name("user.a"),
+    };
+    for op in [set, get, Op::Listxattr { size: 100 }, remove] {
+        assert_eq!(s.ask(2, Caller::ROOT, op), Reply::Error(Errno::ENOSYS));
+    }
+    assert_eq!(s.fake.calls().len(), before, "{:?}", s.fake.calls());
+    assert!(!s.server.plan().posix_acl, "ACLs are extended attributes");
+}
+
 /// A server granted FUSE passthrough over a backend that lends descriptors and, if `keeps`,
 /// keeps lending the same one after the last close.
 fn lending(keeps: bool) -> Setup {

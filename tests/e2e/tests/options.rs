@@ -520,3 +520,50 @@ fn cpu_latency_is_asked_for_while_requests_stream_and_dropped_after() {
     let doc = memofs_e2e::checks::stats_json(off.path()).unwrap_or_else(|e| panic!("{e}"));
     assert!(doc.contains("not asked (cpu_latency=off)"), "{doc}");
 }
+
+/// `xattr=off`: every xattr call through the mount fails `EOPNOTSUPP`, and once the server
+/// has answered a kind of xattr request `ENOSYS` the kernel asks no more, not even for the
+/// `security.capability` it looks up before each chown (and a file's first write), which a
+/// default mount answers once per file.
+#[test]
+fn xattr_off_refuses_xattrs_and_spares_the_capability_lookups() {
+    require_mount!();
+    for (opts, off) in [(&["xattr=off"][..], true), (&[][..], false)] {
+        let m = Mount::mem(opts);
+        for i in 0..20 {
+            let p = m.join(format!("f{i}"));
+            fs::write(&p, b"x").unwrap();
+            sys::chown(&p, 0, 0).unwrap();
+        }
+        let gets = memofs_e2e::checks::settled(&m, "GETXATTR");
+        if !off {
+            assert!(gets >= 20, "{opts:?}: 20 chowns sent {gets} GETXATTRs");
+            continue;
+        }
+        assert!(gets <= 1, "{opts:?}: 20 chowns sent {gets} GETXATTRs");
+        let f = m.join("f0");
+        assert_errno!(sys::getxattr(&f, "user.a"), libc::EOPNOTSUPP, "getxattr");
+        assert_errno!(
+            sys::setxattr(&f, "user.a", b"v", 0),
+            libc::EOPNOTSUPP,
+            "setxattr"
+        );
+        assert_errno!(sys::listxattr(&f), libc::EOPNOTSUPP, "listxattr");
+        assert_errno!(
+            sys::removexattr(&f, "user.a"),
+            libc::EOPNOTSUPP,
+            "removexattr"
+        );
+        for _ in 0..10 {
+            let _ = sys::getxattr(&f, "user.a");
+            let _ = sys::setxattr(&f, "user.a", b"v", 0);
+        }
+        for op in ["GETXATTR", "SETXATTR", "LISTXATTR", "REMOVEXATTR"] {
+            let n = memofs_e2e::checks::settled(&m, op);
+            assert!(
+                n <= 1,
+                "{op}: {n} requests after the kernel was told ENOSYS"
+            );
+        }
+    }
+}

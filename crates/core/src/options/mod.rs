@@ -176,6 +176,8 @@ pub struct MountOptions {
     pub writeback: Want,
     /// Which opens bypass the page cache.
     pub direct_io: DirectIo,
+    /// Extended attributes served (`xattr=off`: every xattr request answered `ENOSYS`).
+    pub xattr: bool,
     /// Request threads, each on its own cloned `/dev/fuse` queue.
     pub threads: usize,
     /// How long the reading request thread polls for the next request before it sleeps.

@@ -95,6 +95,7 @@ impl Parsing {
                 atime_given: false,
                 writeback: Want::Auto,
                 direct_io: DirectIo::Off,
+                xattr: true,
                 threads: super::default_threads(),
                 busy_poll: Duration::from_micros(DEFAULT_BUSY_POLL_US),
                 passthrough: Want::Auto,
@@ -415,6 +416,21 @@ pub(super) static OPTIONS: &[Spec] = &[
                 Some("large") => DirectIo::Large,
                 Some("off") => DirectIo::Off,
                 Some(_) => return Err(err(g.text, "expected off, large or all")),
+            };
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "xattr=on|off",
+        names: &["xattr"],
+        prefixes: &[],
+        scope: Scope::Any,
+        default: || "on".into(),
+        help: "extended attributes; off answers each kind of xattr request ENOSYS once, after which the kernel fails it with EOPNOTSUPP itself and asks no more: no POSIX ACLs, no security labels, and no request for a file's security.capability before each chown and first write (what virtiofsd does without --xattr)",
+        apply: |p, g| {
+            p.o.xattr = match g.value {
+                None => true,
+                Some(v) => parse_switch(g.text, v)?,
             };
             Ok(())
         },

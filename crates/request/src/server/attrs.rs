@@ -58,7 +58,14 @@ impl<B: Backend> Server<B> {
     }
 
     /// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.
+    /// Without extended attributes (`xattr=off`) each is answered `ENOSYS`: the kernel then
+    /// remembers that this kind of request is not served and fails it itself from then on
+    /// (`EOPNOTSUPP`), so no request follows, not even the `security.capability` lookups it
+    /// makes before each chown and a file's first write.
     pub(super) fn xattrs(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
+        if !self.plan.xattr {
+            return out.error(Errno::ENOSYS);
+        }
         let b = &*self.backend;
         let host_name = |name| crate::xattrs::host_name(&self.plan, name);
         match *op {
