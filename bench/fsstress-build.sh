@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# fsstress-build.sh: builds xfstests' fsstress (ltp/fsstress.c, one C file) and installs it as
-# $PREFIX/bin/fsstress (default /usr/local), for the memory benchmark's fsstress part. Debian
+# fsstress-build.sh: builds xfstests' fsstress and fsx (ltp/fsstress.c and ltp/fsx.c, one C
+# file each) and installs them as $PREFIX/bin/fsstress and $PREFIX/bin/fsx (default
+# /usr/local), for the memory benchmark's fsstress part and runs by hand (docs/testing.md). Debian
 # packages neither xfstests nor LTP, so the source comes from xfstests' git repository:
 # XFSTESTS_SRC names a checkout, a bare repository or a directory holding ltp/fsstress.c,
 # src/global.h and src/fiexchange.h; without it the script clones
@@ -28,8 +29,8 @@ if [ -z "${XFSTESTS_SRC:-}" ]; then
     git clone -q --depth 1 https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git "$XFSTESTS_SRC"
 fi
 
-# 2. Get exactly three source files.
-files="ltp/fsstress.c src/global.h src/fiexchange.h"
+# 2. Get exactly five source files.
+files="ltp/fsstress.c ltp/fsx.c src/global.h src/fiexchange.h src/statx.h"
 if [ -f "$XFSTESTS_SRC/ltp/fsstress.c" ]; then
     for f in $files; do install -D -m 0644 "$XFSTESTS_SRC/$f" "$f"; done
 elif git --git-dir="$XFSTESTS_SRC" rev-parse --git-dir >/dev/null 2>&1 \
@@ -47,6 +48,8 @@ if [ "${XFSTESTS_COMMIT:0:12}" = 63a29724a85f ]; then
 00bc62a5fac6f53549172275e0285e649ade26f1ce4e54a89f008417e85303d4  ltp/fsstress.c
 39098ae040e847dc66af847001750e702350fb46012aa2cba41d84881d35f581  src/global.h
 a11a55fc572c8332703bbb2b59f5f5ad6a285ca3eff6f1bafdc6533a56b55605  src/fiexchange.h
+7c2e4ab2982a66c6b7d2e10f015a2f270a96acaee9d2fa7a90ed6a4f60f91e78  ltp/fsx.c
+d08b00f0e8be182d238a9f2c3f31ba3eec879fcc6b6e3bf1f7fba2d533602c57  src/statx.h
 EOF
 fi
 
@@ -80,19 +83,24 @@ cat > include/config.h <<'EOF'
 #define HAVE_RENAMEAT2 1
 EOF
 
-# 4. Compile the single C file with the flags xfstests' ltp/Makefile + builddefs would use.
+# 4. Compile each C file with the flags xfstests' ltp/Makefile + builddefs would use.
 #    NEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE: bookworm's xfslibs-dev 6.1 predates XFS_IOC_EXCHANGE_RANGE.
 gcc -std=gnu11 -funsigned-char -fno-strict-aliasing -Wall -O2 -g \
     -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
     -DXFS -DAIO -DURING -DFALLOCATE -DHAVE_COPY_FILE_RANGE -DNEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE \
     -Iinclude -Isrc ltp/fsstress.c -o fsstress -laio -luring -lpthread -lm
+gcc -std=gnu11 -funsigned-char -fno-strict-aliasing -Wall -O2 -g \
+    -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DAIO -DURING -DNEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE \
+    -Iinclude -Isrc ltp/fsx.c -o fsx -laio -luring
 
 # 5. Install.
 install -D -m 0755 fsstress "$PREFIX/bin/fsstress"
-echo "installed $PREFIX/bin/fsstress"
+install -D -m 0755 fsx "$PREFIX/bin/fsx"
+echo "installed $PREFIX/bin/fsstress and $PREFIX/bin/fsx"
 
 # 6. Smoke test (quick, in a private temp dir).
 t=$(mktemp -d)
 "$PREFIX/bin/fsstress" -d "$t/work" -p 2 -n 200 -s 1 >/dev/null
+"$PREFIX/bin/fsx" -q -N 1000 -S 1 "$t/fsx" >/dev/null
 rm -rf "$t"
-echo "fsstress smoke test OK"
+echo "fsstress and fsx smoke tests OK"
