@@ -3,9 +3,9 @@
 # devices the host started (`mem`: the mem backend; `share`: a host directory through the
 # passthrough backend), checks them through ordinary system calls, and writes `PASS name` /
 # `FAIL name: why` lines and `@@` markers for the host to the second serial port. Two more
-# devices take the options VM managers pass: `ro` (a host directory, --readonly and -o no_xattr, with a
-# filesystem below it, --announce-submounts) and `ids` (a host directory, --translate-uid,
-# --translate-gid and --xattrmap).
+# devices take the options VM managers pass: `ro` (a host directory, --readonly, -o no_xattr
+# and --cache=always, with a filesystem below it, --announce-submounts) and `ids` (a host
+# directory, --translate-uid, --translate-gid and --xattrmap).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share /ro /ids
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -91,6 +91,9 @@ refused ro-unlink rm /ro/kept
 refused ro-chmod chmod 600 /ro/kept
 refused ro-touch touch /ro/kept
 if command -v setfattr >/dev/null; then refused ro-setfattr setfattr -n user.x -v 1 /ro/kept; fi
+# The ro device keeps what it is given (--cache=always): listed without OPENDIR.
+for i in 1 2 3; do same ro-listing-$i "$(ls /ro | tr '\n' ' ')" "kept sub "; done
+same ro-sub-listing "$(ls /ro/sub | tr '\n' ' ')" "inner "
 # The ro device is also served with -o no_xattr: the guest's kernel stops asking.
 if command -v getfattr >/dev/null; then
     for i in 1 2 3 4 5; do

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # virtiofs.sh KERNEL-ID...: boots each pinned kernel (scripts/vm/kernels.tsv) in a QEMU guest
 # (TCG) with four vhost-user-fs devices served by `memofs virtiofsd`: `mem` (the mem backend),
-# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly and
-# -o no_xattr, with a filesystem mounted below it announced to the guest) and `ids` (one with translated ids and
-# mapped extended attribute names), guest memory shared through memory-backend-memfd. The
+# `share` (a host directory, the passthrough backend), `ro` (one shared --readonly,
+# -o no_xattr and --cache=always, with a filesystem mounted below it announced to the
+# guest) and `ids` (one with translated ids and mapped extended attribute names), guest
+# memory shared through memory-backend-memfd. The
 # guest (scripts/vm/virtiofs-guest.sh) checks them through ordinary system calls; the host
 # checks what the read-only and translated shares hold afterwards, counts the requests of
 # the seed's loop (`memofs stats` on the device's socket), changes the shared directory
@@ -161,7 +162,7 @@ run_one() {
     local mem_pid=$!
     (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
-    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts -o no_xattr >"$out/ro.log" 2>&1 &
+    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts -o no_xattr --cache=always >"$out/ro.log" 2>&1 &
     local ro_pid=$!
     "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
         --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \
@@ -236,15 +237,24 @@ run_one() {
         "$memofs" stats --json "$out/mem.sock" |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("LOOKUP",{}).get("count",0))'
     }
-    # -o no_xattr on the ro device: five getxattrs and five listxattrs in the guest, one
-    # request of each kind at most (the kernel remembers ENOSYS).
-    xattr_requests() {
+    # Requests of the given kinds the ro device's server counted.
+    ro_requests() {
         "$memofs" stats --json "$out/ro.sock" |
-            python3 -c 'import json,sys; r=json.load(sys.stdin)["requests"]; print(sum(r.get(k,{}).get("count",0) for k in ("GETXATTR","LISTXATTR")))'
+            python3 -c 'import json,sys; r=json.load(sys.stdin)["requests"]; print(sum(r.get(k,{}).get("count",0) for k in sys.argv[1:]))' "$@"
     }
     local before after
     if wait_for "$out/output.log" "$limit" "^@@ LOOK$"; then
-        after=$(xattr_requests)
+        # --cache=always on the ro device: four listings in the guest, one OPENDIR at most
+        # (declined once) and no RELEASEDIR.
+        after=$(ro_requests OPENDIR RELEASEDIR)
+        if [ -n "$after" ] && [ "$after" -le 1 ]; then
+            echo "PASS ro-listings-without-opendir ($after OPENDIR and RELEASEDIR for 4 listings)" >>"$host"
+        else
+            echo "FAIL ro-listings-without-opendir: '$after' OPENDIR and RELEASEDIR for 4 listings" >>"$host"
+        fi
+        # -o no_xattr on the ro device: five getxattrs and five listxattrs in the guest, one
+        # request of each kind at most (the kernel remembers ENOSYS).
+        after=$(ro_requests GETXATTR LISTXATTR)
         if ! command -v getfattr >/dev/null; then
             echo "SKIP ro-no-xattr-requests: no getfattr on the host for the guest (scripts/setup.sh installs it)" >>"$host"
         elif [ -n "$after" ] && [ "$after" -ge 1 ] && [ "$after" -le 2 ]; then
