@@ -155,20 +155,39 @@ def affinity(pid: int) -> list[int] | None:
         return None
 
 
-def server_cpu_seconds(mnt: Path) -> float | None:
-    """User plus system CPU seconds used so far by the processes serving `mnt` (those whose
-    argv names it); None where none does (a kernel filesystem)."""
-    pids = pids_with_arg(str(mnt))
-    if not pids:
+def tree_cpu_seconds(pids: list[int]) -> float | None:
+    """User plus system CPU seconds used so far by processes `pids` and every process below
+    them (a sandboxed server runs in a child), counting children they have reaped; None
+    without a live one."""
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stats[int(d)] = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                pass
+    children: dict[int, list[int]] = {}
+    for pid, f in stats.items():
+        children.setdefault(int(f[1]), []).append(pid)
+    todo = [p for p in pids if p in stats]
+    if not todo:
         return None
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+    ticks, seen = 0, set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
             continue
-        ticks += int(fields[11]) + int(fields[12])   # utime, stime: stat's 14th and 15th
+        seen.add(pid)
+        f = stats[pid]   # after the command: state, ppid, ...; utime..cstime are 11-14
+        ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        todo += children.get(pid, [])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(mnt: Path) -> float | None:
+    """CPU seconds used so far by the processes serving `mnt` (those whose argv names it,
+    and theirs); None where none does (a kernel filesystem)."""
+    return tree_cpu_seconds(pids_with_arg(str(mnt)))
 
 
 def pids_with_arg(arg: str, exe_name: str | None = None) -> list[int]:

@@ -104,6 +104,7 @@ class Context:
     notes: list[str] = field(default_factory=list)
     stats: Callable[[], dict | None] = lambda: None   # the server's own counters, if it has any
     guest: "Guest | None" = None        # the guest the filesystem is mounted in, if any
+    server_cpu: Callable[[], float | None] = lambda: None   # its server's CPU seconds so far
 
     def ints(self, name: str) -> list[int]:
         return [int(x) for x in split_list(self.params[name])]

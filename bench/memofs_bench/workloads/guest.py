@@ -14,7 +14,8 @@ round trip of a few milliseconds included, the same for every target):
 
 Checked: every file's size after dd, dd's data read back equal to what was written, the
 files find lists, grep's count of matching lines, the tree gone after rm. With memofs (its
-`stats` on the device's socket), each step also gives the requests it caused.
+`stats` on the device's socket), each step also gives the requests it caused; with any
+server, the CPU time its processes spent in the step (what TCG's own pace leaves out).
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def steps(ctx: Context):
         if s.cold:
             guest.check(DROP, "dropping the guest's caches")
         ctx.status(s.label)
-        before = ctx.stats()
+        before, cpu0 = ctx.stats(), ctx.server_cpu()
         rc, out, secs = guest.run(s.script)
+        cpu1 = ctx.server_cpu()
         after = ctx.stats() if before is not None else None
         if rc != 0:
             raise CheckFailed(f"{s.label}: exit {rc} in the guest: {out.strip()[-300:]}")
@@ -114,6 +116,8 @@ def steps(ctx: Context):
                 raise CheckFailed(f"{s.label}: the check `{s.check}` failed in the guest: "
                                   f"{out.strip()[-300:]}")
         yield "time", s.label, secs
+        if cpu0 is not None and cpu1 is not None:
+            yield "server-cpu", s.label, cpu1 - cpu0
         if before is not None and after is not None:
             ops = requests_by_op(before, after)
             total = sum(ops.values())
@@ -139,9 +143,12 @@ WORKLOAD = Workload(
     ],
     metrics=[Metric("time", "step time in the guest", "s", False, "step", summary=True),
              Metric("requests", "FUSE requests per step (memofs stats)", "requests", False,
-                    "step", summary=True)],
-    parts=[Part("guest", ("time", "requests"), steps, ("qemu-system-x86_64", "busybox", "cpio"),
-                lambda p: list(LABELS))],
+                    "step", summary=True),
+             Metric("server-cpu", "server CPU time per step (user plus system, every "
+                    "process of the server)", "CPU-s", False, "step", summary=True,
+                    server_cost=True)],
+    parts=[Part("guest", ("time", "requests", "server-cpu"), steps,
+                ("qemu-system-x86_64", "busybox", "cpio"), lambda p: list(LABELS))],
     prepare=prepare,
     guest=setup,
 )
