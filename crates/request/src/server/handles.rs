@@ -295,17 +295,20 @@ impl<B: Backend> Server<B> {
     }
 
     /// Whether the kernel keeps directory listings: the backend is the only writer (so the
-    /// kernel drops a listing whenever it changes through the mount), it reports every
-    /// other change as it happens ([`Backend::sees_every_change`]), or the mount keeps what
-    /// it was given anyway (a guest's `--cache=always`, which [`Self::may_keep_listings`]
-    /// would grant at each OPENDIR: a listing then goes when a change of the directory's
-    /// mtime shows after the long timeout, either way); and no atime rule forbids it. Then
-    /// OPENDIR is answered `ENOSYS`, once: the kernel stops sending OPENDIR and RELEASEDIR
-    /// (two round trips per listing) and keeps every listing (`FOPEN_KEEP_CACHE |
-    /// FOPEN_CACHE_DIR`); each READDIR is served from the offset it names.
+    /// kernel drops a listing whenever it changes through the mount) or it reports every
+    /// other change as it happens ([`Backend::sees_every_change`]), and no atime rule forbids
+    /// it; or the mount keeps what it was given anyway (a guest's `--cache=always`: a
+    /// listing goes when a change of the directory's mtime shows after the long timeout)
+    /// and no listing ever moves a directory's atime (`noatime`, `nodiratime`, a read-only
+    /// mount), since under `relatime` only the check at each OPENDIR keeps the rule there
+    /// (see [`Self::may_keep_listings`]). Then OPENDIR is answered `ENOSYS`, once: the
+    /// kernel stops sending OPENDIR and RELEASEDIR (two round trips per listing) and keeps
+    /// every listing (`FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR`); each READDIR is served from the
+    /// offset it names.
     fn declines_opendir(&self) -> bool {
-        (self.plan.keeps_across_opens() || self.backend.sees_every_change())
-            && self.keeper.listings_kept()
+        let kept = self.plan.sole_writer || self.backend.sees_every_change();
+        let kept_anyway = self.plan.keeps_across_opens() && self.keeper.keeps_always(true);
+        (kept || kept_anyway) && self.keeper.listings_kept()
     }
 
     /// Whether the kernel may keep directory listings at all: as above, or the backend
