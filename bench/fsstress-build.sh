@@ -4,9 +4,9 @@
 # /usr/local), for the memory benchmark's fsstress part and runs by hand (docs/testing.md). Debian
 # packages neither xfstests nor LTP, so the source comes from xfstests' git repository:
 # XFSTESTS_SRC names a checkout, a bare repository or a directory holding ltp/fsstress.c,
-# src/global.h and src/fiexchange.h; without it the script clones
+# ltp/fsx.c, src/global.h, src/fiexchange.h and src/statx.h; without it the script clones
 # https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git (needs the network).
-# XFSTESTS_COMMIT picks the commit of a repository (default HEAD); the three files of commit
+# XFSTESTS_COMMIT picks the commit of a repository (default HEAD); the five files of commit
 # 63a29724a85f are checked against their hashes. SKIP_APT=1 skips installing the build packages.
 set -euo pipefail
 
@@ -90,7 +90,8 @@ gcc -std=gnu11 -funsigned-char -fno-strict-aliasing -Wall -O2 -g \
     -DXFS -DAIO -DURING -DFALLOCATE -DHAVE_COPY_FILE_RANGE -DNEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE \
     -Iinclude -Isrc ltp/fsstress.c -o fsstress -laio -luring -lpthread -lm
 gcc -std=gnu11 -funsigned-char -fno-strict-aliasing -Wall -O2 -g \
-    -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -DAIO -DURING -DNEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE \
+    -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
+    -DAIO -DURING -DHAVE_COPY_FILE_RANGE -DNEED_INTERNAL_XFS_IOC_EXCHANGE_RANGE \
     -Iinclude -Isrc ltp/fsx.c -o fsx -laio -luring
 
 # 5. Install.

@@ -466,7 +466,11 @@ fn listings_stay_in_the_kernel_only_where_every_change_is_seen() {
     };
     for atime in ["noatime", "nodiratime"] {
         let s = guest(&[atime, "cache=always"]);
-        assert_eq!(s.ask(1, USER, opendir()), Reply::Error(Errno::ENOSYS), "{atime}");
+        assert_eq!(
+            s.ask(1, USER, opendir()),
+            Reply::Error(Errno::ENOSYS),
+            "{atime}"
+        );
     }
     let s = guest(&["relatime", "cache=always"]);
     assert!(matches!(s.ask(1, USER, opendir()), Reply::Opened(_)));

@@ -58,10 +58,11 @@ impl<B: Backend> Server<B> {
     }
 
     /// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.
-    /// Without extended attributes (`xattr=off`) each is answered `ENOSYS`: the kernel then
-    /// remembers that this kind of request is not served and fails it itself from then on
-    /// (`EOPNOTSUPP`), so no request follows, not even the `security.capability` lookups it
-    /// makes before each chown and a file's first write.
+    /// Without extended attributes (`xattr=off`) each is answered `ENOSYS` (on a read-only
+    /// mount SETXATTR and REMOVEXATTR get `EROFS` first, see `Server::dispatch`): the kernel
+    /// then remembers that this kind of request is not served and fails it itself from then
+    /// on (`EOPNOTSUPP`), so no request follows, not even the `security.capability` lookups
+    /// it makes before each chown and a file's first write.
     pub(super) fn xattrs(&self, ino: Ino, caller: &Caller, op: &Op<'_>, out: &mut dyn ReplyOut) {
         if !self.plan.xattr {
             return out.error(Errno::ENOSYS);
