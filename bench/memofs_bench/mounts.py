@@ -184,12 +184,6 @@ def tree_cpu_seconds(pids: list[int]) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def server_cpu_seconds(mnt: Path) -> float | None:
-    """CPU seconds used so far by the processes serving `mnt` (those whose argv names it,
-    and theirs); None where none does (a kernel filesystem)."""
-    return tree_cpu_seconds(pids_with_arg(str(mnt)))
-
-
 def pids_with_arg(arg: str, exe_name: str | None = None) -> list[int]:
     """Processes whose argv contains `arg` (and whose argv[0] ends with exe_name)."""
     out = []

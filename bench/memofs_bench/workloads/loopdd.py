@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .. import mounts, tools
+from .. import tools
 from . import Context, Metric, Param, Part, Workload, split_list
 
 COPIED = re.compile(r"^(\d+) bytes.*copied, ([0-9.e+-]+) s", re.M)
@@ -27,9 +27,9 @@ def _dd(ctx: Context, args: list[str]) -> tuple[int, float]:
 def _timed_dd(ctx: Context, args: list[str], nbytes: int):
     """dd's bytes and seconds, and the server's CPU seconds per GiB meanwhile (0 where no
     server serves the mount)."""
-    cpu0 = mounts.server_cpu_seconds(ctx.mnt)
+    cpu0 = ctx.server_cpu()
     n, secs = _dd(ctx, args)
-    cpu1 = mounts.server_cpu_seconds(ctx.mnt)
+    cpu1 = ctx.server_cpu()
     n = nbytes if n < 0 else n
     per_gib = 0.0 if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / (n / 2 ** 30)
     return n, secs, per_gib
