@@ -23,7 +23,7 @@ use std::sync::Arc;
 use memofs_core::{Attr, Caller, Errno, FileKind, Ino, Opened, Result};
 
 use crate::creds::CallerUmask;
-use crate::handles::OpenFile;
+use crate::handles::{writes, OpenFile};
 use crate::inode::OpenPin;
 use crate::inode::{Inode, Told};
 use crate::sys;
@@ -94,9 +94,8 @@ impl PassthroughFs {
         let pin = OpenPin::new(inode);
         let open =
             |flags| self.open_noatime(false, flags, |f| self.proc.reopen(inode.fd()?.as_fd(), f));
-        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         match open(flags) {
-            Err(Errno::EPERM) if writing && append => {
+            Err(Errno::EPERM) if writes(flags) && append => {
                 let fd = open(flags | libc::O_APPEND)?;
                 self.new_handle(pin, fd, flags, true)
             }
@@ -118,7 +117,7 @@ impl PassthroughFs {
         flags: i32,
         append_only: bool,
     ) -> Result<Opened> {
-        let flush = flags & libc::O_ACCMODE != libc::O_RDONLY && close_may_fail(fd.as_fd());
+        let flush = writes(flags) && close_may_fail(fd.as_fd());
         let file = OpenFile::new(pin, Some(self.budget.keep(fd)?), flags);
         Ok(Opened {
             fh: self.files.insert(file),

@@ -39,8 +39,13 @@ impl OpenFile {
 
     /// Opened for writing (a truncate can go through it).
     pub(crate) fn writable(&self) -> bool {
-        self.flags & libc::O_ACCMODE != libc::O_RDONLY
+        writes(self.flags)
     }
+}
+
+/// Whether open flags `flags` open for writing.
+pub(crate) fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY
 }
 
 /// `fh` → handle. Requests clone the `Arc` and drop the lock before any system call, so a
