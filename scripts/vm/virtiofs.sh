@@ -231,22 +231,21 @@ run_one() {
     else
         echo "FAIL guarded: the guest never got to it" >>"$host"
     fi
-    # The seed's loop: the guest answers repeated misses itself. LOOKUPs the mem device's
-    # server counted before the loop and after it.
-    lookups() {
-        "$memofs" stats --json "$out/mem.sock" |
-            python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"].get("LOOKUP",{}).get("count",0))'
-    }
-    # Requests of the given kinds the ro device's server counted.
-    ro_requests() {
-        "$memofs" stats --json "$out/ro.sock" |
+    # Requests of the given kinds device DEVICE's server counted: requests DEVICE KIND...
+    requests() {
+        local device=$1
+        shift
+        "$memofs" stats --json "$out/$device.sock" |
             python3 -c 'import json,sys; r=json.load(sys.stdin)["requests"]; print(sum(r.get(k,{}).get("count",0) for k in sys.argv[1:]))' "$@"
     }
+    # The seed's loop: the guest answers repeated misses itself. LOOKUPs the mem device's
+    # server counted before the loop and after it.
+    lookups() { requests mem LOOKUP; }
     local before after
     if wait_for "$out/output.log" "$limit" "^@@ LOOK$"; then
         # --cache=always on the ro device: four listings in the guest, one OPENDIR at most
         # (declined once) and no RELEASEDIR.
-        after=$(ro_requests OPENDIR RELEASEDIR)
+        after=$(requests ro OPENDIR RELEASEDIR)
         if [ -n "$after" ] && [ "$after" -le 1 ]; then
             echo "PASS ro-listings-without-opendir ($after OPENDIR and RELEASEDIR for 4 listings)" >>"$host"
         else
@@ -254,7 +253,7 @@ run_one() {
         fi
         # -o no_xattr on the ro device: five getxattrs and five listxattrs in the guest, one
         # request of each kind at most (the kernel remembers ENOSYS).
-        after=$(ro_requests GETXATTR LISTXATTR)
+        after=$(requests ro GETXATTR LISTXATTR)
         if ! command -v getfattr >/dev/null; then
             echo "SKIP ro-no-xattr-requests: no getfattr on the host for the guest (scripts/setup.sh installs it)" >>"$host"
         elif [ -n "$after" ] && [ "$after" -ge 1 ] && [ "$after" -le 2 ]; then
