@@ -38,6 +38,7 @@ use vhost::vhost_user::message::{
     VhostTransferStateDirection, VhostTransferStatePhase, VhostUserProtocolFeatures,
     VhostUserVirtioFeatures,
 };
+use vhost_user_backend::bitmap::BitmapMmapRegion;
 use vhost_user_backend::{VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
@@ -61,10 +62,20 @@ pub const QUEUE_SIZE: usize = 1024;
 /// each queue the VMM enables has a thread of its own.
 pub const REQUEST_QUEUES: usize = 4;
 
+/// The guest's memory as the device maps it: each region with a dirty bitmap that, while a
+/// VMM migrates the VM (`VHOST_USER_SET_LOG_BASE`), marks in the VMM's log every page the
+/// device writes (replies, used ring entries, READ data), so that the VMM copies those pages
+/// again.
+pub type GuestRam = GuestMemoryMmap<BitmapMmapRegion>;
+/// The guest's memory as the VMM replaces it.
+pub type SharedMemory = GuestMemoryAtomic<GuestRam>;
+/// One of the device's queues.
+pub type Vring = VringRwLock<SharedMemory>;
+
 /// The vhost-user-fs device: the queues' side of a [`GuestFs`].
 pub struct VirtioFs<B: Backend> {
     guest_fs: Arc<GuestFs<B>>,
-    mem: RwLock<Option<GuestMemoryAtomic<GuestMemoryMmap>>>,
+    mem: RwLock<Option<SharedMemory>>,
     event_idx: AtomicBool,
     /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
     buffers: Vec<Mutex<Buffers>>,
@@ -107,7 +118,7 @@ impl<B: Backend> VirtioFs<B> {
     /// buffers; tells the guest if it asked. What a guest gets wrong here (a kick before
     /// its memory is known, a head index outside the queue) is logged and skipped: the
     /// queue's thread goes on serving, as it must for the chains that follow.
-    fn process(&self, thread: usize, vring: &VringRwLock) -> io::Result<()> {
+    fn process(&self, thread: usize, vring: &Vring) -> io::Result<()> {
         let Some(atomic) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
             log::warn!("queue {thread}: kicked before the guest's memory is known: ignored");
             return Ok(());
@@ -137,8 +148,8 @@ impl<B: Backend> VirtioFs<B> {
 }
 
 impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
-    type Bitmap = ();
-    type Vring = VringRwLock;
+    type Bitmap = BitmapMmapRegion;
+    type Vring = Vring;
 
     fn num_queues(&self) -> usize {
         1 + REQUEST_QUEUES
@@ -152,11 +163,15 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         (1 << VIRTIO_F_VERSION_1)
             | (1 << VIRTIO_RING_F_INDIRECT_DESC)
             | (1 << VIRTIO_RING_F_EVENT_IDX)
+            | VhostUserVirtioFeatures::LOG_ALL.bits()
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        // LOG_SHMFD with LOG_ALL: the device logs what it writes into guest memory while the
+        // VM migrates (QEMU refuses to migrate a vhost device without both).
         let base = VhostUserProtocolFeatures::MQ
+            | VhostUserProtocolFeatures::LOG_SHMFD
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::RESET_DEVICE;
@@ -245,7 +260,7 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         self.event_idx.store(enabled, Ordering::Relaxed);
     }
 
-    fn update_memory(&self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> io::Result<()> {
+    fn update_memory(&self, mem: SharedMemory) -> io::Result<()> {
         *self.mem.write().unwrap_or_else(|e| e.into_inner()) = Some(mem);
         Ok(())
     }
@@ -254,7 +269,7 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
         &self,
         device_event: u16,
         evset: EventSet,
-        vrings: &[VringRwLock],
+        vrings: &[Vring],
         thread_id: usize,
     ) -> io::Result<()> {
         if evset != EventSet::IN {
@@ -304,7 +319,7 @@ pub fn serve<B: Backend + 'static>(
     let mut daemon = VhostUserDaemon::new(
         "memofs-virtiofs".into(),
         device,
-        GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+        GuestMemoryAtomic::new(GuestRam::new()),
     )
     .map_err(|e| io::Error::other(format!("vhost-user daemon: {e}")))?;
     daemon

@@ -9,12 +9,12 @@ use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_mem::{MemConfig, MemFs};
 use memofs_proto::abi;
 use memofs_request::Stats;
-use memofs_virtiofs::{GuestFs, VirtioFs};
-use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use memofs_virtiofs::{GuestFs, GuestRam, SharedMemory, VirtioFs, Vring};
+use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -43,11 +43,8 @@ fn init_request() -> Vec<u8> {
 }
 
 /// A queue of [`SIZE`] entries in `mem`, set up as a VMM would set it up.
-fn vring(
-    mem: &GuestMemoryAtomic<GuestMemoryMmap>,
-    q: &MockSplitQueue<GuestMemoryMmap>,
-) -> VringRwLock {
-    let vring = VringRwLock::new(mem.clone(), 1024).unwrap();
+fn vring(mem: &SharedMemory, q: &MockSplitQueue<GuestRam>) -> Vring {
+    let vring = Vring::new(mem.clone(), 1024).unwrap();
     vring.set_queue_size(SIZE);
     vring
         .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, q.used_addr().0)
@@ -59,9 +56,7 @@ fn vring(
 
 #[test]
 fn a_head_outside_the_queue_is_skipped_and_the_next_chain_served() {
-    let mem = GuestMemoryAtomic::new(
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap(),
-    );
+    let mem = GuestMemoryAtomic::new(GuestRam::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap());
     let guard = mem.memory();
     let q = MockSplitQueue::new(&*guard, SIZE);
     let dev = device();
@@ -100,9 +95,7 @@ fn a_head_outside_the_queue_is_skipped_and_the_next_chain_served() {
 
 #[test]
 fn a_kick_before_the_guest_memory_is_known_is_ignored() {
-    let mem = GuestMemoryAtomic::new(
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap(),
-    );
+    let mem = GuestMemoryAtomic::new(GuestRam::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap());
     let guard = mem.memory();
     let q = MockSplitQueue::new(&*guard, SIZE);
     let dev = device();

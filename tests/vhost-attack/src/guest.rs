@@ -3,7 +3,11 @@
 //! vhost-user messages a VMM sends to set them up. Every byte of the rings and descriptors is
 //! written here by hand, so that any of them can be wrong on purpose.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -13,7 +17,7 @@ use vhost::vhost_user::message::{
     VhostUserVirtioFeatures,
 };
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+use vhost::{VhostBackend, VhostUserDirtyLogRegion, VhostUserMemoryRegionInfo, VringConfigData};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_INDIRECT_DESC, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
@@ -39,6 +43,9 @@ pub const SLOT: u64 = 0x2_0000;
 pub const BIG: u64 = 0x200_0000;
 /// Where an indirect table goes.
 const INDIRECT: u64 = 0x1_8000;
+
+/// The page of a VMM's dirty log: one bit of the log per page of guest memory.
+pub const PAGE: u64 = 4096;
 
 /// Descriptor flags.
 pub const NEXT: u16 = VRING_DESC_F_NEXT as u16;
@@ -66,11 +73,13 @@ struct Ring {
 }
 
 impl Ring {
+    /// The rings from `base`, the used ring on a page of its own (the only page of a queue
+    /// the server writes), as a VMM's dirty log sees pages.
     fn at(base: u64) -> Ring {
         let n = QSIZE as u64;
         let desc = base;
         let avail = desc + 16 * n;
-        let used = (avail + 4 + 2 * n + 2 + 3) & !3;
+        let used = (avail + 4 + 2 * n + 2 + PAGE - 1) & !(PAGE - 1);
         Ring {
             desc,
             avail,
@@ -93,6 +102,19 @@ pub struct Guest {
     next_unique: u64,
     /// The protocol minor version the server answered INIT with.
     pub minor: u32,
+    /// The virtio features agreed with the server.
+    features: u64,
+    /// The pages of guest memory this guest wrote itself (requests, descriptors, the avail
+    /// ring) since [`Guest::log_all`] started counting.
+    own_writes: RefCell<BTreeSet<u64>>,
+}
+
+/// The dirty log a VMM hands a server while it migrates the VM (`SET_LOG_BASE`): a bit per
+/// page of guest memory, which the server sets for every page it writes.
+pub struct DirtyLog {
+    file: std::fs::File,
+    /// Guest memory as it was when logging started.
+    before: Vec<u8>,
 }
 
 fn other(e: impl std::fmt::Display) -> io::Error {
@@ -101,27 +123,31 @@ fn other(e: impl std::fmt::Display) -> io::Error {
 
 /// Connects to a server and agrees on features and memory, as a VMM does before it sets up
 /// queues.
-fn handshake(socket: &Path, info: &VhostUserMemoryRegionInfo) -> io::Result<Frontend> {
+fn handshake(socket: &Path, info: &VhostUserMemoryRegionInfo) -> io::Result<(Frontend, u64)> {
     let mut frontend = Frontend::connect(socket, 2).map_err(other)?;
     frontend.set_owner().map_err(other)?;
     let offered = frontend.get_features().map_err(other)?;
-    let wanted = (1 << VIRTIO_F_VERSION_1)
-        | (1 << VIRTIO_RING_F_INDIRECT_DESC)
-        | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
-    frontend.set_features(offered & wanted).map_err(other)?;
+    let features = offered & GUEST_FEATURES;
+    frontend.set_features(features).map_err(other)?;
     let pf = frontend.get_protocol_features().map_err(other)?;
     frontend
         .set_protocol_features(
             pf & (VhostUserProtocolFeatures::MQ
                 | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+                | VhostUserProtocolFeatures::LOG_SHMFD
                 | VhostUserProtocolFeatures::DEVICE_STATE),
         )
         .map_err(other)?;
     frontend
         .set_mem_table(std::slice::from_ref(info))
         .map_err(other)?;
-    Ok(frontend)
+    Ok((frontend, features))
 }
+
+/// The virtio features this guest's driver takes where the server offers them.
+const GUEST_FEATURES: u64 = (1 << VIRTIO_F_VERSION_1)
+    | (1 << VIRTIO_RING_F_INDIRECT_DESC)
+    | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
 
 impl Guest {
     /// Connects to the server's socket and sets up memory and both queues, as QEMU's
@@ -137,7 +163,7 @@ impl Guest {
                 .map_err(other)?;
         let info = VhostUserMemoryRegionInfo::from_guest_region(&region).map_err(other)?;
         let mem = GuestMemoryMmap::from_regions(vec![region]).map_err(other)?;
-        let frontend = handshake(socket, &info)?;
+        let (frontend, features) = handshake(socket, &info)?;
         let mut guest = Guest {
             frontend,
             mem,
@@ -147,6 +173,8 @@ impl Guest {
             rings: vec![Ring::at(0), Ring::at(0x8000)],
             next_unique: 1,
             minor: 0,
+            features,
+            own_writes: RefCell::default(),
         };
         guest.start_queues([0, 0])?;
         Ok(guest)
@@ -209,7 +237,7 @@ impl Guest {
 
     /// The state transfer of [`Guest::migrate`]: the new server's frontend, its state loaded.
     fn transfer(&mut self, to: &Path) -> io::Result<Frontend> {
-        let dest = handshake(to, &self.info)?;
+        let (dest, _) = handshake(to, &self.info)?;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(other)?;
         let save = VhostTransferStateDirection::SAVE;
         let load = VhostTransferStateDirection::LOAD;
@@ -244,6 +272,65 @@ impl Guest {
         self.mem
             .write_slice(bytes, GuestAddress(at))
             .expect("inside guest memory");
+        self.wrote(at, bytes.len());
+    }
+
+    /// Notes that this guest wrote `len` bytes at `at` (see [`Guest::unlogged_writes`]).
+    fn wrote(&self, at: u64, len: usize) {
+        let last = at + (len.max(1) as u64 - 1);
+        self.own_writes.borrow_mut().extend(at / PAGE..=last / PAGE);
+    }
+
+    /// Turns on the server's dirty log as a VMM does when it starts to migrate the VM
+    /// (`VHOST_F_LOG_ALL` and a shared log of a bit per page, `SET_LOG_BASE`): from here the
+    /// server must mark every page of guest memory it writes.
+    pub fn log_all(&mut self) -> io::Result<DirtyLog> {
+        if self.features & VhostUserVirtioFeatures::LOG_ALL.bits() == 0 {
+            let offered = self.frontend.get_features().map_err(other)?;
+            if offered & VhostUserVirtioFeatures::LOG_ALL.bits() == 0 {
+                return Err(other("the server does not offer VHOST_F_LOG_ALL"));
+            }
+            self.features |= VhostUserVirtioFeatures::LOG_ALL.bits();
+            self.frontend.set_features(self.features).map_err(other)?;
+        }
+        let fd =
+            nix::sys::memfd::memfd_create(c"memofs-log", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .map_err(other)?;
+        let file = std::fs::File::from(fd);
+        let size = (MEM_SIZE as u64 / PAGE).div_ceil(8).next_multiple_of(PAGE);
+        file.set_len(size)?;
+        let region = VhostUserDirtyLogRegion {
+            mmap_size: size,
+            mmap_offset: 0,
+            mmap_handle: file.as_raw_fd(),
+        };
+        self.frontend
+            .set_log_base(0, Some(region))
+            .map_err(|e| other(format!("SET_LOG_BASE refused: {e}")))?;
+        self.own_writes.borrow_mut().clear();
+        Ok(DirtyLog {
+            file,
+            before: self.read(0, MEM_SIZE),
+        })
+    }
+
+    /// The pages of guest memory that changed since `log` started, that this guest did not
+    /// write and the server did not mark (a VMM would have copied them stale), and how many
+    /// pages the server marked.
+    pub fn unlogged_writes(&self, log: &DirtyLog) -> io::Result<(Vec<u64>, usize)> {
+        let mut bits = vec![0u8; (MEM_SIZE as u64 / PAGE).div_ceil(8) as usize];
+        log.file.read_exact_at(&mut bits, 0)?;
+        let marked = |page: u64| bits[(page / 8) as usize] & (1 << (page % 8)) != 0;
+        let now = self.read(0, MEM_SIZE);
+        let own = self.own_writes.borrow();
+        let unlogged = (0..MEM_SIZE as u64 / PAGE)
+            .filter(|&p| {
+                let at = (p * PAGE) as usize..((p + 1) * PAGE) as usize;
+                now[at.clone()] != log.before[at] && !own.contains(&p) && !marked(p)
+            })
+            .collect();
+        let count = (0..MEM_SIZE as u64 / PAGE).filter(|&p| marked(p)).count();
+        Ok((unlogged, count))
     }
 
     /// Reads `len` bytes at guest address `at`.
@@ -289,25 +376,18 @@ impl Guest {
         let mut idx = r.avail_idx;
         for &h in heads {
             let slot = r.avail + 4 + 2 * (idx % QSIZE) as u64;
-            self.mem
-                .write_obj(h.to_le(), GuestAddress(slot))
-                .expect("inside guest memory");
+            self.write(slot, &h.to_le_bytes());
             idx = idx.wrapping_add(1);
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.mem
-            .write_obj(idx.to_le(), GuestAddress(r.avail + 2))
-            .expect("inside guest memory");
+        self.write(r.avail + 2, &idx.to_le_bytes());
         self.rings[q].avail_idx = idx;
         self.kick(q);
     }
 
     /// Publishes an avail index of the guest's choosing, without chains behind it.
     pub fn publish_index(&mut self, q: usize, idx: u16) {
-        let r = &self.rings[q];
-        self.mem
-            .write_obj(idx.to_le(), GuestAddress(r.avail + 2))
-            .expect("inside guest memory");
+        self.write(self.rings[q].avail + 2, &idx.to_le_bytes());
         self.rings[q].avail_idx = idx;
         self.kick(q);
     }

@@ -171,6 +171,10 @@ fn main() -> ExitCode {
             servers.push((start(&o.server, &b, &share)?, b.clone()));
             servers.swap(1, 2);
         }
+        report.check(
+            "every-page-the-server-writes-during-precopy-is-logged",
+            world::logged_while_precopy(&mut g, &mut world),
+        );
         let memofs = &o.server[0];
         let used = if shared { (0, 0) } else { usage(memofs, &a)? };
         let rss = rss_kib(servers[0].0.id());
