@@ -110,20 +110,30 @@ downloaded() {
     return 0
 }
 
+# The PACKAGE=VERSIONs given that the package lists do not have.
+unlisted() {
+    local shown spec
+    shown=$({ apt-cache "${aptopts[@]}" show "$@" 2>/dev/null || true; } |
+        awk '/^Package:/ { p = $2 } /^Version:/ { print p "=" $2 }')
+    for spec; do
+        grep -qxF -- "$spec" <<<"$shown" || echo "$spec"
+    done
+}
+
 missing=()
 for spec in "${packages[@]}"; do
     [ -n "$(downloaded "$spec")" ] || missing+=("$spec")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     # The lists are refreshed when a pinned version is not in them (or they are missing).
-    known=$({ apt-cache "${aptopts[@]}" show "${missing[@]}" 2>/dev/null || true; } |
-        awk '/^Package:/ { p = $2 } /^Version:/ { print p "=" $2 }' | sort -u | wc -l)
-    if [ "$known" -ne ${#missing[@]} ]; then
+    if [ -n "$(unlisted "${missing[@]}")" ]; then
         echo "qemu.sh: updating the private package lists in $apt" >&2
-        apt-get "${aptopts[@]}" update >&2 || cannot "apt-get update failed (no network?)"
+        apt-get "${aptopts[@]}" --error-on=any update >&2 || cannot "apt-get update failed (no network?)"
+        gone=$(unlisted "${missing[@]}" | tr '\n' ' ')
+        [ -z "$gone" ] || cannot "the archive no longer has ${gone% } (pin another version in scripts/vm/qemu.sh)"
     fi
     (cd "$cache/debs" && apt-get "${aptopts[@]}" download "${missing[@]}" >&2) ||
-        cannot "apt-get download failed (the archive may have dropped a pinned version: pin another in scripts/vm/qemu.sh)"
+        cannot "apt-get download failed (no network?)"
 fi
 
 rm -rf "$dir"
