@@ -88,6 +88,8 @@ pub fn passthrough(
         changes: plan.changes.clone(),
         reserved_fds,
         migration: plan.migration,
+        direct_io: plan.host_direct_io,
+        file_handles: plan.file_handles,
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;

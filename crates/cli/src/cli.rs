@@ -80,8 +80,8 @@ pub struct VirtiofsdArgs {
     /// cache=MODE, xattr, no_xattr, posix_lock, no_posix_lock, flock, no_flock
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
     pub options: Vec<String>,
-    /// 0 (virtiofsd's default): requests are served on their queue's thread, which is how
-    /// memofs serves them; a pool of N threads is not supported
+    /// Serve the request queues' chains on a pool of N worker threads shared by the queues
+    /// (0, the default: each queue's own thread answers its chains in turn)
     #[arg(long = "thread-pool-size", value_name = "N")]
     pub thread_pool_size: Option<usize>,
     /// What the server sees of the host: namespace (the default: new namespaces whose root
@@ -139,10 +139,12 @@ pub struct VirtiofsdArgs {
     pub xattrmap: Option<String>,
     /// Label each new file with the security context the guest's kernel sends (SELinux's
     /// security.selinux; FUSE_SECURITY_CTX), under the name --xattrmap gives it; a file that
-    /// cannot be labelled is not made. Setting security.* or trusted.* names on the host
-    /// takes CAP_SYS_ADMIN (--modcaps=+sys_admin)
-    #[arg(long = "security-label")]
-    pub security_label: bool,
+    /// cannot be labelled is not made. never (the default), auto (where the guest's kernel
+    /// sends labels) or always (the flag without a value: the guest's mount fails without
+    /// them). Setting security.* or trusted.* names on the host takes CAP_SYS_ADMIN
+    /// (--modcaps=+sys_admin)
+    #[arg(long = "security-label", value_name = "never|auto|always", require_equals = true, num_args = 0..=1, default_missing_value = "always")]
+    pub security_label: Option<String>,
     /// Share read-only (as -o ro): every request that would change something is refused
     /// (EROFS)
     #[arg(long = "readonly")]
@@ -152,8 +154,9 @@ pub struct VirtiofsdArgs {
     /// handles (file-handles: the same filesystem, root on the destination)
     #[arg(long = "migration-mode", value_name = "find-paths|file-handles", value_parser = ["find-paths", "file-handles"])]
     pub migration_mode: Option<String>,
-    /// With --shared-dir, what a file that cannot be found again does to a migration: abort
-    /// it (the only choice: the VM runs on at the source)
+    /// With --shared-dir, what a file the guest holds that cannot be found again on the
+    /// destination does: abort the migration (the default: the VM runs on at the source), or
+    /// guest-error (the VM moves; the guest gets EIO for what it does with that file)
     #[arg(long = "migration-on-error", value_name = "abort|guest-error", value_parser = ["abort", "guest-error"])]
     pub migration_on_error: Option<String>,
     /// With --shared-dir and find-paths, the destination checks that each path leads to the
@@ -174,6 +177,38 @@ pub struct VirtiofsdArgs {
     /// Print the vhost-user backend capabilities QEMU and libvirt ask for, and exit
     #[arg(long = "print-capabilities")]
     pub print_capabilities: bool,
+    /// Send messages to the system log (/dev/log) instead of standard error
+    #[arg(long = "syslog")]
+    pub syslog: bool,
+    /// Let a guest's O_DIRECT opens reach the host file as O_DIRECT (without it the flag is
+    /// dropped, as virtiofsd does)
+    #[arg(long = "allow-direct-io")]
+    pub allow_direct_io: bool,
+    /// Let a guest's O_NOATIME opens reach the backend (without it the flag is dropped, as
+    /// virtiofsd does)
+    #[arg(long = "preserve-noatime")]
+    pub preserve_noatime: bool,
+    /// With --shared-dir, how inodes are held: never (an O_PATH descriptor each, and no
+    /// CAP_DAC_READ_SEARCH), prefer (the default: descriptors, and file handles to open cold
+    /// ones again where the filesystem has them), mandatory (fail where it has none)
+    #[arg(long = "inode-file-handles", value_name = "never|prefer|mandatory", require_equals = true, value_parser = ["never", "prefer", "mandatory", "fallback"])]
+    pub inode_file_handles: Option<String>,
+    /// The guest's writeback cache: writes gather in the guest's page cache and reach the
+    /// server later, up to 1 MiB at a time (a failed one is reported at the next fsync or
+    /// close)
+    #[arg(long = "writeback")]
+    pub writeback: bool,
+    /// The tag the device's configuration space names, for a VMM that asks the device for it
+    /// (QEMU names the tag itself, with tag= on vhost-user-fs-pci)
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tag: Option<String>,
+    /// As a plain user, map ids of the sandbox's user namespace to host ids:
+    /// :NAMESPACE_UID:HOST_UID:COUNT: (repeatable; newuidmap does it)
+    #[arg(long = "uid-map", value_name = ":NS:HOST:COUNT:")]
+    pub uid_map: Vec<String>,
+    /// The same for group ids (newgidmap)
+    #[arg(long = "gid-map", value_name = ":NS:HOST:COUNT:")]
+    pub gid_map: Vec<String>,
 }
 
 /// `memofs mount`.

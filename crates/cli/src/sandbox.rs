@@ -76,14 +76,23 @@ const SHARED_DIR_CAPS: [Capability; 9] = [
 ];
 
 /// The capabilities the server keeps: none for the mem backend (it reaches no host file),
-/// [`SHARED_DIR_CAPS`] for a shared directory, changed by `--modcaps` (virtiofsd's syntax:
-/// `+name` adds, `-name` removes, `:`-separated, names with or without `cap_`).
-pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet, String> {
+/// [`SHARED_DIR_CAPS`] for a shared directory (without `CAP_DAC_READ_SEARCH` where it opens
+/// no file handles: `--inode-file-handles=never`, as virtiofsd), changed by `--modcaps`
+/// (virtiofsd's syntax: `+name` adds, `-name` removes, `:`-separated, names with or without
+/// `cap_`).
+pub fn kept_caps(
+    shared_dir: bool,
+    file_handles: bool,
+    modcaps: Option<&str>,
+) -> Result<CapsHashSet, String> {
     let mut set: CapsHashSet = if shared_dir {
         SHARED_DIR_CAPS.into_iter().collect()
     } else {
         CapsHashSet::new()
     };
+    if !file_handles {
+        set.remove(&Capability::CAP_DAC_READ_SEARCH);
+    }
     for item in modcaps.into_iter().flat_map(|m| m.split(':')) {
         let (add, name) = match item.split_at_checked(1) {
             Some(("+", name)) => (true, name),
@@ -108,12 +117,88 @@ pub fn kept_caps(shared_dir: bool, modcaps: Option<&str>) -> Result<CapsHashSet,
     Ok(set)
 }
 
+/// The ids a plain user's sandbox maps into its user namespace (virtiofsd's `--uid-map` and
+/// `--gid-map`, `:NAMESPACE_ID:HOST_ID:COUNT:`, the separator any character): written by
+/// newuidmap and newgidmap, the setuid helpers that let a user map the subordinate ids
+/// `/etc/subuid` and `/etc/subgid` grant it (libvirt's session mode passes its user's own id
+/// as 0 and the subordinate range from 1). Without them only the user's own ids are mapped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceIds {
+    uid: Vec<[u32; 3]>,
+    gid: Vec<[u32; 3]>,
+}
+
+impl NamespaceIds {
+    /// `--uid-map` and `--gid-map` rules, for a sandbox in `mode`; as virtiofsd, only for
+    /// a server that is not root, in the namespace sandbox.
+    pub fn parse(
+        uid: &[String],
+        gid: &[String],
+        mode: SandboxMode,
+    ) -> Result<NamespaceIds, String> {
+        let rules = |given: &[String], flag: &str| -> Result<Vec<[u32; 3]>, String> {
+            given
+                .iter()
+                .map(|r| Self::rule(r).map_err(|e| format!("{flag}={r}: {e}")))
+                .collect()
+        };
+        let ids = NamespaceIds {
+            uid: rules(uid, "--uid-map")?,
+            gid: rules(gid, "--gid-map")?,
+        };
+        let given = !ids.uid.is_empty() || !ids.gid.is_empty();
+        if given && (mode != SandboxMode::Namespace || nix::unistd::geteuid().is_root()) {
+            return Err(
+                "--uid-map and --gid-map map the ids of a plain user's sandbox (the namespace \
+                 sandbox, not as root): root's sandbox keeps the host's ids"
+                    .into(),
+            );
+        }
+        Ok(ids)
+    }
+
+    /// One rule: `:NS:HOST:COUNT:` with any non-digit separator, used throughout.
+    fn rule(r: &str) -> Result<[u32; 3], String> {
+        let sep = r.chars().next().ok_or("empty")?;
+        if sep.is_ascii_digit() {
+            return Err("it starts with its separator, e.g. :0:1000:1:".into());
+        }
+        let fields: Vec<&str> = r[sep.len_utf8()..]
+            .trim_end_matches(sep)
+            .split(sep)
+            .collect();
+        let nums: Vec<u32> = fields
+            .iter()
+            .map(|f| {
+                f.parse()
+                    .map_err(|_| format!("{f:?} is not an id or a count"))
+            })
+            .collect::<Result<_, _>>()?;
+        match nums[..] {
+            [ns, host, count] if count > 0 && ns.checked_add(count - 1).is_some() => {
+                Ok([ns, host, count])
+            }
+            [_, _, _] => Err("the range is empty or past the last id".into()),
+            _ => Err("say :NAMESPACE_ID:HOST_ID:COUNT:".into()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.uid.is_empty() && self.gid.is_empty()
+    }
+}
+
 /// Enters the namespaces of `namespace` mode, or only forks for `chroot`: returns in the
 /// child that serves; the parent supervises it and exits with its status. `unprivileged`:
-/// the server is not root, and makes a user namespace of its own (mapping its own ids
-/// only). `on_end` runs in the parent once the child has ended (removing the socket files
-/// the child no longer sees).
-pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Result<(), String> {
+/// the server is not root, and makes a user namespace of its own, mapping `ids` (its own
+/// ids where none are given). `on_end` runs in the parent once the child has ended
+/// (removing the socket files the child no longer sees).
+pub fn enter(
+    mode: SandboxMode,
+    unprivileged: bool,
+    ids: &NamespaceIds,
+    on_end: impl FnOnce(),
+) -> Result<(), String> {
     match mode {
         SandboxMode::None => return Ok(()),
         SandboxMode::Chroot if unprivileged => {
@@ -130,6 +215,12 @@ pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Re
         if unprivileged {
             flags |= CloneFlags::CLONE_NEWUSER;
         }
+        // The helpers map ids from outside the new namespace: a child started first, told
+        // when the namespace exists.
+        let mapper = match ids.is_empty() {
+            true => None,
+            false => Some(IdMapper::start(ids)?),
+        };
         unshare(flags).map_err(|e| {
             format!(
                 "--sandbox=namespace: cannot make new namespaces ({e}){}; --sandbox=chroot or \
@@ -141,8 +232,10 @@ pub fn enter(mode: SandboxMode, unprivileged: bool, on_end: impl FnOnce()) -> Re
                 }
             )
         })?;
-        if unprivileged {
-            map_own_ids()?;
+        match mapper {
+            Some(m) => m.finish()?,
+            None if unprivileged => map_own_ids()?,
+            None => {}
         }
     }
     // SAFETY: no thread has been started (see the module documentation): the child is a
@@ -174,6 +267,84 @@ fn map_own_ids() -> Result<(), String> {
     write("setgroups", "deny".into())?;
     write("uid_map", format!("{uid} {uid} 1"))?;
     write("gid_map", format!("{gid} {gid} 1"))
+}
+
+/// A child that runs newuidmap and newgidmap on this process once it is in its new user
+/// namespace (a setuid helper run inside it would not gain the privilege it needs).
+struct IdMapper {
+    child: Pid,
+    go: OwnedFd,
+}
+
+impl IdMapper {
+    /// Starts the child, which waits for [`IdMapper::finish`].
+    fn start(ids: &NamespaceIds) -> Result<IdMapper, String> {
+        let (wait, go) = nix::unistd::pipe().map_err(|e| format!("--uid-map: {e}"))?;
+        let target = nix::unistd::getpid();
+        // SAFETY: single-threaded here (see the module documentation); the child only reads
+        // a pipe, runs two programs and exits.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                drop(go);
+                let mut byte = [0u8];
+                let told = nix::unistd::read(&wait, &mut byte).is_ok_and(|n| n == 1);
+                let ok = told
+                    && Self::run("newuidmap", target, &ids.uid)
+                    && Self::run("newgidmap", target, &ids.gid);
+                std::process::exit(if ok { 0 } else { 1 });
+            }
+            Ok(ForkResult::Parent { child }) => Ok(IdMapper { child, go }),
+            Err(e) => Err(format!("--uid-map: cannot start the mapping helper: {e}")),
+        }
+    }
+
+    /// Runs `tool` for `target` with `rules`; none: the user's own id mapped to itself, as
+    /// without either option (and as virtiofsd does).
+    fn run(tool: &str, target: Pid, rules: &[[u32; 3]]) -> bool {
+        if rules.is_empty() {
+            let (file, own) = match tool {
+                "newuidmap" => ("uid_map", nix::unistd::getuid().as_raw()),
+                _ => ("gid_map", nix::unistd::getgid().as_raw()),
+            };
+            let proc = format!("/proc/{target}");
+            let setgroups =
+                file == "uid_map" || std::fs::write(format!("{proc}/setgroups"), "deny").is_ok();
+            return setgroups
+                && std::fs::write(format!("{proc}/{file}"), format!("{own} {own} 1")).is_ok();
+        }
+        let mut cmd = std::process::Command::new(tool);
+        cmd.arg(target.to_string());
+        for r in rules {
+            cmd.args(r.iter().map(u32::to_string));
+        }
+        match cmd.output() {
+            Ok(out) if out.status.success() => true,
+            Ok(out) => {
+                eprintln!(
+                    "memofs: {tool}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                false
+            }
+            Err(e) => {
+                eprintln!("memofs: {tool}: {e} (apt-get install uidmap)");
+                false
+            }
+        }
+    }
+
+    /// The namespace exists: the child maps the ids; returns once it has.
+    fn finish(self) -> Result<(), String> {
+        nix::unistd::write(&self.go, &[1]).map_err(|e| format!("--uid-map: {e}"))?;
+        match waitpid(self.child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            _ => Err(
+                "--uid-map/--gid-map: newuidmap or newgidmap refused the map (see above; \
+                 the ranges must be the user's own id or in /etc/subuid and /etc/subgid)"
+                    .into(),
+            ),
+        }
+    }
 }
 
 /// The parent's loop: stop signals go to the child; returns the child's exit code. A child
@@ -334,16 +505,20 @@ mod tests {
 
     #[test]
     fn modcaps_adds_and_removes_from_the_backend_s_set() {
-        let mem = kept_caps(false, None).unwrap();
+        let mem = kept_caps(false, true, None).unwrap();
         assert!(mem.is_empty(), "the mem backend reaches no host file");
-        let shared = kept_caps(true, None).unwrap();
+        let shared = kept_caps(true, true, None).unwrap();
         assert_eq!(shared.len(), 9);
         assert!(!shared.contains(&Capability::CAP_SYS_ADMIN));
-        let changed = kept_caps(true, Some("+sys_admin:-mknod:+CAP_LINUX_IMMUTABLE")).unwrap();
+        let no_handles = kept_caps(true, false, None).unwrap();
+        assert_eq!(no_handles.len(), 8);
+        assert!(!no_handles.contains(&Capability::CAP_DAC_READ_SEARCH));
+        let changed =
+            kept_caps(true, true, Some("+sys_admin:-mknod:+CAP_LINUX_IMMUTABLE")).unwrap();
         assert!(changed.contains(&Capability::CAP_SYS_ADMIN));
         assert!(changed.contains(&Capability::CAP_LINUX_IMMUTABLE));
         assert!(!changed.contains(&Capability::CAP_MKNOD));
-        assert!(kept_caps(true, Some("sys_admin")).is_err(), "no sign");
-        assert!(kept_caps(true, Some("+no_such_cap")).is_err());
+        assert!(kept_caps(true, true, Some("sys_admin")).is_err(), "no sign");
+        assert!(kept_caps(true, true, Some("+no_such_cap")).is_err());
     }
 }

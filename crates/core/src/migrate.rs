@@ -28,6 +28,18 @@ pub enum FindBy {
     FileHandles,
 }
 
+/// What the destination does with a host file the guest holds that it cannot find again
+/// (virtiofsd's `--migration-on-error`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// The state is refused: the migration fails and the VM runs on at the source.
+    #[default]
+    Abort,
+    /// The VM moves: the node stays known to the guest under its id, every request on it (or
+    /// on a handle of it) answers `EIO`, and FORGET and RELEASE let go of it as usual.
+    GuestError,
+}
+
 /// The choices about migration a mount makes (virtiofsd's `--migration-*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Choices {
@@ -36,6 +48,8 @@ pub struct Choices {
     /// The destination checks that each path leads to the very host file the source held
     /// (their file handles agree: the same filesystem only).
     pub verify_handles: bool,
+    /// What the destination does with a file it cannot find again.
+    pub on_error: OnError,
 }
 
 /// A backend whose whole state can be written out and rebuilt elsewhere.

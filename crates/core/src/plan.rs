@@ -45,6 +45,24 @@ pub enum Passthrough {
     Required,
 }
 
+/// How a passthrough export holds the inodes the kernel knows (virtiofsd's
+/// `--inode-file-handles`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileHandles {
+    /// An `O_PATH` descriptor each, never closed: no file handle is taken or opened (and the
+    /// server needs no `CAP_DAC_READ_SEARCH`); past the descriptor budget a lookup fails with
+    /// `ENFILE`.
+    Never,
+    /// Descriptors, the cold ones closed past the budget and opened again from their file
+    /// handles where the filesystem allows it.
+    #[default]
+    Prefer,
+    /// As `Prefer`, and the export's filesystem must open file handles (else the backend is
+    /// not built); a file whose handle cannot be taken is refused to the kernel with that
+    /// error instead of being held by descriptor alone.
+    Mandatory,
+}
+
 /// Every mount-time choice of one mount.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountPlan {
@@ -99,14 +117,23 @@ pub struct MountPlan {
     pub announce_submounts: bool,
     /// Label new nodes with the security context the kernel sends (a guest's
     /// `--security-label`: `FUSE_SECURITY_CTX`; the attribute goes through
-    /// [`MountPlan::xattrs`]).
-    pub security_label: bool,
+    /// [`MountPlan::xattrs`]): `Auto` where the kernel sends labels, `On` required (the
+    /// kernel's INIT fails without them).
+    pub security_label: Want,
     /// Extended attributes are served; without them every xattr request is answered
     /// `ENOSYS`, which the kernel remembers (`xattr=off`).
     pub xattr: bool,
     /// How a guest's files are found again where its VM migrates (virtiofsd's
     /// `--migration-*`).
     pub migration: crate::migrate::Choices,
+    /// A kernel's `O_NOATIME` on OPEN and OPENDIR reaches the backend; without it the flag is
+    /// dropped (a virtio-fs guest's, unless virtiofsd's `--preserve-noatime`).
+    pub noatime_opens: bool,
+    /// Passthrough backend: a kernel's `O_DIRECT` reaches the host file (a virtio-fs
+    /// guest's, with virtiofsd's `--allow-direct-io`; see `PassthroughConfig::direct_io`).
+    pub host_direct_io: bool,
+    /// Passthrough backend: how inodes are held.
+    pub file_handles: FileHandles,
     /// The transport can tell the kernel of changes (not virtio-fs).
     notifications: bool,
     /// Whether the mount's options set the cache timeouts (else [`MountPlan::adopt`] may
@@ -171,9 +198,12 @@ impl MountPlan {
             atime_given: opts.atime_given,
             xattrs: None,
             announce_submounts: false,
-            security_label: false,
+            security_label: Want::Off,
             xattr: opts.xattr,
             migration: Default::default(),
+            noatime_opens: true,
+            host_direct_io: false,
+            file_handles: FileHandles::Prefer,
             notifications: true,
         }
     }
@@ -337,8 +367,8 @@ impl MountPlan {
         if self.announce_submounts {
             v.push(("submounts", "announced".to_string()));
         }
-        if self.security_label {
-            v.push(("security_label", "true".to_string()));
+        if self.security_label != Want::Off {
+            v.push(("security_label", self.security_label.to_string()));
         }
         v
     }

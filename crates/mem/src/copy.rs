@@ -59,7 +59,7 @@ impl Copy<'_> {
             let hole = self.src.seek(self.pos, libc::SEEK_HOLE)?.min(limit);
             while self.pos < hole {
                 let n = (hole - self.pos).min(COPY_CHUNK) as u32;
-                self.src.read(self.pos, n, &mut self.buf)?;
+                self.src.read(self.pos, n, &mut self.buf, false)?;
                 if self.buf.is_empty() {
                     return Ok(()); // the source shrank meanwhile
                 }

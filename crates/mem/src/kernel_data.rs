@@ -476,12 +476,14 @@ impl KernelFile {
         Ok(())
     }
 
-    /// Reads up to `len` bytes at `offset` into `buf` (cleared first).
-    pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>) -> Result<()> {
+    /// Reads up to `len` bytes at `offset` into `buf` (cleared first). The data file's atime
+    /// moves by its tmpfs's rule, unless `noatime` (an `O_NOATIME` open's read: through a
+    /// descriptor of its own opened `O_NOATIME`).
+    pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>, noatime: bool) -> Result<()> {
         buf.clear();
         let left = self.size_and_blocks().0.saturating_sub(offset);
         buf.resize(left.min(len as u64) as usize, 0);
-        let file = self.file()?;
+        let file = self.reader(noatime)?;
         let mut done = 0;
         while done < buf.len() {
             match file.read_at(&mut buf[done..], offset + done as u64) {
@@ -496,11 +498,31 @@ impl KernelFile {
     }
 
     /// Hands `read` the data file, `offset` and the bytes there are to read there (at most
-    /// `len`, none past the size this file has); what it read.
-    pub fn read_from_fd(&self, offset: u64, len: u32, read: &mut FdRead<'_>) -> Result<usize> {
+    /// `len`, none past the size this file has); what it read (`noatime` as for
+    /// [`KernelFile::read`]).
+    pub fn read_from_fd(
+        &self,
+        offset: u64,
+        len: u32,
+        noatime: bool,
+        read: &mut FdRead<'_>,
+    ) -> Result<usize> {
         let left = self.size_and_blocks().0.saturating_sub(offset);
-        let file = self.file()?;
+        let file = self.reader(noatime)?;
         Ok(read(file.as_fd(), offset, left.min(len as u64) as usize)?)
+    }
+
+    /// The descriptor a read goes through: the data file's, or for a read that moves no
+    /// atime one opened `O_NOATIME` for it alone.
+    fn reader(&self, noatime: bool) -> Result<Arc<File>> {
+        match noatime {
+            false => self.file(),
+            true => Ok(Arc::new(open_at(
+                &self.root,
+                self.name().as_cstr(),
+                libc::O_NOATIME,
+            )?)),
+        }
     }
 
     /// Writes at `offset`; short at `size=`, as tmpfs.

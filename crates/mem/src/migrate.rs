@@ -268,7 +268,7 @@ fn save_data(
         while off < end {
             let len = (end - off).min(CHUNK as u64) as u32;
             data.clear();
-            f.read(off, len, &mut data)
+            f.read(off, len, &mut data, true)
                 .map_err(|e| errno("reading data", e))?;
             if data.is_empty() {
                 return Err(io::Error::other(format!("no data at {off} of {size}")));

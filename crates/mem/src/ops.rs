@@ -23,6 +23,12 @@ use crate::{iflags, xattr, MemFs};
 /// flags otherwise): its writes must append.
 const APPEND_ONLY_OPEN: u64 = 1 << 63;
 
+/// Whether a read through the handle `fh` (which carries its open's flags) moves atime: not
+/// for an `O_NOATIME` open, as on tmpfs.
+fn moves_atime(fh: u64) -> bool {
+    fh as u32 as i32 & libc::O_NOATIME == 0
+}
+
 impl MemFs {
     /// `f` of regular file `ino` and its data, for the operations that move data through a
     /// descriptor where there is one (`None` from `f`: there is none).
@@ -370,17 +376,19 @@ impl Backend for MemFs {
         }
     }
 
-    fn read(&self, ino: Ino, _fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
+    fn read(&self, ino: Ino, fh: u64, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<()> {
         let inode = self.table.get(ino)?;
-        inode.file()?.read(offset, size, buf)?;
-        inode.touch_atime(&self.atime);
+        inode.file()?.read(offset, size, buf, !moves_atime(fh))?;
+        if moves_atime(fh) {
+            inode.touch_atime(&self.atime);
+        }
         Ok(())
     }
 
     fn read_with(
         &self,
         ino: Ino,
-        _fh: u64,
+        fh: u64,
         offset: u64,
         size: u32,
         buf: &mut Vec<u8>,
@@ -389,10 +397,15 @@ impl Backend for MemFs {
         let inode = self.table.get(ino)?;
         // atime moves before the reply goes out: a GETATTR the reader sends once it has its
         // data must find it moved.
-        inode.file()?.read_with(offset, size, buf, &mut |parts| {
-            inode.touch_atime(&self.atime);
-            send(parts)
-        })
+        let noatime = !moves_atime(fh);
+        inode
+            .file()?
+            .read_with(offset, size, buf, noatime, &mut |parts| {
+                if !noatime {
+                    inode.touch_atime(&self.atime);
+                }
+                send(parts)
+            })
     }
 
     /// READ of kernel-backed data, read from its data file where it goes; the page store's
@@ -400,15 +413,15 @@ impl Backend for MemFs {
     fn read_from_fd(
         &self,
         ino: Ino,
-        _fh: u64,
+        fh: u64,
         offset: u64,
         size: u32,
         read: &mut FdRead<'_>,
     ) -> Option<Result<usize>> {
         self.with_regular(ino, |inode, file| {
-            let r = file.read_from_fd(offset, size, read)?;
+            let r = file.read_from_fd(offset, size, !moves_atime(fh), read)?;
             // atime moves before the reply goes out, as for `read_with`.
-            if r.is_ok() {
+            if r.is_ok() && moves_atime(fh) {
                 inode.touch_atime(&self.atime);
             }
             Some(r)
@@ -463,15 +476,20 @@ impl Backend for MemFs {
         self.table.get(ino).map(|_| ())
     }
 
-    fn opendir(&self, _caller: &Caller, ino: Ino, _flags: i32) -> Result<Opened> {
+    /// A directory's handle carries whether its open was `O_NOATIME` (listing it then moves
+    /// no atime, as on tmpfs).
+    fn opendir(&self, _caller: &Caller, ino: Ino, flags: i32) -> Result<Opened> {
         self.table.get(ino)?.dir()?;
-        Ok(Opened::default())
+        Ok(Opened {
+            fh: (flags & libc::O_NOATIME) as u32 as u64,
+            ..Opened::default()
+        })
     }
 
     fn readdir(
         &self,
         ino: Ino,
-        _fh: u64,
+        fh: u64,
         offset: u64,
         plus: bool,
         sink: &mut dyn FnMut(&DirEntry) -> bool,
@@ -516,7 +534,9 @@ impl Backend for MemFs {
                 }
             }
         }
-        inode.touch_atime(&self.atime);
+        if moves_atime(fh) {
+            inode.touch_atime(&self.atime);
+        }
         Ok(())
     }
 

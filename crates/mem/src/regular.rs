@@ -65,24 +65,27 @@ impl RegularFile {
         self.size_and_blocks().0
     }
 
-    /// Reads up to `len` bytes at `offset` into `buf` (cleared first).
-    pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>) -> Result<()> {
+    /// Reads up to `len` bytes at `offset` into `buf` (cleared first); `noatime`: the read
+    /// moves no atime (kernel-backed data keeps its own, see [`KernelFile::read`]).
+    pub fn read(&self, offset: u64, len: u32, buf: &mut Vec<u8>, noatime: bool) -> Result<()> {
         match self {
             RegularFile::Pages(p) => {
                 p.read(offset, len, buf);
                 Ok(())
             }
-            RegularFile::Kernel(k) => k.read(offset, len, buf),
+            RegularFile::Kernel(k) => k.read(offset, len, buf, noatime),
         }
     }
 
     /// Reads up to `len` bytes at `offset` and hands them to `send`: the page store's own
-    /// pages, held for the call; kernel-backed data through `buf`.
+    /// pages, held for the call; kernel-backed data through `buf` (`noatime` as for
+    /// [`RegularFile::read`]).
     pub fn read_with(
         &self,
         offset: u64,
         len: u32,
         buf: &mut Vec<u8>,
+        noatime: bool,
         send: &mut dyn FnMut(&[&[u8]]),
     ) -> Result<()> {
         match self {
@@ -91,7 +94,7 @@ impl RegularFile {
                 Ok(())
             }
             RegularFile::Kernel(k) => {
-                k.read(offset, len, buf)?;
+                k.read(offset, len, buf, noatime)?;
                 send(&[buf]);
                 Ok(())
             }
@@ -99,16 +102,18 @@ impl RegularFile {
     }
 
     /// Kernel-backed data: `read` reads up to `len` bytes at `offset` of the data file (see
-    /// [`memofs_core::Backend::read_from_fd`]); `None` for the page store.
+    /// [`memofs_core::Backend::read_from_fd`]; `noatime` as for [`RegularFile::read`]);
+    /// `None` for the page store.
     pub fn read_from_fd(
         &self,
         offset: u64,
         len: u32,
+        noatime: bool,
         read: &mut FdRead<'_>,
     ) -> Option<Result<usize>> {
         match self {
             RegularFile::Pages(_) => None,
-            RegularFile::Kernel(k) => Some(k.read_from_fd(offset, len, read)),
+            RegularFile::Kernel(k) => Some(k.read_from_fd(offset, len, noatime, read)),
         }
     }
 
@@ -356,7 +361,7 @@ mod tests {
 
     fn read_all(f: &RegularFile) -> Vec<u8> {
         let mut buf = Vec::new();
-        f.read(0, u32::MAX, &mut buf).unwrap();
+        f.read(0, u32::MAX, &mut buf, false).unwrap();
         buf
     }
 

@@ -12,6 +12,7 @@ use memofs_core::AtimePolicy;
 pub const DEFAULT_MAX_OPEN_FDS: usize = 1 << 20;
 
 pub use memofs_core::options::{ChangeFeed, WatchMode};
+pub use memofs_core::plan::FileHandles;
 
 /// Configuration of a [`crate::PassthroughFs`].
 #[derive(Clone, Debug)]
@@ -36,6 +37,13 @@ pub struct PassthroughConfig {
     pub reserved_fds: usize,
     /// How a migrating guest's files are found again (see `migrate`).
     pub migration: memofs_core::migrate::Choices,
+    /// A kernel's `O_DIRECT` reaches the host file (virtiofsd's `--allow-direct-io`): only
+    /// where every read and write of the file goes straight between the host file and the
+    /// requester's own aligned memory (a virtio-fs guest's pages); otherwise the flag is
+    /// dropped (see `file`).
+    pub direct_io: bool,
+    /// How inodes are held (virtiofsd's `--inode-file-handles`).
+    pub file_handles: FileHandles,
 }
 
 impl Default for PassthroughConfig {
@@ -48,6 +56,8 @@ impl Default for PassthroughConfig {
             changes: ChangeFeed::Auto,
             reserved_fds: crate::RESERVED_FDS,
             migration: Default::default(),
+            direct_io: false,
+            file_handles: FileHandles::default(),
         }
     }
 }

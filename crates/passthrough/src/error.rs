@@ -25,6 +25,9 @@ pub enum SetupError {
     NoOpenat2(io::Error),
     /// The change feed `-o changes=` asks for cannot run for this source.
     NoChangeFeed(String),
+    /// File handles are mandatory ([`crate::FileHandles::Mandatory`]) and the source's
+    /// filesystem cannot have its handles opened here.
+    NoFileHandles(String),
 }
 
 impl fmt::Display for SetupError {
@@ -42,6 +45,11 @@ impl fmt::Display for SetupError {
                 write!(f, "openat2 unavailable (Linux 5.6 or later needed): {e}")
             }
             SetupError::NoChangeFeed(why) => write!(f, "changes=: {why}"),
+            SetupError::NoFileHandles(why) => write!(
+                f,
+                "--inode-file-handles=mandatory: the shared directory's file handles cannot be \
+                 opened here ({why}); use prefer or never"
+            ),
         }
     }
 }
@@ -53,7 +61,8 @@ impl std::error::Error for SetupError {
             SetupError::NoProc(e) | SetupError::NoOpenat2(e) => Some(e),
             SetupError::SourceMissing(_)
             | SetupError::NotADirectory(_)
-            | SetupError::NoChangeFeed(_) => None,
+            | SetupError::NoChangeFeed(_)
+            | SetupError::NoFileHandles(_) => None,
         }
     }
 }

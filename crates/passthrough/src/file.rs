@@ -30,16 +30,9 @@ use crate::sys;
 use crate::PassthroughFs;
 
 /// Flags the server never passes on: creation is explicit, the magic-link re-open must
-/// follow, no terminal becomes the server's, and `O_DIRECT` would make the host refuse the
-/// server's unaligned buffers (the kernel already bypasses its own page cache for direct
-/// I/O through the mount; the host's page cache still serves the server, as with
-/// virtiofsd's default).
-const DROPPED_FLAGS: i32 = libc::O_CREAT
-    | libc::O_EXCL
-    | libc::O_NOCTTY
-    | libc::O_NOFOLLOW
-    | libc::O_TMPFILE
-    | libc::O_DIRECT;
+/// follow, and no terminal becomes the server's.
+const DROPPED_FLAGS: i32 =
+    libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_TMPFILE;
 
 /// Most bytes one COPY_FILE_RANGE copies: the largest multiple of the page size that the
 /// 32-bit count of a FUSE reply holds (Linux clamps its requests the same way).
@@ -57,9 +50,17 @@ const CREATE_FLAGS: i32 = libc::O_ACCMODE
 
 impl PassthroughFs {
     /// The flags to open a regular file with, from the kernel's `flags`. `O_APPEND` is
-    /// dropped: the kernel places every append itself and sends its offset.
+    /// dropped: the kernel places every append itself and sends its offset. So is `O_DIRECT`
+    /// unless the configuration keeps it ([`crate::PassthroughConfig::direct_io`]): the
+    /// host refuses a direct read or write into the server's own unaligned buffers (the
+    /// kernel already bypasses its own page cache for direct I/O through the mount; the
+    /// host's page cache then serves the server, as with virtiofsd's default).
     fn file_flags(&self, flags: i32) -> i32 {
-        flags & !DROPPED_FLAGS & !libc::O_APPEND
+        let direct = match self.config.direct_io {
+            true => 0,
+            false => libc::O_DIRECT,
+        };
+        flags & !DROPPED_FLAGS & !libc::O_APPEND & !direct
     }
 
     /// Runs `open(flags)`, first with `O_NOATIME` when the atime policy never updates atime
@@ -254,7 +255,8 @@ impl PassthroughFs {
     }
 
     /// Opens `name` in `dir` with `flags` (the creating ones included, kept whatever
-    /// [`CREATE_FLAGS`] says) as the caller, with the caller's umask and `(mode, umask)`.
+    /// [`CREATE_FLAGS`] says, and `O_DIRECT` where [`PassthroughFs::file_flags`] kept it) as
+    /// the caller, with the caller's umask and `(mode, umask)`.
     fn create_as_caller(
         &self,
         caller: &Caller,
@@ -268,7 +270,7 @@ impl PassthroughFs {
         let guard = CallerUmask::set(umask);
         let mode = CallerUmask::mode(&guard, mode, umask) & 0o7777;
         self.open_noatime(false, flags & !how, |f| {
-            let f = (f & CREATE_FLAGS) | how;
+            let f = (f & (CREATE_FLAGS | libc::O_DIRECT)) | how;
             sys::at::openat2(dir.fd()?.as_fd(), name, f, mode, self.resolve)
         })
     }

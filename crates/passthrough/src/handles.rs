@@ -1,6 +1,6 @@
 //! Open file and directory handles: the `fh` numbers the kernel passes back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -52,6 +52,9 @@ pub(crate) fn writes(flags: i32) -> bool {
 /// `release` racing with a read closes the descriptor only after the read finishes.
 pub(crate) struct HandleTable<T> {
     map: RwLock<HashMap<u64, Arc<T>>>,
+    /// Handles a guest holds that a migration could not open again here (a leaf lock, taken
+    /// after `map`).
+    lost: RwLock<HashSet<u64>>,
     next: AtomicU64,
 }
 
@@ -59,6 +62,7 @@ impl<T> HandleTable<T> {
     pub(crate) fn new() -> Self {
         HandleTable {
             map: RwLock::new(HashMap::new()),
+            lost: RwLock::new(HashSet::new()),
             next: AtomicU64::new(1),
         }
     }
@@ -108,19 +112,48 @@ impl<T> HandleTable<T> {
         self.next.fetch_max(next, Ordering::Relaxed);
     }
 
-    /// The handle `fh`; `EBADF` if unknown.
+    /// The handle `fh`; `EIO` for one a migration lost, `EBADF` if unknown.
     pub(crate) fn get(&self, fh: u64) -> Result<Arc<T>> {
-        self.map.read().get(&fh).cloned().ok_or(Errno::EBADF)
+        match self.map.read().get(&fh) {
+            Some(h) => Ok(h.clone()),
+            None if self.lost.read().contains(&fh) => Err(Errno::EIO),
+            None => Err(Errno::EBADF),
+        }
     }
 
-    /// Removes `fh`; `EBADF` if unknown.
-    pub(crate) fn remove(&self, fh: u64) -> Result<Arc<T>> {
-        self.map.write().remove(&fh).ok_or(Errno::EBADF)
+    /// Lets go of `fh` (a RELEASE); `EBADF` if unknown.
+    pub(crate) fn release(&self, fh: u64) -> Result<()> {
+        match self.map.write().remove(&fh) {
+            Some(_) => Ok(()),
+            None if self.lost.write().remove(&fh) => Ok(()),
+            None => Err(Errno::EBADF),
+        }
+    }
+
+    /// A handle the guest holds that a migration could not open again here: it answers
+    /// `EIO` until released. `EEXIST` if `fh` is taken.
+    pub(crate) fn insert_lost(&self, fh: u64) -> Result<()> {
+        if fh == 0 || self.map.read().contains_key(&fh) {
+            return Err(Errno::EEXIST);
+        }
+        if !self.lost.write().insert(fh) {
+            return Err(Errno::EEXIST);
+        }
+        self.next.fetch_max(fh + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The handles lost in a migration, in `fh` order.
+    pub(crate) fn lost(&self) -> Vec<u64> {
+        let mut lost: Vec<u64> = self.lost.read().iter().copied().collect();
+        lost.sort_unstable();
+        lost
     }
 
     /// Removes every handle (they close once requests using them are done).
     pub(crate) fn clear(&self) {
         let all = std::mem::take(&mut *self.map.write());
+        self.lost.write().clear();
         drop(all);
     }
 

@@ -164,6 +164,10 @@ pub(crate) trait TableHook: Send + Sync {
 struct Maps {
     by_ino: HashMap<Ino, Arc<Inode>>,
     by_host: HashMap<HostId, Ino>,
+    /// Nodes a guest holds that a migration could not find again here
+    /// ([`memofs_core::migrate::OnError::GuestError`]), with the guest's references: every
+    /// request on one answers `EIO` until the guest forgets it.
+    lost: HashMap<Ino, u64>,
     next_spare: Ino,
     hook: Option<Arc<dyn TableHook>>,
 }
@@ -206,6 +210,7 @@ impl InodeTable {
             maps: RwLock::new(Maps {
                 by_ino: HashMap::from([(ROOT_INO, root)]),
                 by_host: HashMap::from([(host, ROOT_INO)]),
+                lost: HashMap::new(),
                 next_spare: SPARE_TOP,
                 hook: None,
             }),
@@ -216,14 +221,42 @@ impl InodeTable {
         }
     }
 
-    /// The entry for `ino`; `ESTALE` for a number the kernel should not hold.
+    /// The entry for `ino`; `EIO` for one a migration lost, `ESTALE` for a number the
+    /// kernel should not hold.
     pub(crate) fn get(&self, ino: Ino) -> Result<Arc<Inode>> {
-        self.maps
+        let maps = self.maps.read();
+        match maps.by_ino.get(&ino) {
+            Some(inode) => Ok(inode.clone()),
+            None if maps.lost.contains_key(&ino) => Err(Errno::EIO),
+            None => Err(Errno::ESTALE),
+        }
+    }
+
+    /// A node the guest holds `lookups` references to that a migration could not find again
+    /// here: it answers `EIO` until the guest forgets it.
+    pub(crate) fn restore_lost(&self, ino: Ino, lookups: u64) -> Result<()> {
+        let mut maps = self.maps.write();
+        if ino == ROOT_INO || lookups == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if maps.by_ino.contains_key(&ino) || maps.lost.contains_key(&ino) {
+            return Err(Errno::EEXIST);
+        }
+        maps.lost.insert(ino, lookups);
+        Ok(())
+    }
+
+    /// The nodes lost in a migration, with the guest's references.
+    pub(crate) fn lost(&self) -> Vec<(Ino, u64)> {
+        let mut lost: Vec<_> = self
+            .maps
             .read()
-            .by_ino
-            .get(&ino)
-            .cloned()
-            .ok_or(Errno::ESTALE)
+            .lost
+            .iter()
+            .map(|(&i, &n)| (i, n))
+            .collect();
+        lost.sort_unstable();
+        lost
     }
 
     /// The root entry.
@@ -253,6 +286,7 @@ impl InodeTable {
             && host.ino > ROOT_INO
             && host.ino < maps.next_spare
             && !maps.by_ino.contains_key(&host.ino)
+            && !maps.lost.contains_key(&host.ino)
     }
 
     /// Takes one reference to the host inode `fd` refers to (attributes `st`), adding an
@@ -279,6 +313,7 @@ impl InodeTable {
             }
         }
         let kind = FileKind::from_mode(u32::from(st.stx_mode)).ok_or(Errno::EIO)?;
+        let handle = pins.required_handle(fd.as_fd())?;
         let counted = keep(fd)?;
         let mut maps = self.maps.write();
         let meanwhile = Self::find_locked(&maps, host);
@@ -294,7 +329,11 @@ impl InodeTable {
             Self::detach_locked(&mut maps, &known);
         }
         let ino = self.allocate_locked(&mut maps, host);
-        Ok(Self::enter(maps, ino, host, kind, counted, pins, 1))
+        let inode = Self::enter(maps, ino, host, kind, counted, pins, 1);
+        if let Some(handle) = handle {
+            inode.fd.know_handle(handle);
+        }
+        Ok(inode)
     }
 
     /// Adds the entry `ino` for `host` with `lookups` references, and releases the lock.
@@ -355,7 +394,10 @@ impl InodeTable {
         if lookups == 0 {
             return Err(Errno::EINVAL);
         }
-        if maps.by_ino.contains_key(&ino) || maps.by_host.contains_key(&host) {
+        if maps.by_ino.contains_key(&ino)
+            || maps.by_host.contains_key(&host)
+            || maps.lost.contains_key(&ino)
+        {
             return Err(Errno::EEXIST);
         }
         Self::enter(maps, ino, host, kind, fd, pins, lookups);
@@ -403,7 +445,8 @@ impl InodeTable {
         if self.passes_through(maps, host) {
             return host.ino;
         }
-        while maps.by_ino.contains_key(&maps.next_spare) {
+        while maps.by_ino.contains_key(&maps.next_spare) || maps.lost.contains_key(&maps.next_spare)
+        {
             maps.next_spare -= 1;
         }
         let ino = maps.next_spare;
@@ -414,6 +457,13 @@ impl InodeTable {
     /// The kernel dropped `n` references to `ino`; the entry goes at zero (never the root).
     pub(crate) fn forget(&self, ino: Ino, n: u64) {
         let mut maps = self.maps.write();
+        if let Some(lookups) = maps.lost.get_mut(&ino) {
+            *lookups = lookups.saturating_sub(n);
+            if *lookups == 0 {
+                maps.lost.remove(&ino);
+            }
+            return;
+        }
         let Some(inode) = maps.by_ino.get(&ino) else {
             return;
         };

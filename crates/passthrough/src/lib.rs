@@ -127,7 +127,7 @@ use std::sync::Arc;
 use memofs_core::{Caller, Errno, Ino, Invalidator};
 use parking_lot::{Mutex, RwLock};
 
-pub use crate::config::{PassthroughConfig, WatchMode, DEFAULT_MAX_OPEN_FDS};
+pub use crate::config::{FileHandles, PassthroughConfig, WatchMode, DEFAULT_MAX_OPEN_FDS};
 pub use crate::error::SetupError;
 pub use crate::fd::RESERVED_FDS;
 pub use crate::inode::SPARE_TOP;
@@ -233,11 +233,25 @@ impl PassthroughFs {
         // Probe openat2 once, so a kernel without it fails here and not on every lookup.
         sys::at::openat2(fd.as_fd(), c".", libc::O_PATH, 0, resolve)
             .map_err(|e| SetupError::NoOpenat2(e.into()))?;
-        // Handles are opened against a real descriptor of the root (see `pin`).
-        let mount = proc
-            .reopen(fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
-            .ok();
-        let pins = Pins::new(budget.clone(), fd.as_fd(), HostId::of(&st).dev, mount);
+        // Handles are opened against a real descriptor of the root (see `pin`), unless the
+        // export holds its inodes by descriptor alone.
+        let mount = match config.file_handles {
+            FileHandles::Never => None,
+            _ => proc
+                .reopen(fd.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)
+                .ok(),
+        };
+        let mandatory = config.file_handles == FileHandles::Mandatory;
+        let pins = Pins::new(
+            budget.clone(),
+            fd.as_fd(),
+            HostId::of(&st).dev,
+            mount,
+            mandatory,
+        );
+        if mandatory && !pins.can_reopen() {
+            return Err(SetupError::NoFileHandles(pins.why_not_reopen()));
+        }
         let root = budget.keep(fd).map_err(cannot_open)?;
         attr::probe_fchmodat2();
         Ok(PassthroughFs {

@@ -22,7 +22,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use memofs_core::migrate::{invalid, FindBy, FrameReader, FrameWriter, Migrate};
+use memofs_core::migrate::{invalid, FindBy, FrameReader, FrameWriter, Migrate, OnError};
 use memofs_core::{Errno, Ino, ROOT_INO};
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +72,12 @@ enum Record {
         fh: u64,
         ino: Ino,
     },
+    /// A file or directory handle a migration before this one could not open again (see
+    /// [`OnError::GuestError`]): it answers `EIO` until the guest releases it.
+    LostHandle {
+        fh: u64,
+        dir: bool,
+    },
     End,
 }
 
@@ -92,6 +98,8 @@ enum Place {
         bytes: Vec<u8>,
         path: Option<Vec<u8>>,
     },
+    /// Nowhere: a migration before this one could not find it (see [`OnError::GuestError`]).
+    Lost,
 }
 
 fn put(out: &mut FrameWriter<'_>, r: &Record) -> io::Result<()> {
@@ -234,6 +242,7 @@ impl PassthroughFs {
                 self.handle_inside(&st, path.as_deref())?;
                 Ok((fd, st))
             }
+            Place::Lost => Err("a migration before this one lost it".into()),
         }
     }
 
@@ -251,6 +260,8 @@ impl PassthroughFs {
         }
     }
 
+    /// Finds the node `ino` again where `place` says; one that cannot be found is kept as
+    /// lost where the mount says so (`--migration-on-error=guest-error`), else fails the load.
     fn restore_inode(
         &self,
         ino: Ino,
@@ -258,6 +269,23 @@ impl PassthroughFs {
         kind: u32,
         place: &Place,
     ) -> Result<(), String> {
+        let found = match place {
+            Place::Lost => Err("a migration before this one lost it".to_string()),
+            _ => self.find_kind(ino, lookups, kind, place),
+        };
+        match (found, self.config.migration.on_error) {
+            (Ok(()), _) => Ok(()),
+            (Err(e), OnError::GuestError) => {
+                log::warn!("node {ino} is lost: the guest gets EIO for it ({e})");
+                self.table
+                    .restore_lost(ino, lookups)
+                    .map_err(|e| e.to_string())
+            }
+            (Err(e), OnError::Abort) => Err(e),
+        }
+    }
+
+    fn find_kind(&self, ino: Ino, lookups: u64, kind: u32, place: &Place) -> Result<(), String> {
         let (fd, st) = self.find(place)?;
         if u32::from(st.stx_mode) & libc::S_IFMT != kind {
             return Err(format!("it is of another kind here ({place:?})"));
@@ -269,6 +297,32 @@ impl PassthroughFs {
                 Errno::EEXIST => "another node here is the same host file".to_string(),
                 e => e.to_string(),
             })
+    }
+
+    /// Opens again the handle `fh` (a directory's with `dir`) of node `ino` with `open`; one
+    /// that cannot be opened is kept as lost where the mount says so, else fails the load.
+    fn restore_handle(
+        &self,
+        fh: u64,
+        ino: Ino,
+        dir: bool,
+        open: impl FnOnce() -> memofs_core::Result<()>,
+    ) -> io::Result<()> {
+        let what = if dir { "directory" } else { "file" };
+        match (open(), self.config.migration.on_error) {
+            (Ok(()), _) => Ok(()),
+            (Err(e), OnError::GuestError) => {
+                log::warn!("open {what} {fh} of node {ino} is lost: the guest gets EIO ({e})");
+                let table = match dir {
+                    true => self.dirs.insert_lost(fh),
+                    false => self.files.insert_lost(fh),
+                };
+                table.map_err(|e| io::Error::other(format!("open {what} {fh}: {e}")))
+            }
+            (Err(e), OnError::Abort) => Err(io::Error::other(format!(
+                "open {what} {fh} of node {ino}: {e}"
+            ))),
+        }
     }
 
     fn restore_file(&self, fh: u64, ino: Ino, flags: i32) -> memofs_core::Result<()> {
@@ -287,12 +341,16 @@ impl Migrate for PassthroughFs {
         let mut inodes = self.table.all();
         inodes.sort_unstable_by_key(|i| i.ino);
         let (files, dirs) = (self.files.entries(), self.dirs.entries());
+        let lost = self.table.lost();
+        let lost_handles: Vec<(u64, bool)> = (self.files.lost().into_iter().map(|fh| (fh, false)))
+            .chain(self.dirs.lost().into_iter().map(|fh| (fh, true)))
+            .collect();
         put(
             out,
             &Record::Fs {
-                inodes: inodes.len() as u64,
-                files: files.len() as u64,
-                dirs: dirs.len() as u64,
+                inodes: (inodes.len() + lost.len()) as u64,
+                files: files.len() as u64 + lost_handles.iter().filter(|h| !h.1).count() as u64,
+                dirs: dirs.len() as u64 + lost_handles.iter().filter(|h| h.1).count() as u64,
                 next_file: self.files.next_fh(),
                 next_dir: self.dirs.next_fh(),
             },
@@ -338,6 +396,21 @@ impl Migrate for PassthroughFs {
                 },
             )?;
         }
+        for (ino, lookups) in lost {
+            let place = Place::Lost;
+            put(
+                out,
+                &Record::Inode {
+                    ino,
+                    lookups,
+                    kind: 0,
+                    place,
+                },
+            )?;
+        }
+        for (fh, dir) in lost_handles {
+            put(out, &Record::LostHandle { fh, dir })?;
+        }
         put(out, &Record::End)
     }
 
@@ -373,18 +446,22 @@ impl Migrate for PassthroughFs {
                     got.0 += 1;
                 }
                 Record::File { fh, ino, flags } => {
-                    self.restore_file(fh, ino, flags).map_err(|e| {
-                        io::Error::other(format!("open file {fh} of node {ino}: {e}"))
-                    })?;
+                    self.restore_handle(fh, ino, false, || self.restore_file(fh, ino, flags))?;
                     got.1 += 1;
                 }
                 Record::Dir { fh, ino } => {
-                    self.dir_stream(ino)
-                        .and_then(|dir| self.dirs.insert_at(fh, dir))
-                        .map_err(|e| {
-                            io::Error::other(format!("open directory {fh} of node {ino}: {e}"))
-                        })?;
+                    self.restore_handle(fh, ino, true, || {
+                        self.dir_stream(ino)
+                            .and_then(|dir| self.dirs.insert_at(fh, dir))
+                    })?;
                     got.2 += 1;
+                }
+                Record::LostHandle { fh, dir } => {
+                    self.restore_handle(fh, 0, dir, || Err(Errno::EIO))?;
+                    match dir {
+                        true => got.2 += 1,
+                        false => got.1 += 1,
+                    }
                 }
                 Record::End => break,
                 Record::Fs { .. } => return Err(invalid("a second start")),

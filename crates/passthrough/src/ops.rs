@@ -33,6 +33,9 @@ impl Backend for PassthroughFs {
         for inode in self.table.all() {
             self.table.forget(inode.ino, u64::MAX);
         }
+        for (ino, _) in self.table.lost() {
+            self.table.forget(ino, u64::MAX);
+        }
     }
 
     fn release_all(&self) {
@@ -189,7 +192,7 @@ impl Backend for PassthroughFs {
     }
 
     fn release(&self, _ino: Ino, fh: u64) -> Result<()> {
-        self.files.remove(fh).map(drop)
+        self.files.release(fh)
     }
 
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool) -> Result<()> {
@@ -232,7 +235,7 @@ impl Backend for PassthroughFs {
     }
 
     fn releasedir(&self, _ino: Ino, fh: u64) -> Result<()> {
-        self.dirs.remove(fh).map(drop)
+        self.dirs.release(fh)
     }
 
     fn statfs(&self) -> Result<StatFs> {

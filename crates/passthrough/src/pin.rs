@@ -71,6 +71,10 @@ pub(crate) struct Pins {
     mount: Option<OwnedFd>,
     /// The export root's filesystem.
     root_dev: u64,
+    /// Every inode must have a file handle ([`crate::FileHandles::Mandatory`]).
+    mandatory: bool,
+    /// Why handles cannot be opened here, where they cannot.
+    why_not: Option<String>,
     /// Descriptors closed to stay within the budget.
     pub(crate) closed: AtomicU64,
     /// Descriptors opened again from a handle.
@@ -88,33 +92,35 @@ impl std::fmt::Debug for Pins {
 impl Pins {
     /// For an export whose root is `root` (an `O_PATH` descriptor) on device `root_dev`:
     /// descriptors may be closed if the root's own handle opens again from `mount`.
+    /// `mandatory`: every inode must have a file handle (see [`Pins::required_handle`]).
     pub(crate) fn new(
         budget: Arc<FdBudget>,
         root: BorrowedFd<'_>,
         root_dev: u64,
         mount: Option<OwnedFd>,
+        mandatory: bool,
     ) -> Arc<Pins> {
         let known = sys::io::fstatfs(root).map(|st| st.f_type);
-        let mount = mount.filter(|m| {
-            if !known.is_ok_and(|t| REOPENS.contains(&t)) {
-                log::info!(
-                    "passthrough: inode descriptors stay open (a filesystem not known to open \
-                     handles of uncached inodes: {known:x?})"
-                );
-                return false;
-            }
-            let reopens = sys::at::file_handle(root)
-                .and_then(|(ty, bytes)| sys::at::open_by_handle(m.as_fd(), ty, &bytes));
-            if let Err(e) = &reopens {
-                log::info!("passthrough: inode descriptors stay open (open_by_handle_at: {e})");
-            }
-            reopens.is_ok()
-        });
+        let why_not = match &mount {
+            None => Some("the export holds its inodes by descriptor only".to_string()),
+            Some(_) if !known.is_ok_and(|t| REOPENS.contains(&t)) => Some(format!(
+                "a filesystem not known to open handles of uncached inodes: {known:x?}"
+            )),
+            Some(m) => sys::at::file_handle(root)
+                .and_then(|(ty, bytes)| sys::at::open_by_handle(m.as_fd(), ty, &bytes))
+                .err()
+                .map(|e| format!("open_by_handle_at: {e}")),
+        };
+        if let Some(why) = &why_not {
+            log::info!("passthrough: inode descriptors stay open ({why})");
+        }
         let pins = Arc::new(Pins {
             budget,
             clock: Mutex::new(VecDeque::new()),
-            mount,
+            mount: if why_not.is_none() { mount } else { None },
             root_dev,
+            mandatory,
+            why_not,
             closed: AtomicU64::new(0),
             reopened: AtomicU64::new(0),
         });
@@ -126,6 +132,20 @@ impl Pins {
     /// Whether inode descriptors can be closed and opened again here.
     pub(crate) fn can_reopen(&self) -> bool {
         self.mount.is_some()
+    }
+
+    /// Why inode descriptors cannot be opened again here (empty where they can).
+    pub(crate) fn why_not_reopen(&self) -> String {
+        self.why_not.clone().unwrap_or_default()
+    }
+
+    /// Where every inode must have a file handle, the handle of the new inode `fd` refers
+    /// to (a lookup of a file that has none fails with the host's error); `None` elsewhere.
+    pub(crate) fn required_handle(&self, fd: BorrowedFd<'_>) -> Result<Option<FileHandle>> {
+        match self.mandatory {
+            true => sys::at::file_handle(fd).map(Some),
+            false => Ok(None),
+        }
     }
 
     /// Puts `inode`, which just got a descriptor, on the clock. Drops the records of
@@ -242,6 +262,12 @@ impl PinnedFd {
     /// Whether a new inode with this descriptor goes on the clock.
     pub(crate) fn closable(host: HostId, pins: &Pins) -> bool {
         pins.can_reopen() && host.dev == pins.root_dev
+    }
+
+    /// The inode's file handle, taken when it was looked up (see
+    /// [`Pins::required_handle`]).
+    pub(crate) fn know_handle(&self, handle: FileHandle) {
+        let _ = self.handle.set(Some(handle));
     }
 
     /// The descriptor if it is held now (no reopening).

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{is_root, n, setup, setup_with, walk};
-use memofs_core::migrate::{Choices, FindBy, FrameReader, FrameWriter};
+use memofs_core::migrate::{Choices, FindBy, FrameReader, FrameWriter, OnError};
 use memofs_core::{Backend, Caller, ROOT_INO};
 use memofs_passthrough::{PassthroughConfig, PassthroughFs};
 
@@ -31,6 +31,7 @@ fn config(find_by: FindBy, verify_handles: bool) -> PassthroughConfig {
         migration: Choices {
             find_by,
             verify_handles,
+            ..Choices::default()
         },
         ..PassthroughConfig::default()
     }
@@ -130,6 +131,54 @@ fn a_file_deleted_while_held_stops_a_move_by_path_and_moves_by_handle() {
     let mut buf = Vec::new();
     b.read(file.ino, o2.fh, 0, 64, &mut buf).unwrap();
     assert_eq!(buf, b"still here");
+}
+
+/// With `--migration-on-error=guest-error` a file the destination cannot find again does not
+/// stop the move: the guest keeps its node id and handle, gets `EIO` for them, and lets go of
+/// them as usual; the rest answers as before, and a second move carries the lost ones on.
+#[test]
+fn a_file_that_cannot_be_found_again_gives_the_guest_errors_with_guest_error() {
+    let (_t, export, a) = setup("migrate-guest-error");
+    std::fs::write(export.join("kept"), b"kept").unwrap();
+    std::fs::write(export.join("lost"), b"lost").unwrap();
+    let kept = walk(&a, "kept").unwrap();
+    let lost = walk(&a, "lost").unwrap();
+    let ko = a.open(&ROOT, kept.ino, libc::O_RDONLY).unwrap();
+    let lo = a.open(&ROOT, lost.ino, libc::O_RDONLY).unwrap();
+    let bytes = save(&a).unwrap();
+    std::fs::remove_file(export.join("lost")).unwrap();
+    let abort = PassthroughFs::new(&export, PassthroughConfig::default()).unwrap();
+    let e = load(&abort, &bytes).unwrap_err().to_string();
+    assert!(e.contains("cannot be found here"), "{e}");
+    let guest_error = PassthroughConfig {
+        migration: Choices {
+            on_error: OnError::GuestError,
+            ..Choices::default()
+        },
+        ..PassthroughConfig::default()
+    };
+    let b = PassthroughFs::new(&export, guest_error.clone()).unwrap();
+    load(&b, &bytes).unwrap();
+    let mut buf = Vec::new();
+    b.read(kept.ino, ko.fh, 0, 64, &mut buf).unwrap();
+    assert_eq!(buf, b"kept");
+    assert_eq!(b.getattr(lost.ino).unwrap_err(), memofs_core::Errno::EIO);
+    assert_eq!(
+        b.read(lost.ino, lo.fh, 0, 64, &mut buf).unwrap_err(),
+        memofs_core::Errno::EIO
+    );
+    // Carried on by the next move, to a server that may abort: they stay lost there too.
+    let c = PassthroughFs::new(&export, guest_error).unwrap();
+    load(&c, &save(&b).unwrap()).unwrap();
+    assert_eq!(c.getattr(lost.ino).unwrap_err(), memofs_core::Errno::EIO);
+    c.release(lost.ino, lo.fh).unwrap();
+    c.forget(lost.ino, 1);
+    assert_eq!(c.getattr(lost.ino).unwrap_err(), memofs_core::Errno::ESTALE);
+    let names: Vec<_> = names_from(&c, ROOT_INO, 0, 0, 100)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(names.contains(&"kept".to_string()) && !names.contains(&"lost".to_string()));
 }
 
 #[test]

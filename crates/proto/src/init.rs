@@ -212,7 +212,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.announce_submounts {
         wanted |= init::SUBMOUNTS;
     }
-    if plan.security_label {
+    if plan.security_label != Want::Off {
         wanted |= init::SECURITY_CTX;
     }
     if plan.keeps_across_opens() && !plan.sole_writer {
@@ -233,7 +233,7 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.io_uring == Want::On && !has(init::OVER_IO_URING) {
         return Err(InitError::NoUring);
     }
-    if plan.security_label && !has(init::SECURITY_CTX) {
+    if plan.security_label == Want::On && !has(init::SECURITY_CTX) {
         return Err(InitError::NoSecurityCtx);
     }
     let mut out = abi::fuse_init_out::new_zeroed();

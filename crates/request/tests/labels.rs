@@ -9,7 +9,7 @@ use common::*;
 
 fn labelling() -> Setup {
     setup_planned(&[], Fake::new(false), Granted::default(), |plan| {
-        plan.security_label = true;
+        plan.security_label = memofs_core::options::Want::On;
         plan.xattrs = Some(XattrMap::parse(":map:security.:trusted.vm.:").unwrap());
     })
 }

@@ -16,6 +16,7 @@
 //! read with `preadv` straight into the guest memory the chain's descriptors name.
 
 use std::io::{Read, Write};
+use std::ops::Deref;
 
 use vm_memory::bitmap::BitmapSlice;
 use vm_memory::{Permissions, VolatileSlice};
@@ -48,16 +49,16 @@ pub struct Buffers {
     scratch: Vec<u8>,
 }
 
-/// Serves the request in `chain` (in guest memory `mem`); returns the bytes written into
-/// its writable part, for the used ring (0 for a request that takes no reply, or a chain
-/// that could not be read).
-pub fn serve<B: Backend, M: GuestMemory>(
+/// Serves the request in `chain` (in the guest memory the chain holds); returns the bytes
+/// written into its writable part, for the used ring (0 for a request that takes no reply,
+/// or a chain that could not be read).
+pub fn serve<B: Backend, M: GuestMemory, MM: Deref<Target = M> + Clone>(
     guest_fs: &GuestFs<B>,
-    mem: &M,
-    chain: DescriptorChain<&M>,
+    chain: DescriptorChain<MM>,
     bufs: &mut Buffers,
 ) -> u32 {
     let descs = chain.clone();
+    let mem = descs.memory();
     let (mut reader, mut writer) = match (chain.clone().reader(mem), chain.writer(mem)) {
         (Ok(r), Ok(w)) => (r, w),
         (Err(e), _) | (_, Err(e)) => {
@@ -81,7 +82,7 @@ pub fn serve<B: Backend, M: GuestMemory>(
                 return reply.written;
             }
             // A WRITE's data, left in guest memory after the arguments read.
-            let readable = descs.readable().map(|d| (d.addr(), d.len()));
+            let readable = descs.clone().readable().map(|d| (d.addr(), d.len()));
             let payload = guest_io::slices(mem, readable, Permissions::Read)
                 .and_then(|s| GuestPayload::new(&s, request.len(), left));
             match payload {

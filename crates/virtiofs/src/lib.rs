@@ -23,9 +23,11 @@
 #![deny(missing_docs)]
 
 pub mod chain;
+mod config;
 pub mod guest;
 mod guest_io;
 mod migrate;
+mod pool;
 
 use std::fs::File;
 use std::io;
@@ -52,6 +54,7 @@ use vmm_sys_util::event::{
 };
 
 pub use crate::chain::{Buffers, MAX_REQUEST};
+pub use crate::config::{Tag, TagError};
 pub use crate::guest::GuestFs;
 pub use vhost::vhost_user::Listener;
 
@@ -72,9 +75,26 @@ pub type SharedMemory = GuestMemoryAtomic<GuestRam>;
 /// One of the device's queues.
 pub type Vring = VringRwLock<SharedMemory>;
 
+/// How the device serves its queues, besides the filesystem.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceOptions {
+    /// Worker threads that serve the request queues' chains (virtiofsd's
+    /// `--thread-pool-size`); 0: each queue's own thread serves them.
+    pub thread_pool: usize,
+    /// The tag the device's configuration space names (virtiofsd's `--tag`), for a VMM that
+    /// asks the device for it (`VHOST_USER_PROTOCOL_F_CONFIG`); without it the VMM names the
+    /// tag itself, as QEMU does with `tag=`.
+    pub tag: Option<Tag>,
+}
+
 /// The vhost-user-fs device: the queues' side of a [`GuestFs`].
 pub struct VirtioFs<B: Backend> {
     guest_fs: Arc<GuestFs<B>>,
+    options: DeviceOptions,
+    /// The workers of `--thread-pool-size`, if any.
+    pool: Option<pool::Pool>,
+    /// Chains handed to the pool and not yet returned.
+    in_flight: Arc<pool::InFlight>,
     mem: RwLock<Option<SharedMemory>>,
     event_idx: AtomicBool,
     /// Each queue thread's buffers (a thread serves one queue, see `queues_per_thread`).
@@ -82,9 +102,9 @@ pub struct VirtioFs<B: Backend> {
     /// What stops each queue's thread when the VMM has gone (`vhost-user-backend` signals
     /// them when its handler is dropped).
     exits: Vec<(EventConsumer, EventNotifier)>,
-    /// Held shared by each queue thread while it serves a batch, exclusively while the
-    /// state is transferred: a migration sees no request half done, and no request runs
-    /// on a half-loaded filesystem.
+    /// Held shared by each queue thread while it serves or hands out a batch, exclusively
+    /// while a queue stops and while the state is transferred: a migration sees no request
+    /// half done, and no request runs on a half-loaded filesystem.
     quiet: Arc<RwLock<()>>,
     /// The state transfer under way, whose end `CHECK_DEVICE_STATE` waits for.
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
@@ -92,10 +112,17 @@ pub struct VirtioFs<B: Backend> {
 
 impl<B: Backend> VirtioFs<B> {
     /// A device serving `guest_fs`.
-    pub fn new(guest_fs: GuestFs<B>) -> io::Result<VirtioFs<B>> {
+    pub fn new(guest_fs: GuestFs<B>, options: DeviceOptions) -> io::Result<VirtioFs<B>> {
         let queues = 1 + REQUEST_QUEUES;
+        let pool = match options.thread_pool {
+            0 => None,
+            n => Some(pool::Pool::new(n)?),
+        };
         Ok(VirtioFs {
             guest_fs: Arc::new(guest_fs),
+            options,
+            pool,
+            in_flight: Arc::default(),
             mem: RwLock::new(None),
             event_idx: AtomicBool::new(false),
             buffers: (0..queues)
@@ -114,15 +141,28 @@ impl<B: Backend> VirtioFs<B> {
         &self.guest_fs
     }
 
-    /// Serves every chain the guest made available on `vring`, with thread `thread`'s
-    /// buffers; tells the guest if it asked. What a guest gets wrong here (a kick before
-    /// its memory is known, a head index outside the queue) is logged and skipped: the
-    /// queue's thread goes on serving, as it must for the chains that follow.
+    /// Serves every chain the guest made available on `vring` (queue `thread`): on the
+    /// queue's own thread with its buffers, or, for a request queue of a device with a pool,
+    /// on the pool's workers. What a guest gets wrong here (a kick before its memory is known,
+    /// a head index outside the queue) is logged and skipped: the queue's thread goes on
+    /// serving, as it must for the chains that follow.
     fn process(&self, thread: usize, vring: &Vring) -> io::Result<()> {
         let Some(atomic) = self.mem.read().unwrap_or_else(|e| e.into_inner()).clone() else {
             log::warn!("queue {thread}: kicked before the guest's memory is known: ignored");
             return Ok(());
         };
+        match &self.pool {
+            Some(pool) if thread != 0 => {
+                self.dispatch(pool, thread, vring, &atomic);
+                Ok(())
+            }
+            _ => self.serve_here(thread, vring, &atomic),
+        }
+    }
+
+    /// [`VirtioFs::process`] on the queue's thread: every chain answered in turn, the guest
+    /// told once at the end.
+    fn serve_here(&self, thread: usize, vring: &Vring, atomic: &SharedMemory) -> io::Result<()> {
         let mem = atomic.memory();
         let Some(bufs) = self.buffers.get(thread) else {
             return Err(io::Error::other(format!("no queue thread {thread}")));
@@ -134,16 +174,53 @@ impl<B: Backend> VirtioFs<B> {
             let chain = vring.get_mut().get_queue_mut().pop_descriptor_chain(&*mem);
             let Some(chain) = chain else { break };
             let head = chain.head_index();
-            let written = chain::serve(&self.guest_fs, &*mem, chain, &mut bufs);
-            match vring.add_used(head, written) {
-                Ok(()) => used = true,
-                Err(e) => log::warn!("queue {thread}: chain at head {head} not returned: {e}"),
-            }
+            let written = chain::serve(&self.guest_fs, chain, &mut bufs);
+            used |= give_back(thread, vring, head, written);
         }
         if used && vring.needs_notification().unwrap_or(true) {
             vring.signal_used_queue()?;
         }
         Ok(())
+    }
+
+    /// [`VirtioFs::process`] with a pool: each chain goes to a worker, which answers it,
+    /// returns it and tells the guest if it asked.
+    fn dispatch(&self, pool: &pool::Pool, thread: usize, vring: &Vring, atomic: &SharedMemory) {
+        let _serving = self.quiet.read().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let chain = vring
+                .get_mut()
+                .get_queue_mut()
+                .pop_descriptor_chain(atomic.memory());
+            let Some(chain) = chain else { break };
+            self.in_flight.begin();
+            let (fs, vring, in_flight) =
+                (self.guest_fs.clone(), vring.clone(), self.in_flight.clone());
+            pool.spawn(move |bufs| {
+                let head = chain.head_index();
+                let written = chain::serve(&fs, chain, bufs);
+                if give_back(thread, &vring, head, written)
+                    && vring.needs_notification().unwrap_or(true)
+                {
+                    if let Err(e) = vring.signal_used_queue() {
+                        log::warn!("queue {thread}: the guest could not be told: {e}");
+                    }
+                }
+                in_flight.end();
+            });
+        }
+    }
+}
+
+/// Returns the chain at `head` to queue `thread`'s used ring with `written` bytes of reply;
+/// whether it was.
+fn give_back(thread: usize, vring: &Vring, head: u16, written: u32) -> bool {
+    match vring.add_used(head, written) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("queue {thread}: chain at head {head} not returned: {e}");
+            false
+        }
     }
 }
 
@@ -177,16 +254,31 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
             | VhostUserProtocolFeatures::RESET_DEVICE;
         // Offered only where the backend can move: a VMM then refuses to migrate the VM
         // instead of losing its files.
-        match self.guest_fs.backend().migration() {
+        let base = match self.guest_fs.backend().migration() {
             Some(_) => base | VhostUserProtocolFeatures::DEVICE_STATE,
+            None => base,
+        };
+        // The configuration space is the device's only where it was given a tag.
+        match self.options.tag {
+            Some(_) => base | VhostUserProtocolFeatures::CONFIG,
             None => base,
         }
     }
 
-    /// The VMM stops a queue: the chain its thread has in hand is finished first, so that
-    /// the index the VMM reads next counts only answered chains.
+    /// The configuration space (`VHOST_USER_GET_CONFIG`): virtio-fs's tag and request queue
+    /// count, for a VMM that asks the device (see [`DeviceOptions::tag`]).
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        match &self.options.tag {
+            Some(tag) => config::read(tag, offset, size),
+            None => Vec::new(),
+        }
+    }
+
+    /// The VMM stops a queue: the chains its thread and the pool have in hand are finished
+    /// first, so that the index the VMM reads next counts only answered chains.
     fn stop_vring(&self, _queue: u32) -> io::Result<()> {
-        drop(self.quiet.write().unwrap_or_else(|e| e.into_inner()));
+        let _quiet = self.quiet.write().unwrap_or_else(|e| e.into_inner());
+        self.in_flight.wait_idle();
         Ok(())
     }
 

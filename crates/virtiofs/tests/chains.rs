@@ -66,7 +66,7 @@ fn serve<B: Backend>(
     let queue = MockSplitQueue::new(mem, 256);
     let chain = queue.build_desc_chain(descs).unwrap();
     let mut bufs = Buffers::default();
-    let n = chain::serve(s, mem, chain, &mut bufs);
+    let n = chain::serve(s, chain, &mut bufs);
     let mut reply = vec![0u8; n as usize];
     mem.read_slice(&mut reply, GuestAddress(REPLY_AT)).unwrap();
     (n, reply)

@@ -9,7 +9,7 @@ use memofs_core::plan::{BackendKind, MountPlan};
 use memofs_mem::{MemConfig, MemFs};
 use memofs_proto::abi;
 use memofs_request::Stats;
-use memofs_virtiofs::{GuestFs, GuestRam, SharedMemory, VirtioFs, Vring};
+use memofs_virtiofs::{DeviceOptions, GuestFs, GuestRam, SharedMemory, VirtioFs, Vring};
 use vhost_user_backend::{VhostUserBackend, VringT};
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::{split::Descriptor, RawDescriptor};
@@ -26,7 +26,11 @@ fn device() -> VirtioFs<MemFs> {
     let opts = parse_options::<String>(&[], 1 << 30).unwrap();
     let plan = MountPlan::new(&opts, BackendKind::Mem, false);
     let fs = MemFs::new(MemConfig::default()).unwrap();
-    VirtioFs::new(GuestFs::new(Arc::new(fs), plan, Arc::new(Stats::default()))).unwrap()
+    VirtioFs::new(
+        GuestFs::new(Arc::new(fs), plan, Arc::new(Stats::default())),
+        DeviceOptions::default(),
+    )
+    .unwrap()
 }
 
 fn init_request() -> Vec<u8> {

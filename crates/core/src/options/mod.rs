@@ -32,6 +32,16 @@ pub enum Want {
     Off,
 }
 
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Want::Auto => "auto",
+            Want::On => "on",
+            Want::Off => "off",
+        })
+    }
+}
+
 /// `-o direct_io=`: which opens bypass the kernel's page cache (`FOPEN_DIRECT_IO`), so
 /// that each `read(2)` is one READ of its own size copied once into the reader's pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -333,11 +343,56 @@ pub fn parse_options<S: AsRef<str>>(
     p.finish()
 }
 
+/// The first option of `-o` lists that means nothing to a virtio-fs device (`memofs
+/// virtiofsd`), with why: each option's declaration says whether it means there what it
+/// means on a mount (`table.rs`). Unknown options are left to [`parse_options`].
+pub fn virtiofs_refusal<S: AsRef<str>>(lists: &[S]) -> Option<String> {
+    lists
+        .iter()
+        .flat_map(|l| l.as_ref().split(','))
+        .filter(|t| !t.is_empty())
+        .find_map(|text| {
+            let (key, value) = match text.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (text, None),
+            };
+            let why = (table::find(key)?.virtio)(&table::Given { text, key, value })?;
+            Some(format!("-o {text} is refused over virtio-fs: {why}"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const RAM: u64 = 8 << 30;
+
+    #[test]
+    fn options_that_mean_nothing_to_a_guest_are_refused_naming_themselves() {
+        assert_eq!(virtiofs_refusal(&["size=1g,noatime,ro,cache=auto"]), None);
+        assert_eq!(
+            virtiofs_refusal(&["passthrough=off,io_uring=auto,writeback=on"]),
+            None
+        );
+        for (given, says) in [
+            ("threads=4", "--thread-pool-size"),
+            ("busy_poll=50", "thread sleeps"),
+            ("allow_other", "guest's kernel mounts with allow_other"),
+            ("default_permissions", "guest's kernel checks permissions"),
+            ("fsname=x", "tag"),
+            ("nosuid", "guest's own mount"),
+            ("sync", "guest's own mount"),
+            ("passthrough=on", "backing files"),
+            ("io_uring=on", "virtqueues"),
+            ("cpu_latency=on", "request threads only"),
+            ("nofail", "mount(8)"),
+            ("x-systemd.automount", "mount(8)"),
+        ] {
+            let msg = virtiofs_refusal(&[format!("size=1g,{given}")]).expect(given);
+            assert!(msg.starts_with(&format!("-o {given} ")), "{msg}");
+            assert!(msg.contains(says), "{given}: {msg}");
+        }
+    }
 
     #[test]
     fn cache_metadata_keeps_names_for_long_and_no_file_data() {

@@ -25,7 +25,7 @@ pub enum Scope {
 }
 
 /// One option as given: the whole text, its key and its value after `=`.
-pub(super) struct Given<'a> {
+pub struct Given<'a> {
     pub text: &'a str,
     pub key: &'a str,
     pub value: Option<&'a str>,
@@ -150,8 +150,29 @@ pub(super) struct Spec {
     /// The default, as a user would write it.
     default: fn() -> String,
     help: &'static str,
+    /// Why the option, as given, means nothing to a virtio-fs device (`memofs virtiofsd`),
+    /// where it does not; `None` where it means there what it means on a mount.
+    pub virtio: fn(&Given<'_>) -> Option<&'static str>,
     /// Parses the option into the options being built.
     pub apply: fn(&mut Parsing, &Given<'_>) -> Result<(), OptionError>,
+}
+
+/// An option with the same meaning over virtio-fs.
+const SAME: fn(&Given<'_>) -> Option<&'static str> = |_| None;
+/// Options of the host mount that a virtio-fs guest's kernel sets for itself.
+const GUEST_MOUNTS: fn(&Given<'_>) -> Option<&'static str> = |_| {
+    Some(
+        "a virtio-fs guest's kernel mounts with allow_other and default_permissions itself: \
+         every user of the guest may use the mount, and the guest's kernel checks permissions",
+    )
+};
+
+/// `why`, unless the option says `off` (or `auto`, which is off over virtio-fs).
+fn only_off(g: &Given<'_>, why: &'static str) -> Option<&'static str> {
+    match g.value {
+        Some("off") | Some("auto") => None,
+        _ => Some(why),
+    }
 }
 
 fn off() -> String {
@@ -182,6 +203,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["size"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || format!("{DEFAULT_SIZE_PERCENT}%"),
         help: "limit on file data (in 4 KiB pages), xattrs and symlink targets (k/m/g/t suffixes, % of RAM, 0 = only the machine's memory)",
         apply: |p, g| {
@@ -210,6 +232,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["nr_inodes"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || "RAM pages / 2".into(),
         help: "limit on inodes (k/m/g suffixes, 0 = unlimited)",
         apply: |p, g| {
@@ -223,6 +246,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["mode"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || format!("{DEFAULT_ROOT_MODE:o}"),
         help: "permission bits of the root directory",
         apply: |p, g| {
@@ -239,6 +263,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["uid"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || "mounting user".into(),
         help: "owner of the root directory",
         apply: |p, g| {
@@ -251,6 +276,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["gid"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || "mounting group".into(),
         help: "group of the root directory",
         apply: |p, g| {
@@ -263,6 +289,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["allow_other"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: GUEST_MOUNTS,
         default: off,
         help: "let other users use the mount (permissions still apply)",
         apply: |p, g| {
@@ -276,6 +303,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["default_permissions"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: GUEST_MOUNTS,
         default: || "always on".into(),
         help: "the kernel checks permissions (accepted for compatibility)",
         apply: |_, g| g.flag(),
@@ -285,6 +313,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["fsname"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |_| Some("a guest's mount table shows the tag as the source (QEMU's tag=, or --tag)"),
         default: || DEFAULT_FSNAME.into(),
         help: "source name shown in /proc/mounts",
         apply: |p, g| {
@@ -306,6 +335,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["cache"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || DEFAULT_CACHE_MODE.name().into(),
         help: "preset for the three timeouts below (never 0 s, auto 1 s, always 3600 s; metadata: always's, and direct_io)",
         apply: |p, g| {
@@ -323,6 +353,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["entry_timeout"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || secs(CachePolicy::default().entry_timeout),
         help: "how long the kernel caches names (fractions allowed)",
         apply: |p, g| {
@@ -335,6 +366,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["attr_timeout"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || secs(CachePolicy::default().attr_timeout),
         help: "how long the kernel caches attributes",
         apply: |p, g| {
@@ -347,6 +379,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["negative_timeout", "negative_dentry_timeout"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || secs(CachePolicy::default().negative_timeout),
         help: "how long the kernel caches misses (alias negative_dentry_timeout; 0 = reply ENOENT)",
         apply: |p, g| {
@@ -359,6 +392,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["strictatime", "relatime", "noatime", "atime"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || "relatime".into(),
         help: "when reads and readdir update atime",
         apply: |p, g| {
@@ -377,6 +411,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["nodiratime", "diratime"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: off,
         help: "never update directories' atime",
         apply: |p, g| {
@@ -391,6 +426,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["writeback", "writeback_cache"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || "auto".into(),
         help: "kernel writeback cache: writes gather in the kernel's page cache and reach the server up to 1 MiB at a time, a full mount's ENOSPC then at fsync or close; auto: on for the mem backend's page store, off with passthrough, for host exports and over virtio-fs; on is refused with direct_io",
         apply: |p, g| {
@@ -408,6 +444,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["direct_io"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: off,
         help: "bypass the kernel page cache. all (also bare direct_io): every read and write reaches the server; large: read-only opens of files of 1 MiB or more, other than program loads, so each read(2) is one request copied once (writes stay cached; a read(2) of a few KiB then costs a round trip)",
         apply: |p, g| {
@@ -425,6 +462,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["xattr"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: || "on".into(),
         help: "extended attributes; off answers each kind of xattr request ENOSYS once, after which the kernel fails it with EOPNOTSUPP itself and asks no more: no POSIX ACLs, no security labels, and no request for a file's security.capability before each chown and first write (what virtiofsd does without --xattr)",
         apply: |p, g| {
@@ -440,6 +478,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["threads"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |_| Some("a guest's requests come on its queues, each served by a thread of its own; --thread-pool-size=N serves them on a pool of N workers"),
         default: || "CPUs (at least 2)".into(),
         help: "request threads, each with its own cloned /dev/fuse queue (those one caller does not need wait aside)",
         apply: |p, g| {
@@ -462,6 +501,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["busy_poll"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |_| Some("only the /dev/fuse and io_uring request threads poll; a virtio-fs queue's thread sleeps until the guest kicks it"),
         default: || DEFAULT_BUSY_POLL_US.to_string(),
         help: "after an answer, the request thread polls this long for the next request before it sleeps (on /dev/fuse the one reading thread, over io_uring each queue's thread), while requests keep coming that fast and at least one poll in four finds one (0: never; at most 10000)",
         apply: |p, g| {
@@ -484,6 +524,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["passthrough"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |g| only_off(g, "a guest's kernel takes no backing files: FUSE passthrough is for host mounts (passthrough=off keeps the mem backend's data in the server's page store)"),
         default: || "auto".into(),
         help: "kernel FUSE passthrough for file data",
         apply: |p, g| {
@@ -496,6 +537,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["io_uring"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |g| only_off(g, "FUSE-over-io_uring is for host mounts: a guest's requests come on its virtqueues"),
         default: || "auto".into(),
         help: "requests through FUSE-over-io_uring where the kernel offers it (Linux 6.14+ with fuse.enable_uring=Y, a host-wide choice memofs never makes itself); on fails with how to enable it",
         apply: |p, g| {
@@ -508,6 +550,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["cpu_latency"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |g| only_off(g, "the CPU latency request is made by the /dev/fuse and io_uring request threads only"),
         default: || "auto".into(),
         help: "while requests stream (and 10-20 ms after), ask the kernel to keep idle CPUs awake (a CPU latency request of 0 through /dev/cpu_dma_latency, which takes root), so waking the caller an answer is for costs no return from a sleeping CPU; idle CPUs then stay in their shallowest state (polling, on x86); auto asks where a cpuidle driver would heed it; on fails where it cannot be asked",
         apply: |p, g| {
@@ -520,6 +563,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["huge"],
         prefixes: &[],
         scope: Scope::Mem,
+        virtio: SAME,
         default: || DEFAULT_HUGE.as_str().into(),
         help: "large folios for kernel-backed file data, as tmpfs's huge= (mem backend)",
         apply: |p, g| {
@@ -533,6 +577,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["watch"],
         prefixes: &[],
         scope: Scope::Passthrough,
+        virtio: SAME,
         default: || "auto".into(),
         help: "passthrough backend: how host-side changes are seen (auto: fanotify, else inotify)",
         apply: |p, g| {
@@ -550,6 +595,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["changes"],
         prefixes: &[],
         scope: Scope::Passthrough,
+        virtio: SAME,
         default: || "auto".into(),
         help: "passthrough backend: a feed of changes made on other machines (auto: the engine's own stream where memofs knows it, SeaweedFS; exec: a program printing changed paths)",
         apply: |p, g| {
@@ -581,6 +627,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         ],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: |g| match g.key { "ro" | "rw" => None, _ => Some("a flag of the guest's own mount (mount -t virtiofs -o nosuid,nodev,noexec,sync TAG DIR): the guest's kernel applies it, not the server") },
         default: || "nosuid,nodev".into(),
         help: "kernel mount flags (rw, suid, dev, exec, async undo them)",
         apply: |p, g| {
@@ -610,6 +657,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &MOUNT8_NAMES,
         prefixes: &["x-"],
         scope: Scope::Mount8,
+        virtio: |_| Some("a mount(8), fstab or systemd option: memofs virtiofsd is not started by mount(8)"),
         default: || "-".into(),
         help: "mount(8), fstab and systemd options (also auto, user, users, nouser, owner, group, comment=): accepted and ignored",
         apply: |_, _| Ok(()),
@@ -619,6 +667,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["debug"],
         prefixes: &[],
         scope: Scope::Any,
+        virtio: SAME,
         default: off,
         help: "log every request to stderr (use with -f)",
         apply: |p, g| {

@@ -83,7 +83,7 @@ impl<B: Backend> Server<B> {
         }
         let r = self
             .backend
-            .open(caller, ino, self.open_flags(flags))
+            .open(caller, ino, self.open_flags(self.noatime_flag(flags)))
             .and_then(|o| {
                 let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
                 let direct = self.reads_directly(ino, flags);
@@ -116,6 +116,7 @@ impl<B: Backend> Server<B> {
         if self.declines_opendir() {
             return out.error(Errno::ENOSYS);
         }
+        let flags = self.noatime_flag(flags);
         answer(out, self.backend.opendir(caller, ino, flags), |out, o| {
             let keep = self.may_keep_listings() && self.keep(ino, true);
             out.opened(&OpenOut {
@@ -321,6 +322,14 @@ impl<B: Backend> Server<B> {
     pub(super) fn may_keep_listings(&self) -> bool {
         (self.plan.keeps_across_opens() || self.backend.name_changes_reported())
             && self.keeper.listings_kept()
+    }
+
+    /// An OPEN's or OPENDIR's `flags` without `O_NOATIME` where the plan drops it.
+    fn noatime_flag(&self, flags: i32) -> i32 {
+        match self.plan.noatime_opens {
+            true => flags,
+            false => flags & !libc::O_NOATIME,
+        }
     }
 
     /// Open flags as the backend honours them: under the writeback cache the kernel reads
