@@ -123,6 +123,7 @@ run_one() {
     setfattr -n user.plain -v host "$out/ids/host-owned"
     cp "$(command -v busybox)" "$out/root/bin/busybox"
     cp "$here/virtiofs-guest.sh" "$out/root/init"
+    cp "$here/fs-checks.sh" "$out/root/bin/fs-checks"
     chmod 755 "$out/root/init"
     # The POSIX conformance suite, where the host has it (scripts/setup.sh installs it), with
     # the users it switches to.

@@ -103,9 +103,12 @@ impl Pins {
         let known = sys::io::fstatfs(root).map(|st| st.f_type);
         let why_not = match &mount {
             None => Some("the export holds its inodes by descriptor only".to_string()),
-            Some(_) if !known.is_ok_and(|t| REOPENS.contains(&t)) => Some(format!(
-                "a filesystem not known to open handles of uncached inodes: {known:x?}"
-            )),
+            Some(_) if !known.is_ok_and(|t| REOPENS.contains(&t)) => Some(match known {
+                Ok(t) => format!(
+                    "a filesystem (type {t:#x}) not known to open handles of uncached inodes"
+                ),
+                Err(e) => format!("its filesystem cannot be told: {e}"),
+            }),
             Some(m) => sys::at::file_handle(root)
                 .and_then(|(ty, bytes)| sys::at::open_by_handle(m.as_fd(), ty, &bytes))
                 .err()

@@ -135,6 +135,7 @@ fn handshake(socket: &Path, info: &VhostUserMemoryRegionInfo) -> io::Result<(Fro
             pf & (VhostUserProtocolFeatures::MQ
                 | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
                 | VhostUserProtocolFeatures::LOG_SHMFD
+                | VhostUserProtocolFeatures::CONFIG
                 | VhostUserProtocolFeatures::DEVICE_STATE),
         )
         .map_err(other)?;
@@ -573,10 +574,18 @@ impl Guest {
 
     /// INIT, as a guest's kernel starts.
     pub fn init(&mut self) -> io::Result<()> {
+        self.init_offering(0).map(drop)
+    }
+
+    /// INIT offering the capability bits `offered` (as a kernel's `flags` and `flags2`):
+    /// the bits the server granted.
+    pub fn init_offering(&mut self, offered: u64) -> io::Result<u64> {
         let mut i = abi::fuse_init_in::new_zeroed();
         i.major = abi::KERNEL_VERSION;
         i.minor = abi::KERNEL_MINOR_VERSION;
         i.max_readahead = 1 << 20;
+        i.flags = offered as u32 | abi::init::INIT_EXT as u32;
+        i.flags2 = (offered >> 32) as u32;
         let (err, body) = self
             .call(abi::opcode::INIT, 0, i.as_bytes(), 4096)
             .ok_or_else(|| other("INIT not answered"))?;
@@ -587,7 +596,23 @@ impl Guest {
             .map_err(|_| other("short INIT reply"))?
             .0;
         self.minor = out.minor;
-        Ok(())
+        Ok(out.flags as u64 | (out.flags2 as u64) << 32)
+    }
+
+    /// The device's configuration space as the server answers `GET_CONFIG` (`None` where it
+    /// does not offer `VHOST_USER_PROTOCOL_F_CONFIG`).
+    pub fn config(&mut self, size: u32) -> io::Result<Option<Vec<u8>>> {
+        let offered = self.frontend.get_protocol_features().map_err(other)?;
+        if !offered.contains(VhostUserProtocolFeatures::CONFIG) {
+            return Ok(None);
+        }
+        let buf = vec![0u8; size as usize];
+        let flags = vhost::vhost_user::message::VhostUserConfigFlags::WRITABLE;
+        let (_, payload) = self
+            .frontend
+            .get_config(0, size, flags, &buf)
+            .map_err(other)?;
+        Ok(Some(payload.to_vec()))
     }
 
     /// Whether the server answers a valid request: GETATTR of the root.
