@@ -23,6 +23,7 @@ anything failed. Needs root. Environment: CARGO, MEMOFS_VM_CACHE.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -219,6 +220,8 @@ class Started:
     listener: socket.socket | None
     # System log messages before it started (those after are its own).
     logged_before: int = 0
+    # libvirt's pid file, locked by the server's process (see `start`).
+    pidfile: Path | None = None
 
 
 def start(bed: Bed, line: Line, share: Path, extra: list[str] | None = None) -> Started:
@@ -255,12 +258,40 @@ def start(bed: Bed, line: Line, share: Path, extra: list[str] | None = None) -> 
         cmd = ["bash", "-c", f'exec "$@" {line.fd}<&{n} {n}<&-', "bash", *cmd]
     stderr = bed.work / f"{line.name}.stderr"
     before = len(bed.log.messages)
+    # libvirt's virExec: the child locks the pid file (fcntl) and keeps the descriptor open
+    # across exec; libvirt later stops the server only while that lock is held.
+    pidfile = bed.work / f"{line.name}.pid" if line.manager == "libvirt" else None
+    if pidfile is not None:
+        cmd = [sys.executable, "-c", LOCK_AND_EXEC, str(pidfile), *cmd]
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err, pass_fds=pass_fds,
                                 cwd=str(sockets) if line.cwd else None)
     bed.servers.append(proc)
-    return Started(proc, sock, stderr, listener, before)
+    return Started(proc, sock, stderr, listener, before, pidfile)
+
+
+# Locks the pid file argv[1] as libvirt's virExec does and runs the rest in its place.
+LOCK_AND_EXEC = """import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.write(fd, str(os.getpid()).encode())
+os.set_inheritable(fd, True)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def pidfile_locked(path: Path) -> bool:
+    """Whether another process holds the lock on `path` (as libvirt asks)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def readiness(bed: Bed, line: Line, s: Started) -> str | None:
@@ -331,6 +362,8 @@ def comes_up(run: Run, bed: Bed, line: Line) -> None:
         stop(s)
         run.check(f"{line.name}:comes-up", False, why)
         return
+    if s.pidfile is not None:
+        run.check(f"{line.name}:keeps-libvirts-pid-file-lock", pidfile_locked(s.pidfile))
     got = probe(bed, s, "--read", "hello")
     served = got.get("read") == "hello"
     run.check(f"{line.name}:comes-up", served, "" if served else str(got))
