@@ -140,6 +140,7 @@ vm-test-ci:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) python3 scripts/vm/dfs-guest.py $(VM_KERNELS_CI)
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) python3 scripts/vm/labels-guest.py $(VM_KERNELS_CI)
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) python3 scripts/vm/managers.py $(lastword $(VM_KERNELS_CI))
+	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) python3 scripts/vm/migrate-guest.py $(lastword $(VM_KERNELS_CI))
 
 vm-test-all:
 	MEMOFS_VM_REQUIRED=$(VM_REQUIRED) bash scripts/vm/run.sh $(VM_KERNELS_ALL)

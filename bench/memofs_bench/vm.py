@@ -134,14 +134,18 @@ def _same_fs(a: Path, b: Path) -> bool:
 class Guest:
     """One booted guest; `device` is the vhost-user socket of its virtio-fs device (tag `fs`),
     or None for a guest without one; `devices` more of them, as (socket, tag); `append` adds
-    to the kernel's command line."""
+    to the kernel's command line. `qemu` is the QEMU binary (default: the one on PATH),
+    `extra` more QEMU arguments. With `incoming` it is the destination of a live migration
+    (`extra` holds `-incoming`): the agent is connected, but no @@READY awaited, since the
+    guest arrives already running its agent."""
 
     def __init__(self, workdir: Path, image: Path, initrd: Path, device: Path | None,
                  memory_mib: int = 2048, append: str = "",
-                 devices: list[tuple[Path, str]] | None = None):
+                 devices: list[tuple[Path, str]] | None = None, qemu: str | None = None,
+                 extra: list[str] | None = None, incoming: bool = False):
         self.workdir, self.console = workdir, workdir / "console.log"
         self.agent_path = workdir / "agent.sock"
-        qemu = require("qemu-system-x86_64", "bash scripts/setup.sh installs it")
+        qemu = qemu or require("qemu-system-x86_64", "bash scripts/setup.sh installs it")
         cmd = [qemu, "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", f"{memory_mib}M",
                "-nodefaults", "-no-reboot", "-display", "none", "-nic", "none",
                "-object", f"memory-backend-memfd,id=mem,size={memory_mib}M,share=on",
@@ -154,6 +158,7 @@ class Guest:
         for i, (sock, tag) in enumerate(more + (devices or [])):
             cmd += ["-chardev", f"socket,id=fs{i},path={sock}",
                     "-device", f"vhost-user-fs-pci,queue-size=1024,chardev=fs{i},tag={tag}"]
+        cmd += extra or []
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=open(workdir / "qemu.log", "wb"),
                                      start_new_session=True)
@@ -161,7 +166,8 @@ class Guest:
         self.buf = b""
         try:
             self._connect()
-            self._expect(b"@@READY\n", BOOT_TIMEOUT)
+            if not incoming:
+                self._expect(b"@@READY\n", BOOT_TIMEOUT)
         except BaseException:
             self.stop()
             raise
