@@ -42,6 +42,7 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -260,7 +261,25 @@ DIGESTS = ("echo big=$(md5sum </mnt/big | cut -d' ' -f1); "
 USED = "echo used=$(stat -f -c '%b %f' /mnt | awk '{print $1 - $2}')"
 
 
-def mem(run: Run, bed: Bed) -> None:
+def free_port() -> int:
+    """A TCP port of the loopback address nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def state_bytes(server: Server, what: str) -> int | None:
+    """The bytes of the state a server logged it saved or loaded."""
+    for line in server.log.read_text(errors="replace").splitlines():
+        if f"state {what}:" in line and "bytes" in line:
+            return int(line.rsplit(",", 1)[1].split()[0])
+    return None
+
+
+def mem(run: Run, bed: Bed, ahead: bool = False) -> None:
+    """The mem backend's scenario; `ahead`: the files' data sent to the destination's
+    server before QEMU migrates (`memofs migrate` to its --migration-listen), the background
+    work changing files meanwhile."""
     src_server = bed.server([])
     src = bed.vm(src_server)
     g = src.guest
@@ -279,11 +298,23 @@ echo gone=$(md5sum </mnt/gone | cut -d' ' -f1)
     ok = wait_in_guest(g, "[ -s /tmp/reads ] && [ -s /tmp/lists ] && [ -s /mnt/log ] && "
                           "[ ! -e /mnt/gone ]", 300)
     run.check("background-work-runs", ok)
-    reads, logged = lines(g, "/tmp/reads"), lines(g, "/mnt/log")
-    dst_server = bed.server([])
+    port = free_port()
+    dst_server = bed.server([f"--migration-listen=127.0.0.1:{port}"] if ahead else [])
     dst = bed.vm(dst_server, incoming=True)
+    if ahead:
+        sent = subprocess.run([bed.env.memofs, "migrate", str(src_server.sock),
+                               f"127.0.0.1:{port}"], capture_output=True, text=True,
+                              timeout=600)
+        run.check("data-sent-ahead", sent.returncode == 0,
+                  " ".join((sent.stdout + sent.stderr).split())[-200:])
+    reads, logged = lines(g, "/tmp/reads"), lines(g, "/mnt/log")
     if bed.migrate(run, src, dst, "migrates")["status"] != "completed":
         return
+    if ahead:
+        # What the state carried: what changed since, not the 64 MiB file.
+        saved = state_bytes(src_server, "saved")
+        run.check("state-carries-only-what-changed", saved is not None and saved < 16 * MIB,
+                  f"{saved} bytes")
     source_server_ends(run, bed, src, src_server)
     g = dst.guest
     after_switch(run, g, reads, before["big"])
@@ -484,6 +515,7 @@ def one(kid: str, memofs: str) -> Run:
         env = Env(memofs, r.stdout.strip(), k, initramfs(top / "initrd.cpio", {}, k),
                   os.environ.get("VIRTIOFSD") or shutil.which("virtiofsd"))
         scenario(run, env, "mem", mem)
+        scenario(run, env, "mem-ahead", mem, True)
         scenario(run, env, "shared", shared)
         scenario(run, env, "handles", handles)
         scenario(run, env, "refused", refused)

@@ -48,6 +48,10 @@ pub enum Command {
     /// Serve memofs to a virtual machine as a vhost-user-fs device (virtio-fs), taking
     /// virtiofsd's command line
     Virtiofsd(Box<VirtiofsdArgs>),
+    /// Before live-migrating a VM whose memofs device keeps its files (the mem backend):
+    /// send the files' data ahead to the destination's server (started with
+    /// --migration-listen), so that the VM stops only for what changed since
+    Migrate(MigrateArgs),
     /// Write the man pages, shell completions and option table into DIR (used by `make install`)
     #[command(hide = true)]
     Generate {
@@ -180,6 +184,11 @@ pub struct VirtiofsdArgs {
     /// Send messages to the system log (/dev/log) instead of standard error
     #[arg(long = "syslog")]
     pub syslog: bool,
+    /// Mem backend: take the file data a source server sends ahead of a live migration
+    /// (`memofs migrate`) on this TCP address, HOST:PORT, so that the VM's state carries only
+    /// what changed since
+    #[arg(long = "migration-listen", value_name = "HOST:PORT")]
+    pub migration_listen: Option<String>,
     /// Let a guest's O_DIRECT opens reach the host file as O_DIRECT (without it the flag is
     /// dropped, as virtiofsd does)
     #[arg(long = "allow-direct-io")]
@@ -257,6 +266,15 @@ impl MountArgs {
 /// SOURCE names that mean the in-memory backend (as `none` for tmpfs in fstab).
 fn is_mem_source(s: &Path) -> bool {
     s == Path::new("memofs") || s == Path::new("none")
+}
+
+/// `memofs migrate`.
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// The vhost-user socket of the device the VM runs on now (--socket-path)
+    pub socket: PathBuf,
+    /// Where the destination's server listens (its --migration-listen), HOST:PORT
+    pub to: String,
 }
 
 /// `memofs umount`.

@@ -4,6 +4,7 @@
 mod backends;
 mod cli;
 mod daemon;
+mod migrate;
 mod mount;
 mod sandbox;
 mod seccomp;
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::main(args),
         Command::Invalidate(args) => stats::invalidate_main(args),
         Command::Virtiofsd(args) => virtiofsd::main(args),
+        Command::Migrate(args) => migrate::main(args),
         Command::Generate { dir } => match cli::generate(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(

@@ -142,6 +142,7 @@ fn serve<B: Backend>(
             policy: cache,
             usage: Box::new(move || backend.usage()),
             settings,
+            send_ahead: None,
         };
         match memofs_control::serve(dev, source) {
             Ok(c) => {

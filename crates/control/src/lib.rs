@@ -24,6 +24,8 @@
 
 #![deny(missing_docs)]
 
+pub mod ahead;
+
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
@@ -193,6 +195,19 @@ pub struct StatsSource {
     pub usage: Box<dyn Fn() -> BackendUsage + Send + Sync>,
     /// Other settings worth showing (name, value).
     pub settings: Vec<(String, String)>,
+    /// What `send-ahead` runs with the socket handed over (a virtio-fs device whose files
+    /// move with its VM: see [`ahead`]).
+    pub send_ahead: Option<SendAhead>,
+}
+
+/// Sends a device's data ahead on a connected socket; once every file went, the bytes.
+pub type SendAhead = Box<dyn Fn(std::fs::File) -> Result<u64, String> + Send + Sync>;
+
+/// The answer to `send-ahead`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AheadDoc {
+    /// Bytes of file data sent in the first round (every file once).
+    pub bytes: u64,
 }
 
 /// One request kind's counters in [`StatsDoc`].
@@ -355,10 +370,20 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
 }
 
 impl StatsSource {
-    /// The answer to one command from a client with uid `peer`.
-    fn answer(&self, command: &str, peer: Option<u32>) -> String {
+    /// The answer to one command from a client with uid `peer`, with the descriptors it
+    /// sent.
+    fn answer(&self, command: &str, peer: Option<u32>, mut fds: Vec<OwnedFd>) -> String {
         let error = |error: String| to_json(&ErrorDoc { error });
         match command.trim() {
+            ahead::COMMAND => match (&self.send_ahead, root_or_own(peer), fds.pop()) {
+                (None, ..) => error("this server sends no data ahead".into()),
+                (Some(_), false, _) => error("only root or the server's owner may".into()),
+                (Some(_), true, None) => error("no socket came with the command".into()),
+                (Some(send), true, Some(fd)) => match send(std::fs::File::from(fd)) {
+                    Ok(bytes) => to_json(&AheadDoc { bytes }),
+                    Err(e) => error(e),
+                },
+            },
             "" | "stats" => to_json(&self.doc()),
             "invalidate" => {
                 if root_or_own(peer) {
@@ -569,10 +594,8 @@ fn answer_on(listener: UnixListener, source: StatsSource) -> io::Result<()> {
                 }
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
-                let mut command = Vec::new();
-                let _ = (&mut conn).take(64).read_to_end(&mut command);
-                let command = String::from_utf8_lossy(&command);
-                let _ = conn.write_all(source.answer(&command, peer).as_bytes());
+                let (command, fds) = ahead::read_command(&conn);
+                let _ = conn.write_all(source.answer(&command, peer, fds).as_bytes());
             }
         })?;
     Ok(())
@@ -632,11 +655,15 @@ pub fn remove_device_socket(vhost_socket: &Path) {
 /// Sends `command` to the virtio-fs device listening on `vhost_socket` and returns its JSON
 /// answer; only a server run by root, the socket file's owner or the caller is believed.
 pub fn request_device(vhost_socket: &Path, command: &str) -> io::Result<String> {
+    exchange(device_connection(vhost_socket)?, command)
+}
+
+/// A connection to the control socket of the virtio-fs device listening on `vhost_socket`.
+fn device_connection(vhost_socket: &Path) -> io::Result<UnixStream> {
     let id = device_identity(vhost_socket)?;
     let owner = std::fs::metadata(vhost_socket)?.uid();
-    let conn = connect_file(owner, |uid| device_socket_path(uid, id))
-        .or_else(|e| connect_file(owner, |_| beside(vhost_socket)).map_err(|_| e))?;
-    exchange(conn, command)
+    connect_file(owner, |uid| device_socket_path(uid, id))
+        .or_else(|e| connect_file(owner, |_| beside(vhost_socket)).map_err(|_| e))
 }
 
 /// Sends `command` to the mount at `mountpoint`, with device `dev`, and returns its JSON
@@ -685,6 +712,7 @@ mod tests {
             policy: CachePolicy::default(),
             usage: Box::new(BackendUsage::default),
             settings: vec![("fsname".into(), "a\"b".into())],
+            send_ahead: None,
         };
         src.stats
             .record(memofs_request::Kind::Lookup, std::time::Instant::now());
@@ -715,6 +743,7 @@ mod tests {
                 ..Default::default()
             }),
             settings: vec![],
+            send_ahead: None,
         };
         let control = serve(dev, src).unwrap();
         let Listening::File(path, _) = &control.at else {

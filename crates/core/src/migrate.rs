@@ -8,6 +8,7 @@
 //! session, then the backend's [`Migrate`] records).
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::AtomicBool;
 
 /// The first bytes of every state stream.
 pub const MAGIC: &[u8; 12] = b"memofs-state";
@@ -61,6 +62,42 @@ pub trait Migrate: Send + Sync {
     /// Rebuilds what [`Migrate::save`] wrote into this backend, which must be new (nothing
     /// but its root). Reads frames up to and including the backend's last one.
     fn load(&self, input: &mut FrameReader<'_>) -> io::Result<()>;
+    /// Sending data ahead of the state ([`Precopy`]), for a backend that holds data of its
+    /// own; `None` for one whose files stay where they are.
+    fn precopy(&self) -> Option<&dyn Precopy> {
+        None
+    }
+}
+
+/// Pre-copy: a backend's file data sent to the server its VM moves to while the VM still
+/// runs, over a channel of the two servers' own, so that the state [`Migrate::save`] writes
+/// in the stopped phase holds the metadata and only the data changed since it was sent.
+pub trait Precopy: Send + Sync {
+    /// Source: sends every file's data on `out`, then what changes, round after round,
+    /// until `stop` is set; `round_done` is called after each round with the bytes it sent.
+    /// On success the next [`Migrate::save`] writes only what `out` did not carry, and names
+    /// what it did ([`Sent`]); on failure it writes everything.
+    fn send(
+        &self,
+        out: &mut dyn Write,
+        stop: &AtomicBool,
+        round_done: &mut dyn FnMut(u64),
+    ) -> io::Result<Sent>;
+    /// Destination: takes what a source sends on `input` until its end, kept aside for the
+    /// [`Migrate::load`] whose state names it.
+    fn receive(&self, input: &mut dyn Read) -> io::Result<Sent>;
+}
+
+/// What a pre-copy channel carried, as the source's state names it and the destination
+/// checks before it takes the data: the session, the frames sent, and a digest of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// A number the source drew for the channel.
+    pub session: [u8; 16],
+    /// Frames sent.
+    pub frames: u64,
+    /// BLAKE3 of every frame sent, in order.
+    pub digest: [u8; 32],
 }
 
 /// An error for a stream that is not what its reader expects.

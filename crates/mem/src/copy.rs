@@ -7,7 +7,7 @@
 //! [`MAX_COPY`] bytes; a shorter count than asked is what `copy_file_range(2)` allows, and
 //! callers loop.
 
-use memofs_core::{Errno, Ino, Result, Timestamp};
+use memofs_core::{Errno, Ino, Result};
 
 use crate::regular::{RegularFile, MAX_FILE_SIZE, PAGE_SIZE};
 use crate::MemFs;
@@ -118,7 +118,7 @@ impl MemFs {
         let done = copy.pos - offset_in;
         if done > 0 {
             src.touch_atime(&self.atime);
-            dst.touch_modified(Timestamp::now());
+            self.data_changed(&dst, offset_out, offset_out + done);
         }
         match result {
             Err(e) if done == 0 => Err(e),

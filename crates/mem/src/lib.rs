@@ -39,6 +39,7 @@ pub mod migrate;
 mod namespace;
 mod ops;
 pub mod pages;
+mod precopy;
 pub mod reclaim;
 pub mod regular;
 pub mod symlink;
@@ -98,6 +99,8 @@ pub struct MemFs {
     pub(crate) rename_lock: Mutex<()>,
     /// Where regular files keep their data when it is kernel-backed.
     pub(crate) store: Option<BackingStore>,
+    /// Data sent ahead of a migration's state, or received ahead of it (see [`precopy`]).
+    pub(crate) precopy: precopy::Precopy,
 }
 
 impl MemFs {
@@ -123,6 +126,7 @@ impl MemFs {
             atime: config.atime,
             rename_lock: Mutex::new(()),
             store,
+            precopy: Default::default(),
         };
         fs.limits.charge_inode_unchecked();
         let owner = Owner {

@@ -11,31 +11,37 @@
 //! [`CHUNK`]); last [`Record::End`] with the totals the reader checks. Only holes are left
 //! out, so the destination holds what the source held, no more.
 
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 
-use memofs_core::migrate::{invalid, FrameReader, FrameWriter, Migrate};
+use memofs_core::migrate::{invalid, FrameReader, FrameWriter, Migrate, Sent};
 use memofs_core::{Errno, FileKind, Ino, Timestamp, ROOT_INO};
 use serde::{Deserialize, Serialize};
 use triomphe::Arc;
 
 use crate::dir::Slot;
 use crate::inode::{Inode, Meta, NodeData, Saved};
+use crate::precopy::{extents, CHUNK};
 use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::MemFs;
 
-/// Bytes of file data per record.
-const CHUNK: usize = 1 << 20;
 /// Open counts past this are a corrupt stream (each costs the reader a step).
 const MAX_OPENS: u32 = 1 << 20;
 
 /// One record of the stream.
 #[derive(Serialize, Deserialize, Debug)]
 enum Record {
-    /// The filesystem as a whole.
-    Fs { next_ino: Ino, inodes: u64 },
+    /// The filesystem as a whole; with `precopy`, the data a pre-copy channel carried
+    /// (its session, frames and digest) is the files' data, and the records of each file
+    /// give only the chunks it did not carry, each cleared and then filled.
+    Fs {
+        next_ino: Ino,
+        inodes: u64,
+        precopy: Option<([u8; 16], u64, [u8; 32])>,
+    },
     /// An inode; the records up to the next one are its own.
     Inode {
         ino: Ino,
@@ -62,6 +68,10 @@ enum Record {
     },
     /// Data of the current inode, a regular file, at `offset`: the next frame's bytes.
     Data { offset: u64 },
+    /// The current inode, a regular file, holds nothing in `[offset, offset + len)` but
+    /// what `Data` records put there (pre-copy: the chunk's content as the channel sent it
+    /// is dropped).
+    Clear { offset: u64, len: u64 },
     /// The end: what the reader must have arrived at.
     End { inodes: u64, bytes: u64 },
 }
@@ -105,16 +115,21 @@ fn errno(what: &str, e: Errno) -> io::Error {
 
 impl Migrate for MemFs {
     fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
+        let precopy = self.take_precopy();
         let mut inodes = self.table.all();
         inodes.sort_unstable_by_key(|i| i.ino);
         let mut buf = Vec::new();
         let fs = Record::Fs {
             next_ino: self.table.next_ino(),
             inodes: inodes.len() as u64,
+            precopy: precopy
+                .as_ref()
+                .map(|(s, _)| (s.session, s.frames, s.digest)),
         };
         put(out, &fs, &mut buf)?;
+        let left = precopy.as_ref().map(|(_, dirty)| dirty);
         for inode in &inodes {
-            self.save_inode(inode, out, &mut buf)?;
+            self.save_inode(inode, left, out, &mut buf)?;
         }
         let end = Record::End {
             inodes: self.limits.inodes(),
@@ -135,35 +150,64 @@ impl Migrate for MemFs {
                 "the filesystem to load into already holds files",
             ));
         }
-        let Record::Fs { next_ino, inodes } = get(input)? else {
+        let Record::Fs {
+            next_ino,
+            inodes,
+            precopy,
+        } = get(input)?
+        else {
             return Err(invalid("does not start with the filesystem's record"));
         };
+        if let Some((session, frames, digest)) = precopy {
+            self.await_staged(&Sent {
+                session,
+                frames,
+                digest,
+            })?;
+        }
         let mut loader = Loader {
             fs: self,
             current: None,
             targets: Vec::new(),
             inodes: 0,
             data_ctime: Timestamp::default(),
+            staged: precopy.is_some(),
         };
+        let loaded = loader.load(input, inodes, next_ino);
+        self.drop_staged();
+        loaded
+    }
+
+    fn precopy(&self) -> Option<&dyn memofs_core::migrate::Precopy> {
+        Some(self)
+    }
+}
+
+impl Loader<'_> {
+    /// The records after the filesystem's, up to the end.
+    fn load(&mut self, input: &mut FrameReader<'_>, inodes: u64, next_ino: Ino) -> io::Result<()> {
         loop {
             match get(input)? {
                 Record::End {
                     inodes: want_inodes,
                     bytes,
                 } => {
-                    loader.finish_inode()?;
-                    loader.check(inodes, want_inodes, bytes)?;
-                    if let Some(store) = &self.store {
-                        store.loaded(loader.data_ctime);
+                    self.finish_inode()?;
+                    // What a pre-copy sent of files deleted since is not theirs to count.
+                    self.fs.drop_staged();
+                    self.check(inodes, want_inodes, bytes)?;
+                    if let Some(store) = &self.fs.store {
+                        store.loaded(self.data_ctime);
                     }
-                    self.table.skip_to(next_ino);
+                    self.fs.table.skip_to(next_ino);
                     return Ok(());
                 }
                 Record::Data { offset } => {
                     let data = input.frame()?;
-                    loader.data(offset, data)?;
+                    self.data(offset, data)?;
                 }
-                r => loader.record(r)?,
+                Record::Clear { offset, len } => self.clear(offset, len)?,
+                r => self.record(r)?,
             }
         }
     }
@@ -171,9 +215,12 @@ impl Migrate for MemFs {
 
 impl MemFs {
     /// Writes one inode's records.
+    /// `left`: after a pre-copy, the chunks of each file it did not carry (only those are
+    /// written).
     fn save_inode(
         &self,
         inode: &Inode,
+        left: Option<&HashMap<Ino, BTreeSet<u64>>>,
         out: &mut FrameWriter<'_>,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
@@ -239,45 +286,40 @@ impl MemFs {
                 }
                 Ok(())
             }
-            NodeData::File(f) => save_data(f, attr.size, out, buf),
+            NodeData::File(f) => match left {
+                None => save_data(f, 0, attr.size, out, buf),
+                Some(left) => {
+                    for &chunk in left.get(&inode.ino).into_iter().flatten() {
+                        let (offset, len) = (chunk * CHUNK, CHUNK);
+                        put(out, &Record::Clear { offset, len }, buf)?;
+                        save_data(f, offset, (offset + len).min(attr.size), out, buf)?;
+                    }
+                    Ok(())
+                }
+            },
             _ => Ok(()),
         }
     }
 }
 
-/// Writes the data of a file of `size` bytes, extent by extent (holes left out).
+/// Writes the data of `f` in `[start, end)`, extent by extent (holes left out).
 fn save_data(
     f: &RegularFile,
-    size: u64,
+    start: u64,
+    end: u64,
     out: &mut FrameWriter<'_>,
     buf: &mut Vec<u8>,
 ) -> io::Result<()> {
-    let mut data = Vec::with_capacity(CHUNK);
-    let mut at = 0;
-    while at < size {
-        let start = match f.seek(at, libc::SEEK_DATA) {
-            Ok(o) => o,
-            Err(Errno::ENXIO) => break,
-            Err(e) => return Err(errno("finding data", e)),
-        };
-        let end = f
-            .seek(start, libc::SEEK_HOLE)
-            .map_err(|e| errno("finding a hole", e))?
-            .min(size);
-        let mut off = start;
-        while off < end {
-            let len = (end - off).min(CHUNK as u64) as u32;
-            data.clear();
-            f.read(off, len, &mut data, true)
-                .map_err(|e| errno("reading data", e))?;
-            if data.is_empty() {
-                return Err(io::Error::other(format!("no data at {off} of {size}")));
-            }
-            put(out, &Record::Data { offset: off }, buf)?;
-            out.frame(&data)?;
-            off += data.len() as u64;
+    let mut data = Vec::with_capacity(CHUNK as usize);
+    for (offset, len) in extents(f, start, end)? {
+        data.clear();
+        f.read(offset, len as u32, &mut data, true)
+            .map_err(|e| errno("reading data", e))?;
+        if data.is_empty() {
+            return Err(io::Error::other(format!("no data at {offset} of {end}")));
         }
-        at = end.max(start + 1);
+        put(out, &Record::Data { offset }, buf)?;
+        out.frame(&data)?;
     }
     Ok(())
 }
@@ -293,6 +335,8 @@ struct Loader<'a> {
     inodes: u64,
     /// The latest ctime a kernel-backed data file got from the load.
     data_ctime: Timestamp,
+    /// Regular files start from what a pre-copy channel sent (see [`crate::precopy`]).
+    staged: bool,
 }
 
 impl Loader<'_> {
@@ -383,8 +427,12 @@ impl Loader<'_> {
         let data = match kind {
             Kind::Dir { parent, .. } => NodeData::new_dir(parent),
             Kind::File { .. } => NodeData::File(
-                fs.new_regular(saved.opens > 0)
-                    .map_err(|e| errno("a data file", e))?,
+                match self.staged {
+                    true => fs.take_staged(saved.ino),
+                    false => None,
+                }
+                .map_or_else(|| fs.new_regular(saved.opens > 0), Ok)
+                .map_err(|e| errno("a data file", e))?,
             ),
             Kind::Symlink { ref target } if !target.is_empty() && target.len() <= 4096 => {
                 NodeData::Symlink(Symlink::new(target))
@@ -457,6 +505,15 @@ impl Loader<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// The current inode's data in `[offset, offset + len)` goes (pre-copy).
+    fn clear(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        let inode = self.current("a cleared range")?;
+        let file = inode
+            .file()
+            .map_err(|_| invalid("a cleared range of a non-file"))?;
+        crate::precopy::clear(file, &self.fs.limits, offset, len)
     }
 
     /// Sets what the data alone does not give: the size a file ends with (past its last

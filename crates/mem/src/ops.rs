@@ -51,8 +51,9 @@ impl MemFs {
         inode.check_open(flags)?;
         // Linux truncates even for O_RDONLY|O_TRUNC (the kernel checked write permission).
         if flags & libc::O_TRUNC != 0 {
+            let old = file.size();
             file.truncate(&self.limits, 0)?;
-            inode.touch_modified(Timestamp::now());
+            self.data_changed(inode, 0, old);
         }
         if let Some(k) = file.kernel() {
             k.open();
@@ -199,7 +200,10 @@ impl Backend for MemFs {
         let now = set.ctime.unwrap_or_else(Timestamp::now);
         if let Some(size) = set.size {
             // As tmpfs: a truncate updates mtime and ctime even when the size stays.
-            inode.file()?.truncate(&self.limits, size)?;
+            let file = inode.file()?;
+            let old = file.size();
+            file.truncate(&self.limits, size)?;
+            self.data_changed(&inode, old.min(size), old.max(size));
             inode.touch_modified(now);
         }
         {
@@ -437,7 +441,7 @@ impl Backend for MemFs {
             return Err(Errno::EPERM);
         }
         let n = inode.file()?.write(&self.limits, offset, data)?;
-        inode.touch_modified(Timestamp::now());
+        self.data_changed(&inode, offset, offset + u64::from(n));
         Ok(n)
     }
 
@@ -455,8 +459,8 @@ impl Backend for MemFs {
                 return Some(Err(Errno::EPERM));
             }
             let r = file.write_from(offset, write)?;
-            if r.is_ok() {
-                inode.touch_modified(Timestamp::now());
+            if let Ok(n) = r {
+                self.data_changed(inode, offset, offset + u64::from(n));
             }
             Some(r)
         })
@@ -630,7 +634,7 @@ impl Backend for MemFs {
             .file()?
             .fallocate(&self.limits, offset, length, mode)?;
         if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 || mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
-            inode.touch_modified(Timestamp::now());
+            self.data_changed(&inode, offset, offset.saturating_add(length));
         }
         Ok(())
     }

@@ -230,3 +230,115 @@ fn a_damaged_stream_or_a_full_destination_is_refused() {
         "{e}"
     );
 }
+
+/// Pre-copy: `src` sends its data over a pipe to `dst` while it keeps changing (writes into
+/// sent chunks, a truncate, a punched hole, a new file, a file deleted); once stopped, the
+/// state carries only what changed since the last round, and `dst` ends with what `src` has.
+fn precopy_round_trip(src: MemFs, dst: MemFs) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let inos = build(&src);
+    let (big, fh) = (inos[inos.len() - 6], 0);
+    let (mut r, mut w) = std::io::pipe().unwrap();
+    let stop = AtomicBool::new(false);
+    let (rounds_tx, rounds_rx) = std::sync::mpsc::channel();
+    // What the state carries without pre-copy.
+    let full = save(&src);
+    std::thread::scope(|s| {
+        let (src, stop) = (&src, &stop);
+        let sender = s.spawn(move || {
+            let sent =
+                src.migration()
+                    .unwrap()
+                    .precopy()
+                    .unwrap()
+                    .send(&mut w, stop, &mut |bytes| {
+                        let _ = rounds_tx.send(bytes);
+                    });
+            drop(w);
+            sent
+        });
+        let receiver = s.spawn(|| dst.migration().unwrap().precopy().unwrap().receive(&mut r));
+        assert!(
+            rounds_rx.recv().unwrap() > 3 << 20,
+            "the first round sends the data"
+        );
+        // Changes after the first round: each must reach `dst` by the channel or the state.
+        src.write(big, fh, 1 << 20, b"changed after it was sent")
+            .unwrap();
+        let cut = SetAttr {
+            size: Some(11 << 20),
+            ..SetAttr::default()
+        };
+        src.setattr(&C, big, &cut).unwrap();
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        src.fallocate(big, fh, (1 << 20) + 4096, 8192, punch)
+            .unwrap();
+        let (late, o) = src
+            .create(&C, ROOT_INO, n("late"), 0o644, 0, libc::O_RDWR)
+            .unwrap();
+        src.write(late.ino, o.fh, 0, &[7u8; 100_000]).unwrap();
+        src.release(late.ino, o.fh).unwrap();
+        src.unlink(&C, inos[1], n("f1")).unwrap();
+        stop.store(true, Ordering::Release);
+        let sent = sender.join().unwrap().unwrap();
+        assert_eq!(receiver.join().unwrap().unwrap(), sent);
+    });
+    let mut inos = inos;
+    inos.push(src.lookup(&C, ROOT_INO, n("late")).unwrap().ino);
+    let before = everything(&src, &inos);
+    let usage = src.usage();
+    let state = save(&src);
+    // One chunk of the large file changed, of three: a third of its data goes again.
+    assert!(
+        state.len() * 2 < full.len(),
+        "the state carries what changed: {} bytes, {} without pre-copy",
+        state.len(),
+        full.len()
+    );
+    load(&dst, &state).unwrap();
+    let after = everything(&dst, &inos);
+    assert_eq!(after, before, "after the move, before it");
+    assert_eq!(dst.usage(), usage);
+}
+
+#[test]
+fn precopy_sends_the_data_ahead_and_the_state_what_changed() {
+    precopy_round_trip(quiet(), quiet());
+}
+
+#[test]
+fn precopy_of_kernel_backed_data() {
+    let (Some(src), Some(dst)) = (
+        kernel_fs(0, AtimeMode::Noatime),
+        kernel_fs(0, AtimeMode::Noatime),
+    ) else {
+        return;
+    };
+    precopy_round_trip(src, dst);
+}
+
+/// A channel that is not the one the state names (another session, or data changed on the
+/// way) is refused, and the load fails.
+#[test]
+fn precopy_data_altered_on_the_way_is_refused() {
+    use std::sync::atomic::AtomicBool;
+    let src = quiet();
+    build(&src);
+    let stop = AtomicBool::new(false);
+    let mut channel = Vec::new();
+    let pre = src.migration().unwrap().precopy().unwrap();
+    pre.send(&mut channel, &stop, &mut |_| {
+        stop.store(true, std::sync::atomic::Ordering::Release)
+    })
+    .unwrap();
+    let state = save(&src);
+    // One byte of file data changed on the way.
+    let at = channel.len() / 2;
+    channel[at] ^= 1;
+    let dst = quiet();
+    // (The middle of the channel is file data: its frames still read.)
+    let pre = dst.migration().unwrap().precopy().unwrap();
+    pre.receive(&mut &channel[..]).unwrap();
+    let e = load(&dst, &state).unwrap_err().to_string();
+    assert!(e.contains("other data than the source sent"), "{e}");
+}

@@ -22,6 +22,7 @@
 //! - the device can move with its VM ([`migrate`]): with the mem backend, the files go too.
 #![deny(missing_docs)]
 
+mod ahead;
 pub mod chain;
 mod config;
 pub mod guest;
@@ -53,6 +54,7 @@ use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
 
+pub use crate::ahead::Incoming;
 pub use crate::chain::{Buffers, MAX_REQUEST};
 pub use crate::config::{Tag, TagError};
 pub use crate::guest::GuestFs;
@@ -108,6 +110,8 @@ pub struct VirtioFs<B: Backend> {
     quiet: Arc<RwLock<()>>,
     /// The state transfer under way, whose end `CHECK_DEVICE_STATE` waits for.
     transfer: Mutex<Option<JoinHandle<io::Result<()>>>>,
+    /// The data sent ahead of a migration's state, while it goes (see [`ahead`]).
+    sending: Mutex<Option<ahead::Sending>>,
 }
 
 impl<B: Backend> VirtioFs<B> {
@@ -133,7 +137,38 @@ impl<B: Backend> VirtioFs<B> {
                 .collect::<io::Result<_>>()?,
             quiet: Arc::new(RwLock::new(())),
             transfer: Mutex::new(None),
+            sending: Mutex::new(None),
         })
+    }
+
+    /// The source of a migration: sends the filesystem's data to the destination's server
+    /// on `channel`, a socket connected to where it listens ([`VirtioFs::receive_ahead`]),
+    /// from now until the VMM asks for the state, which then carries only what changed
+    /// since it was sent. Returns once every file's data went once, with its bytes. A
+    /// channel sent on before is ended first.
+    pub fn send_ahead(&self, channel: File) -> io::Result<u64> {
+        let sending = || self.sending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(earlier) = sending().take() {
+            let _ = earlier.finish();
+        }
+        let (started, rounds) = ahead::Sending::start(self.guest_fs.clone(), channel)?;
+        *sending() = Some(started);
+        match rounds.recv() {
+            Ok(bytes) => Ok(bytes),
+            // The sender ended before its first round: why.
+            Err(_) => match sending().take().map(ahead::Sending::finish) {
+                Some(Err(e)) => Err(e),
+                _ => Err(io::Error::other(
+                    "the channel ended before every file went once",
+                )),
+            },
+        }
+    }
+
+    /// The destination of a migration: takes the data a source sends ahead on `incoming`
+    /// ([`VirtioFs::send_ahead`]), kept for the state that names it.
+    pub fn receive_ahead(&self, incoming: Incoming) -> io::Result<()> {
+        ahead::receive(self.guest_fs.clone(), incoming)
     }
 
     /// The filesystem the guest mounts.
@@ -300,10 +335,22 @@ impl<B: Backend + 'static> VhostUserBackend for VirtioFs<B> {
             return Err(io::Error::other("a state transfer is already under way"));
         }
         let (fs, quiet) = (self.guest_fs.clone(), self.quiet.clone());
+        // The VM is stopped: data sent ahead stops changing, and its channel ends.
+        let sending = match direction {
+            VhostTransferStateDirection::SAVE => self
+                .sending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+            _ => None,
+        };
         let job = std::thread::Builder::new()
             .name("memofs-migrate".into())
             .spawn(move || {
                 let _quiet = quiet.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(s) = sending {
+                    let _ = s.finish();
+                }
                 let done = match direction {
                     VhostTransferStateDirection::SAVE => migrate::save(&fs, file),
                     VhostTransferStateDirection::LOAD => migrate::load(&fs, file),

@@ -19,7 +19,7 @@ use memofs_passthrough::PassthroughFs;
 use memofs_request::invalidate::Invalidated;
 use memofs_request::Stats;
 use memofs_virtiofs::Listener;
-use memofs_virtiofs::{GuestFs, VirtioFs};
+use memofs_virtiofs::{GuestFs, Incoming, VirtioFs};
 
 use crate::cli::VirtiofsdArgs;
 use crate::vhost_socket::SocketFile;
@@ -85,6 +85,14 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
         Ok(l) => l,
         Err((code, msg)) => return fail(code, msg),
     };
+    // Bound here, in the host's network namespace, which the sandbox leaves.
+    let incoming = match &setup.migration_listen {
+        Some(addr) => match std::net::TcpListener::bind(addr) {
+            Ok(l) => Some(Incoming::Tcp(l)),
+            Err(e) => return fail(EXIT_FAILURE, format!("--migration-listen {addr}: {e}")),
+        },
+        None => None,
+    };
     // Past here a sandboxed server runs in a child; this process waits for it and then
     // removes the socket files, which the child no longer sees.
     let unprivileged = !nix::unistd::geteuid().is_root();
@@ -105,11 +113,17 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
                 None
             }
         });
+    let sockets = Sockets {
+        listener,
+        control,
+        socket,
+        incoming,
+    };
     let served = match &setup.source {
         Some(src) => confined(&setup, || backends::passthrough(src, &mut plan, VMM_FDS))
-            .map(|(b, s)| serve(b, s, plan, listener, control, &setup, socket)),
+            .map(|(b, s)| serve(b, s, plan, sockets, &setup)),
         None => confined(&setup, || backends::mem(&setup.opts, &mut plan))
-            .map(|(b, s)| serve(b, s, plan, listener, control, &setup, socket)),
+            .map(|(b, s)| serve(b, s, plan, sockets, &setup)),
     };
     served.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
@@ -157,16 +171,31 @@ impl ConfinedBackend for PassthroughFs {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The sockets a server serves on, made while it still sees the host.
+struct Sockets {
+    /// The vhost-user socket.
+    listener: Listener,
+    /// `memofs stats`'s, bound to a file named after the vhost-user socket's.
+    control: Option<(std::os::unix::net::UnixListener, memofs_control::Control)>,
+    /// The vhost-user socket's file.
+    socket: Option<SocketFile>,
+    /// Where a source's data sent ahead of a migration arrives (`--migration-listen`).
+    incoming: Option<Incoming>,
+}
+
 fn serve<B: Backend + 'static>(
     backend: Arc<B>,
     backend_settings: Vec<(String, String)>,
     plan: MountPlan,
-    listener: Listener,
-    control: Option<(std::os::unix::net::UnixListener, memofs_control::Control)>,
+    sockets: Sockets,
     setup: &Setup,
-    socket: Option<SocketFile>,
 ) -> ExitCode {
+    let Sockets {
+        listener,
+        control,
+        socket,
+        incoming,
+    } = sockets;
     if plan.acl == Want::On && !plan.posix_acl {
         return fail(
             EXIT_FAILURE,
@@ -174,6 +203,16 @@ fn serve<B: Backend + 'static>(
         );
     }
     let guest_fs = GuestFs::new(backend.clone(), plan, Arc::new(Stats::default()));
+    let device = match VirtioFs::new(guest_fs, setup.device.clone()) {
+        Ok(d) => Arc::new(d),
+        Err(e) => return fail(EXIT_FAILURE, format!("cannot set up the device: {e}")),
+    };
+    if let Some(incoming) = incoming {
+        if let Err(e) = device.receive_ahead(incoming) {
+            return fail(EXIT_FAILURE, format!("--migration-listen: {e}"));
+        }
+    }
+    let guest_fs = device.guest_fs();
     let mut settings = backends::plan_settings(guest_fs.plan());
     settings.push(("transport".into(), "virtio-fs (vhost-user-fs)".into()));
     settings.push(("sandbox".into(), describe(setup)));
@@ -189,6 +228,7 @@ fn serve<B: Backend + 'static>(
         policy: guest_fs.plan().cache,
         usage: Box::new(move || backend.usage()),
         settings,
+        send_ahead: send_ahead(&device),
     };
     // `memofs stats SOCKET` reaches the device through a control socket named after the
     // vhost-user socket file (none for an inherited --fd, which has no file to name).
@@ -212,10 +252,6 @@ fn serve<B: Backend + 'static>(
         end(&on_stop, sandboxed);
         std::process::exit(0);
     });
-    let device = match VirtioFs::new(guest_fs, setup.device.clone()) {
-        Ok(d) => Arc::new(d),
-        Err(e) => return fail(EXIT_FAILURE, format!("cannot set up the device: {e}")),
-    };
     log::info!("{READY}");
     let served = memofs_virtiofs::serve(device, listener);
     end(&ends, sandboxed);
@@ -223,6 +259,17 @@ fn serve<B: Backend + 'static>(
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, e),
     }
+}
+
+/// `memofs migrate`'s hand-over, for a device whose files move with its VM.
+fn send_ahead<B: Backend + 'static>(
+    device: &Arc<VirtioFs<B>>,
+) -> Option<memofs_control::SendAhead> {
+    device.guest_fs().backend().migration()?.precopy()?;
+    let device = device.clone();
+    Some(Box::new(move |channel| {
+        device.send_ahead(channel).map_err(|e| e.to_string())
+    }))
 }
 
 type Ends = std::sync::Mutex<(Option<memofs_control::Control>, Option<SocketFile>)>;

@@ -49,6 +49,8 @@ pub struct Setup {
     pub file_handles: FileHandles,
     pub announce_submounts: bool,
     pub rlimit_nofile: Option<u64>,
+    /// `--migration-listen`: where data sent ahead of a migration arrives.
+    pub migration_listen: Option<String>,
 }
 
 /// Why `--no-readdirplus` (and `-o no_readdirplus`) is refused.
@@ -315,6 +317,13 @@ pub fn setup(given: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         Some(t) => Some(t.parse().map_err(|e| usage(format!("--tag {t:?}: {e}")))?),
         None => None,
     };
+    if args.migration_listen.is_some() && source.is_some() {
+        return Err(usage(
+            "--migration-listen takes a mem backend's files sent ahead of its VM; a \
+             --shared-dir's files stay where they are"
+                .into(),
+        ));
+    }
     let source = match source {
         Some(dir) => Some(backends::check_source(&dir, None).map_err(|e| (EXIT_FAILURE, e))?),
         None => None,
@@ -342,6 +351,7 @@ pub fn setup(given: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         file_handles,
         announce_submounts: args.announce_submounts,
         rlimit_nofile: args.rlimit_nofile,
+        migration_listen: args.migration_listen.clone(),
     })
 }
 
