@@ -311,6 +311,25 @@ impl MountPlan {
         }
     }
 
+    /// What a guest can tell apart of two servers' plans, besides what INIT answers: how
+    /// long names and attributes are kept, the atime rule, what is refused and how ids and
+    /// extended attribute names translate. A VM moves only between servers that agree on
+    /// these (see `memofs_virtiofs`'s migration).
+    pub fn guest_visible(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("cache", format!("{:?}", self.cache)),
+            ("atime", self.atime.describe()),
+            ("read_only", self.read_only().to_string()),
+            ("direct_io", self.direct_io.name().to_string()),
+            ("xattr", self.xattr.to_string()),
+            ("posix_acl", self.posix_acl.to_string()),
+            ("ids", format!("{:?}", self.ids)),
+            ("xattrmap", format!("{:?}", self.xattrs)),
+            ("security_label", self.security_label.to_string()),
+            ("noatime_opens", self.noatime_opens.to_string()),
+        ]
+    }
+
     /// The choices worth showing in `memofs stats`, as (name, value).
     pub fn describe(&self) -> Vec<(&'static str, String)> {
         let mut v = vec![

@@ -238,6 +238,36 @@ impl<B: Backend> GuestFs<B> {
         }
     }
 
+    /// What a guest can tell apart of this server's settings, as `name=value` lines: a VM
+    /// moves only to a server whose settings are the same
+    /// ([`MountPlan::guest_visible`](memofs_core::plan::MountPlan::guest_visible)).
+    pub(crate) fn guest_settings(&self) -> String {
+        self.plan
+            .guest_visible()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect()
+    }
+
+    /// Refuses a VM whose source server had `theirs` ([`GuestFs::guest_settings`]) where
+    /// this one differs, naming the first setting that does.
+    pub(crate) fn check_settings(&self, theirs: &str) -> Result<(), String> {
+        let ours = self.guest_settings();
+        for (mine, other) in ours.lines().zip(theirs.lines()) {
+            if mine != other {
+                let name = mine.split('=').next().unwrap_or_default();
+                return Err(format!(
+                    "the source served the guest with {other}, this server with {mine}: start \
+                     it with the options of the one the guest moves from ({name})"
+                ));
+            }
+        }
+        if ours.lines().count() != theirs.lines().count() {
+            return Err("the source's settings are another memofs release's".into());
+        }
+        Ok(())
+    }
+
     /// The guest's mount as a state stream carries it: its INIT's arguments and answer.
     pub(crate) fn saved_session(&self) -> Option<Session> {
         let m = self.mounted()?;

@@ -6,7 +6,8 @@
 //! hand first), then hands the source a pipe to write the state into and the destination
 //! the other end to read it from (`SET_DEVICE_STATE_FD`), and asks each how it went
 //! (`CHECK_DEVICE_STATE`). The transfer runs on a thread of its own, while the queues stay
-//! quiet. The stream ([`memofs_core::migrate`]) carries the guest's mount (its INIT's
+//! quiet. The stream ([`memofs_core::migrate`]) carries the settings a guest can tell
+//! apart (a destination with others refuses the state), the guest's mount (its INIT's
 //! arguments and answer, so the destination's request layer starts as the source's did,
 //! and the opens it holds to execute files, which keep those files from being truncated)
 //! and then the backend's own state: for the mem backend, every file, so that the
@@ -25,6 +26,7 @@ pub(crate) fn save<B: Backend>(fs: &GuestFs<B>, out: impl Write) -> io::Result<(
     let backend = fs.backend().migration().ok_or_else(unsupported)?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let mut w = FrameWriter::start(&mut out)?;
+    w.frame(fs.guest_settings().as_bytes())?;
     match fs.saved_session() {
         Some((init, reply, exec_opens)) => {
             w.frame(&[1])?;
@@ -53,6 +55,8 @@ pub(crate) fn load<B: Backend>(fs: &GuestFs<B>, input: impl Read) -> io::Result<
     let backend = fs.backend().migration().ok_or_else(unsupported)?;
     let mut input = BufReader::with_capacity(1 << 20, input);
     let mut r = FrameReader::start(&mut input)?;
+    let theirs = String::from_utf8_lossy(r.frame()?).into_owned();
+    fs.check_settings(&theirs).map_err(io::Error::other)?;
     let session = match r.frame()? {
         [0] => None,
         [1] => {

@@ -23,7 +23,12 @@ const REQUEST_AT: u64 = 0x10_0000;
 const REPLY_AT: u64 = 0x40_0000;
 
 fn device() -> VirtioFs<MemFs> {
-    let opts = parse_options::<String>(&[], 1 << 30).unwrap();
+    device_with(&[])
+}
+
+/// A device of the mem backend with `options` (as `-o`).
+fn device_with(options: &[&str]) -> VirtioFs<MemFs> {
+    let opts = parse_options(options, 1 << 30).unwrap();
     let plan = MountPlan::new(&opts, BackendKind::Mem, false);
     let fs = MemFs::new(MemConfig::default()).unwrap();
     VirtioFs::new(
@@ -143,4 +148,25 @@ fn the_device_state_moves_between_devices_and_damage_is_refused() {
     w.write_all(b"memofs-state\x01\0\0\0\x05\0\0\0").unwrap();
     drop(w);
     assert!(other.check_device_state().is_err());
+}
+
+/// A destination whose settings a guest could tell apart from the source's (here its atime
+/// rule) refuses the state, naming the setting.
+#[test]
+fn a_destination_with_other_settings_refuses_the_state() {
+    use vhost::vhost_user::message::{
+        VhostTransferStateDirection as Dir, VhostTransferStatePhase as Phase,
+    };
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let (src, dst) = (device(), device_with(&["noatime"]));
+    dst.set_device_state_fd(Dir::LOAD, Phase::STOPPED, std::fs::File::from(r))
+        .unwrap();
+    src.set_device_state_fd(Dir::SAVE, Phase::STOPPED, std::fs::File::from(w))
+        .unwrap();
+    src.check_device_state().unwrap();
+    let e = dst.check_device_state().unwrap_err().to_string();
+    assert!(
+        e.contains("atime=") && e.contains("start it with the options"),
+        "{e}"
+    );
 }
