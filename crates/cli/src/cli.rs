@@ -78,10 +78,12 @@ pub struct VirtiofsdArgs {
     pub shared_dir: Option<PathBuf>,
     /// How long the guest may keep names and attributes: never, auto (1 s) or always (1 h);
     /// default always for the mem backend, auto for a shared directory
-    #[arg(long = "cache", value_name = "never|auto|always")]
+    #[arg(long = "cache", value_name = "never|auto|always|metadata")]
     pub cache: Option<String>,
-    /// memofs options (as `memofs mount -o`), and virtiofsd's older -o forms: source=DIR,
-    /// cache=MODE, xattr, no_xattr, posix_lock, no_posix_lock, flock, no_flock
+    /// memofs options (as `memofs mount -o`; those of a host mount only are refused), and
+    /// virtiofsd's older -o forms: source=DIR, cache=MODE, sandbox=, xattrmap=, modcaps=,
+    /// loglevel=, xattr, no_xattr, writeback, allow_direct_io, announce_submounts,
+    /// killpriv_v2, posix_acl, security_label, no_posix_lock, no_flock
     #[arg(short = 'o', value_name = "OPT[,OPT...]")]
     pub options: Vec<String>,
     /// Serve the request queues' chains on a pool of N worker threads shared by the queues
