@@ -32,16 +32,10 @@ fi
 command -v apt-get >/dev/null || cannot "apt-get is not installed (a Debian host is needed)"
 command -v dpkg >/dev/null || cannot "dpkg is not installed"
 apt=$cache/apt
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$cache/debs"
-cp "$here/sources.list" "$apt/sources.list"
-[ -e "$apt/status" ] || : >"$apt/status"
-aptopts=(
-    -o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=/dev/null"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::State::Status=$apt/status"
-    -o "Dir::Cache=$apt/cache" -o Debug::NoLocking=1 -o Acquire::Languages=none
-    -o APT::Sandbox::User=root -o quiet=1
-)
+mkdir -p "$cache/debs"
+# shellcheck source=scripts/vm/apt.sh
+. "$here/apt.sh"
+private_apt "$apt" "$here/sources.list"
 
 deb=$(find "$cache/debs" -maxdepth 1 -name "${pkg}_*.deb" 2>/dev/null | while read -r f; do
     [ "$(dpkg-deb -f "$f" Version 2>/dev/null)" = "$version" ] && echo "$f"

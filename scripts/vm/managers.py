@@ -76,6 +76,12 @@ class Line:
         return "--syslog" in self.argv
 
 
+# KubeVirt's virtiofs container (pkg/virt-controller/services/virtiofs.go), and the rule it
+# adds for a service account's volume.
+KUBEVIRT = ["--socket-path={SOCK}", "--shared-dir={DIR}", "--sandbox=none", "--cache=auto",
+            "--migration-on-error=guest-error", "--migration-mode=find-paths"]
+KUBEVIRT_SA = f"--translate-uid=host:{KUBEVIRT_UID}:0:1"
+
 LINES = [
     Line("libvirt", "modern", ["--fd={FD}", "--shared-dir", "{DIR}", "--cache", "always",
                                "--sandbox", "namespace", "--xattr", "--thread-pool-size=2",
@@ -100,21 +106,9 @@ LINES = [
     Line("kata-rs", "rootless", ["--socket-path", "{SOCKNAME}", "--shared-dir", "{DIR}",
                                  "--cache", "auto", "--thread-pool-size=1", "-o",
                                  "announce_submounts"], user="nobody", cwd=True),
-    Line("kubevirt", "volume", ["--socket-path={SOCK}", "--shared-dir={DIR}", "--sandbox=none",
-                                "--cache=auto", "--migration-on-error=guest-error",
-                                "--migration-mode=find-paths"], user=str(KUBEVIRT_UID)),
-    Line("kubevirt", "service-account", ["--socket-path={SOCK}", "--shared-dir={DIR}",
-                                         "--sandbox=none", "--cache=auto",
-                                         "--migration-on-error=guest-error",
-                                         "--migration-mode=find-paths",
-                                         f"--translate-uid=host:{KUBEVIRT_UID}:0:1"],
-         user=str(KUBEVIRT_UID)),
-    Line("kubevirt", "container-path", ["--socket-path={SOCK}", "--shared-dir={DIR}",
-                                        "--sandbox=none", "--cache=auto",
-                                        "--migration-on-error=guest-error",
-                                        "--migration-mode=find-paths",
-                                        f"--translate-uid=host:{KUBEVIRT_UID}:0:1"],
-         user=str(KUBEVIRT_UID)),
+    Line("kubevirt", "volume", KUBEVIRT, user=str(KUBEVIRT_UID)),
+    Line("kubevirt", "service-account", KUBEVIRT + [KUBEVIRT_SA], user=str(KUBEVIRT_UID)),
+    Line("kubevirt", "container-path", KUBEVIRT + [KUBEVIRT_SA], user=str(KUBEVIRT_UID)),
     Line("incus", "linux", ["--fd={FD}", "--cache=never", "--shared-dir={DIR}",
                             "--posix-acl=auto"], fd=3),
     Line("incus", "windows", ["--fd={FD}", "--cache=metadata", "--shared-dir={DIR}"], fd=3),

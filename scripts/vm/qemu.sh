@@ -90,16 +90,9 @@ if ready; then
 fi
 
 apt=$cache/apt-qemu
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
-cp "$here/sources-qemu.list" "$apt/sources.list"
-[ -e "$apt/status" ] || : >"$apt/status"
-aptopts=(
-    -o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-    -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=/dev/null"
-    -o "Dir::State::Lists=$apt/lists" -o "Dir::State::Status=$apt/status"
-    -o "Dir::Cache=$apt/cache" -o Debug::NoLocking=1 -o Acquire::Languages=none
-    -o APT::Sandbox::User=root -o quiet=1
-)
+# shellcheck source=scripts/vm/apt.sh
+. "$here/apt.sh"
+private_apt "$apt" "$here/sources-qemu.list"
 
 # The downloaded .deb of PACKAGE=VERSION, if there is one.
 downloaded() {
