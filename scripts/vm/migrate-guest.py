@@ -5,7 +5,7 @@ For each pinned kernel (scripts/vm/kernels.tsv): QEMU 10.0.2 (scripts/vm/qemu.sh
 memfd guest memory, -smp 1) boots the benchmark harness's serial-agent guest
 (bench/memofs_bench/vm.py) on a `memofs virtiofsd`; a second QEMU, started with `-incoming
 defer` on a second server, takes the VM over a unix socket, both driven over QMP
-(scripts/vm/qmp.py). QEMU's own migration moves the guest's memory and the device's back-end
+(bench/memofs_bench/qmp.py, with the servers and QEMUs of bench/memofs_bench/migration.py). QEMU's own migration moves the guest's memory and the device's back-end
 state (SET_DEVICE_STATE_FD), which our frontend test (memofs-vhost-migrate) cannot show: the
 dirty-page log a real VMM copies memory by, and a guest kernel that keeps working across the
 switch. Both QEMUs run with the `return-path` capability, without which the source cannot learn
@@ -41,152 +41,41 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TOP / "bench"))
 
 from memofs_bench.tools import BenchError  # noqa: E402
-from memofs_bench.vm import Guest, Kernel, initramfs, kernel  # noqa: E402
+from memofs_bench.vm import Guest, initramfs, kernel  # noqa: E402
 
-import qmp  # noqa: E402
-from guestcheck import Run, until  # noqa: E402
-from qmp import QMP, QMPError  # noqa: E402
+from memofs_bench import qmp  # noqa: E402
+from memofs_bench.migration import (VM, Bed, Env, Server, ServerError, qemu10,  # noqa: E402
+                                    state_bytes, tail, until)
+from memofs_bench.qmp import QMPError  # noqa: E402
+from memofs_bench.tools import ToolMissing  # noqa: E402
+from guestcheck import Run  # noqa: E402
 
-MEMORY_MIB = 512
 MIB = 1 << 20
 STOP = "/tmp/stop"       # the background loops end once this exists
 
 
-class ServerError(Exception):
-    """A server that did not start: its own words."""
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    sock: Path
-    log: Path
-
-
-@dataclass
-class VM:
-    guest: Guest
-    qmp: QMP
-
-
-@dataclass
-class Env:
-    """What every scenario of one kernel uses."""
-    memofs: str
-    qemu: str
-    kernel: Kernel
-    initrd: Path
-    virtiofsd: str | None
-
-
-class Bed:
-    """One scenario's servers, QEMUs and files, ended by `end`, removed by `remove`."""
-
-    def __init__(self, env: Env, name: str):
-        self.env, self.n = env, 0
-        self.work = Path(tempfile.mkdtemp(prefix=f"memofs-vm-migrate-{name}-"))
-        self.servers: list[Server] = []
-        self.vms: list[VM] = []
-
-    def _next(self) -> int:
-        self.n += 1
-        return self.n
-
-    def server(self, args: list[str], virtiofsd: bool = False) -> Server:
-        """A server with `args` beyond its socket, listening (else ServerError)."""
-        n = self._next()
-        sock, log = self.work / f"fs{n}.sock", self.work / f"server{n}.log"
-        if virtiofsd:
-            cmd = [self.env.virtiofsd, "--socket-path", str(sock), "--sandbox", "none"]
-        else:
-            cmd = [self.env.memofs, "virtiofsd", "--socket-path", str(sock)]
-        with open(log, "wb") as err:
-            proc = subprocess.Popen([*cmd, "--log-level", "info", *args],
-                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err)
-        s = Server(proc, sock, log)
-        self.servers.append(s)
-        until(lambda: sock.is_socket() or proc.poll() is not None, 30)
-        if proc.poll() is not None or not sock.is_socket():
-            raise ServerError(f"exit {proc.poll()}: {tail(log)}")
-        return s
-
-    def vm(self, server: Server, incoming: bool = False) -> VM:
-        """A QEMU on `server`: booted to its agent, or waiting for a migration."""
-        d = self.work / f"vm{self._next()}"
-        d.mkdir()
-        extra = ["-qmp", f"unix:{d / 'qmp.sock'},server=on,wait=off"]
-        extra += ["-incoming", "defer"] if incoming else []
-        g = Guest(d, self.env.kernel.image, self.env.initrd, server.sock, MEMORY_MIB,
-                  qemu=self.env.qemu, extra=extra, incoming=incoming)
-        vm = VM(g, None)  # type: ignore[arg-type]
-        self.vms.append(vm)
-        vm.qmp = QMP(d / "qmp.sock", alive=lambda: g.proc.poll() is None)
-        vm.qmp.cmd("migrate-set-capabilities",
-                   capabilities=[{"capability": "return-path", "state": True}])
-        return vm
-
-    def migrate(self, run: Run, src: VM, dst: VM, name: str, want: str = "completed") -> dict:
-        """Migrates `src` to `dst`; checks it starts unblocked and ends as `want`."""
-        blocked = qmp.blockers(src.qmp)
-        run.check(f"{name}-unblocked", not blocked, "; ".join(blocked))
-        info = qmp.migrate(src.qmp, dst.qmp, f"unix:{self.work / f'mig{self._next()}.sock'}")
-        status = info.get("status")
-        detail = qmp.figures(info) if status == "completed" else \
-            f"status {status}: {info.get('error-desc', '?')}"
-        if status != want:
-            detail += f"; destination: {tail(dst.guest.workdir / 'qemu.log')}"
-        run.check(name, status == want, detail)
-        return info
-
-    def quit(self, vm: VM) -> None:
-        """Ends a QEMU by QMP `quit` (killed if it lingers)."""
-        vm.qmp.quit()
-        try:
-            vm.guest.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        vm.guest.stop()
-
-    def end(self) -> None:
-        """Ends every QEMU, then every server (killed where it does not end by itself)."""
-        for vm in self.vms:
-            if vm.qmp is not None:
-                vm.qmp.close()
-            if vm.guest.proc.poll() is None:
-                os.killpg(vm.guest.proc.pid, signal.SIGKILL)
-            vm.guest.stop()
-        for s in self.servers:
-            if until(lambda: s.proc.poll() is not None, 10) is None:
-                s.proc.kill()
-            s.proc.wait()
-
-    def remove(self, keep_logs: bool) -> None:
-        """Removes the files; the logs of servers and QEMUs first copied aside if asked."""
-        if keep_logs:
-            kept = Path(tempfile.mkdtemp(prefix=f"{self.work.name}-logs-"))
-            for p in self.work.rglob("*.log"):
-                shutil.copy(p, kept / "-".join(p.relative_to(self.work).parts))
-            print(f"    logs kept in {kept}", flush=True)
-        shutil.rmtree(self.work, ignore_errors=True)
-
-
-def tail(path: Path, n: int = 400) -> str:
-    try:
-        return " ".join(path.read_text(errors="replace").split())[-n:] or "(nothing)"
-    except OSError:
-        return "(no file)"
+def migrate(run: Run, bed: Bed, src: VM, dst: VM, name: str, want: str = "completed") -> dict:
+    """Migrates `src` to `dst`; checks it starts unblocked and ends as `want`."""
+    info = bed.migrate(src, dst)
+    run.check(f"{name}-unblocked", not info["blocked-reasons"],
+              "; ".join(info["blocked-reasons"]))
+    status = info.get("status")
+    detail = qmp.figures(info) if status == "completed" else \
+        f"status {status}: {info.get('error-desc', '?')}"
+    if status != want:
+        detail += f"; destination: {tail(dst.guest.workdir / 'qemu.log')}"
+    run.check(name, status == want, detail)
+    return info
 
 
 def values(g: Guest, script: str, what: str, timeout: float = 600) -> dict[str, str]:
@@ -268,14 +157,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def state_bytes(server: Server, what: str) -> int | None:
-    """The bytes of the state a server logged it saved or loaded."""
-    for line in server.log.read_text(errors="replace").splitlines():
-        if f"state {what}:" in line and "bytes" in line:
-            return int(line.rsplit(",", 1)[1].split()[0])
-    return None
-
-
 def mem(run: Run, bed: Bed, ahead: bool = False) -> None:
     """The mem backend's scenario; `ahead`: the files' data sent to the destination's
     server before QEMU migrates (`memofs migrate` to its --migration-listen), the background
@@ -308,7 +189,7 @@ echo gone=$(md5sum </mnt/gone | cut -d' ' -f1)
         run.check("data-sent-ahead", sent.returncode == 0,
                   " ".join((sent.stdout + sent.stderr).split())[-200:])
     reads, logged = lines(g, "/tmp/reads"), lines(g, "/mnt/log")
-    if bed.migrate(run, src, dst, "migrates")["status"] != "completed":
+    if migrate(run, bed, src, dst, "migrates")["status"] != "completed":
         return
     if ahead:
         # What the state carried: what changed since, not the 64 MiB file.
@@ -373,7 +254,7 @@ def shared(run: Run, bed: Bed, virtiofsd: bool = False) -> None:
     run.check("background-work-runs", wait_in_guest(g, "[ -s /tmp/reads ]", 300))
     reads = lines(g, "/tmp/reads")
     dst = bed.vm(bed.server(args, virtiofsd), incoming=True)
-    if bed.migrate(run, src, dst, "migrates")["status"] != "completed":
+    if migrate(run, bed, src, dst, "migrates")["status"] != "completed":
         return
     source_server_ends(run, bed, src, src_server)
     g = dst.guest
@@ -399,7 +280,7 @@ def handles(run: Run, bed: Bed, virtiofsd: bool = False) -> None:
             "holding an unlinked file")
     run.check("file-unlinked", wait_in_guest(g, "[ ! -e /mnt/held ]", 120))
     dst = bed.vm(bed.server(args, virtiofsd), incoming=True)
-    if bed.migrate(run, src, dst, "migrates")["status"] != "completed":
+    if migrate(run, bed, src, dst, "migrates")["status"] != "completed":
         return
     bed.quit(src)
     v = values(dst.guest, f"echo held={held('held')}\n{SHARED_DIGESTS}", "checking")
@@ -424,14 +305,14 @@ def refused(run: Run, bed: Bed) -> None:
                     "filling the mem filesystem")
     bad = bed.server(["-o", "noatime"])
     dst = bed.vm(bad, incoming=True)
-    if bed.migrate(run, src, dst, "other-options-refused", want="failed")["status"] != "failed":
+    if migrate(run, bed, src, dst, "other-options-refused", want="failed")["status"] != "failed":
         return
     run.check("refusing-server-says-why",
               "start it with the options" in bad.log.read_text(errors="replace"),
               tail(bad.log, 300))
     stays(run, src, DIGESTS, before, "vm-runs-on-at-source")
     dst2 = bed.vm(bed.server([]), incoming=True)
-    if bed.migrate(run, src, dst2, "then-migrates")["status"] != "completed":
+    if migrate(run, bed, src, dst2, "then-migrates")["status"] != "completed":
         return
     bed.quit(src)
     run.check("files-right", values(dst2.guest, DIGESTS, "checking after the switch") == before)
@@ -450,7 +331,7 @@ def lost(run: Run, bed: Bed) -> None:
     check = f"echo lost={held('lost')}; {SHARED_DIGESTS}"
     server = bed.server(["--shared-dir", str(b)])
     dst = bed.vm(server, incoming=True)
-    if bed.migrate(run, src, dst, "abort:missing-file-fails-the-migration",
+    if migrate(run, bed, src, dst, "abort:missing-file-fails-the-migration",
                    want="failed")["status"] != "failed":
         return
     run.check("abort:destination-names-the-file", "lost" in tail(server.log, 100000),
@@ -463,7 +344,7 @@ def lost(run: Run, bed: Bed) -> None:
         run.check("guest-error:migrates", False, f"the destination server refused to start: {e}")
         return
     dst = bed.vm(server, incoming=True)
-    if bed.migrate(run, src, dst, "guest-error:migrates")["status"] != "completed":
+    if migrate(run, bed, src, dst, "guest-error:migrates")["status"] != "completed":
         return
     bed.quit(src)
     g = dst.guest
@@ -501,10 +382,10 @@ def one(kid: str, memofs: str) -> Run:
         if not shutil.which(tool):
             run.cannot(f"{tool} is not installed (bash scripts/setup.sh installs it)")
             return run
-    r = subprocess.run(["bash", str(TOP / "scripts" / "vm" / "qemu.sh")], capture_output=True,
-                       text=True, timeout=1800)
-    if r.returncode != 0:
-        run.cannot(r.stderr.strip()[-300:] or "scripts/vm/qemu.sh failed")
+    try:
+        qemu = qemu10()
+    except ToolMissing as e:
+        run.cannot(str(e))
         return run
     try:
         k = kernel(kid)
@@ -513,7 +394,7 @@ def one(kid: str, memofs: str) -> Run:
         return run
     top = Path(tempfile.mkdtemp(prefix="memofs-vm-migrate-"))
     try:
-        env = Env(memofs, r.stdout.strip(), k, initramfs(top / "initrd.cpio", {}, k),
+        env = Env(memofs, qemu, k, initramfs(top / "initrd.cpio", {}, k),
                   os.environ.get("VIRTIOFSD") or shutil.which("virtiofsd"))
         scenario(run, env, "mem", mem)
         scenario(run, env, "mem-ahead", mem, True)

@@ -1,5 +1,6 @@
 """A small QMP client (QEMU's JSON monitor on a unix socket, `-qmp unix:PATH,server=on,wait=off`)
-and a live migration driven through two of them, for scripts/vm/migrate-guest.py.
+and a live migration driven through two of them, for the live-migration test
+(scripts/vm/migrate-guest.py) and the migrate family.
 
 QMP sends one JSON object per line: a greeting, then for each command either `return` or
 `error`, with asynchronous `event`s in between (kept in `events`, never waited for).
