@@ -203,7 +203,8 @@ impl Backend for MemFs {
             let file = inode.file()?;
             let old = file.size();
             file.truncate(&self.limits, size)?;
-            self.data_changed(&inode, old.min(size), old.max(size));
+            // What a file grows by is a hole; only what it loses changes.
+            self.data_changed(&inode, size, old);
             inode.touch_modified(now);
         }
         {
@@ -633,8 +634,16 @@ impl Backend for MemFs {
         inode
             .file()?
             .fallocate(&self.limits, offset, length, mode)?;
-        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 || mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
-            self.data_changed(&inode, offset, offset.saturating_add(length));
+        // Allocating keeps what the range reads (zeros where it was a hole); punching and
+        // zeroing change it.
+        let cleared = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+        if cleared || mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            let end = if cleared {
+                offset.saturating_add(length)
+            } else {
+                offset
+            };
+            self.data_changed(&inode, offset, end);
         }
         Ok(())
     }

@@ -189,21 +189,27 @@ impl MemFs {
         }
     }
 
-    /// Marks every chunk of every file's data as to be sent.
-    fn mark_all(&self) {
-        let marks: Vec<(Ino, u64)> = self
-            .table
-            .all()
-            .iter()
-            .filter_map(|i| match &i.data {
-                NodeData::File(f) => Some((i.ino, f.size())),
-                _ => None,
-            })
-            .collect();
-        let mut dirty = self.precopy.dirty.lock();
-        for (ino, size) in marks {
-            dirty.entry(ino).or_default().extend(chunks(0, size));
+    /// Marks every chunk of every file's data as to be sent (holes are not: a new
+    /// channel's destination starts from empty files).
+    fn mark_all(&self) -> io::Result<()> {
+        for inode in self.table.all() {
+            let NodeData::File(f) = &inode.data else {
+                continue;
+            };
+            let marks: BTreeSet<u64> = extents(f, 0, f.size())?
+                .into_iter()
+                .flat_map(|(offset, len)| chunks(offset, offset + len))
+                .collect();
+            if !marks.is_empty() {
+                self.precopy
+                    .dirty
+                    .lock()
+                    .entry(inode.ino)
+                    .or_default()
+                    .extend(marks);
+            }
         }
+        Ok(())
     }
 
     /// Sends chunk `chunk` of `ino`'s data as it is now (gone files send nothing).
@@ -285,7 +291,7 @@ impl MemFs {
     ) -> io::Result<Sent> {
         let session = session()?;
         self.precopy.active.store(true, Ordering::Release);
-        self.mark_all();
+        self.mark_all()?;
         let mut w = FrameWriter::start(out)?;
         let mut digest = Digest::new();
         put(&mut w, &mut digest, &Message::Hello { session })?;
