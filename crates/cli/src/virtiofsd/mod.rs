@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use memofs_control::StatsSource;
 use memofs_core::options::Want;
-use memofs_core::plan::{BackendKind, MountPlan};
+use memofs_core::plan::MountPlan;
 use memofs_core::Backend;
 use memofs_mem::MemFs;
 use memofs_passthrough::PassthroughFs;
@@ -58,20 +58,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     } else {
         mount::init_logging(&setup.log_level);
     }
-    let kind = match setup.source {
-        Some(_) => BackendKind::Passthrough,
-        None => BackendKind::Mem,
-    };
-    let mut plan = MountPlan::new(&setup.opts, kind, backends::privileged());
-    plan.ids = setup.ids.clone();
-    plan.acl = setup.acl;
-    plan.xattrs = setup.xattrs.clone();
-    plan.announce_submounts = setup.announce_submounts;
-    plan.security_label = setup.security_label;
-    plan.migration = setup.migration;
-    plan.noatime_opens = setup.noatime_opens;
-    plan.host_direct_io = setup.direct_io;
-    plan.file_handles = setup.file_handles;
+    let mut plan = setup.plan();
     if let Some(n) = setup.rlimit_nofile {
         let set = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n);
         if let Err(e) = set {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use memofs_core::idmap::IdMaps;
 use memofs_core::migrate::{Choices, FindBy, OnError};
 use memofs_core::options::{parse_options, virtiofs_refusal, MountOptions, Want};
-use memofs_core::plan::FileHandles;
+use memofs_core::plan::{BackendKind, FileHandles, MountPlan};
 use memofs_core::xattrmap::XattrMap;
 use memofs_virtiofs::{DeviceOptions, Listener};
 
@@ -51,6 +51,27 @@ pub struct Setup {
     pub rlimit_nofile: Option<u64>,
     /// `--migration-listen`: where data sent ahead of a migration arrives.
     pub migration_listen: Option<String>,
+}
+
+impl Setup {
+    /// The mount plan: the options', and the device's own choices.
+    pub fn plan(&self) -> MountPlan {
+        let kind = match self.source {
+            Some(_) => BackendKind::Passthrough,
+            None => BackendKind::Mem,
+        };
+        let mut plan = MountPlan::new(&self.opts, kind, backends::privileged());
+        plan.ids = self.ids.clone();
+        plan.acl = self.acl;
+        plan.xattrs = self.xattrs.clone();
+        plan.announce_submounts = self.announce_submounts;
+        plan.security_label = self.security_label;
+        plan.migration = self.migration;
+        plan.noatime_opens = self.noatime_opens;
+        plan.host_direct_io = self.direct_io;
+        plan.file_handles = self.file_handles;
+        plan
+    }
 }
 
 /// Why `--no-readdirplus` (and `-o no_readdirplus`) is refused.
