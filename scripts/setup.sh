@@ -19,10 +19,11 @@ pkgs=(fuse3 gcc libc6-dev make)
 # libacl1-dev: pjdfstest links libacl; acl, e2fsprogs: setfacl/getfacl and chattr/lsattr for the tests;
 # meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring;
 # podman, runc, uidmap: the rootless-container test (with the user made below);
-# procps: pgrep and pkill, which tests use to find and end what they started.
+# procps: pgrep and pkill, which tests use to find and end what they started;
+# fio: the benchmark's guest-fio workload copies it, with its libraries, into the guest.
 [ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
-    podman runc uidmap procps)
+    podman runc uidmap procps fio)
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done

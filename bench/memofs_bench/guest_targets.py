@@ -64,7 +64,7 @@ class GuestTarget(Target):
             initrd = initramfs(self.mnt / "initrd.cpio", self.guest_setup.files, self.kernel)
             self._start_server()
             self.guest = Guest(self.mnt, self.kernel.image, initrd, self.sock,
-                               self.guest_setup.memory_mib)
+                               self.guest_setup.memory_mib, cpus=self.guest_setup.cpus)
             self.guest.check(self.guest_mount(), "mounting /mnt", timeout=60)
         except BaseException as e:
             self.unmount()
@@ -117,7 +117,8 @@ class GuestTarget(Target):
                 "version": self.version(), "mount": None,
                 "guest": setup and {"kernel": setup.kernel,
                                     "image": str(self.kernel and self.kernel.image),
-                                    "memory_mib": setup.memory_mib, "cpus": 1, "accel": "tcg"},
+                                    "memory_mib": setup.memory_mib, "cpus": setup.cpus,
+                                    "accel": "tcg"},
                 "server_pids": pids,
                 "server_affinity": {str(p): mounts.affinity(p) for p in pids}}
 

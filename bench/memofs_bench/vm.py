@@ -63,10 +63,29 @@ class GuestError(BenchError):
 @dataclass
 class GuestSetup:
     """What a workload asks of its guest: the kernel (an id of scripts/vm/kernels.tsv), its
-    memory, and files for its initramfs (guest path -> host path)."""
+    memory, files for its initramfs (guest path -> host path) and its vCPUs."""
     kernel: str
     files: dict[str, Path] = field(default_factory=dict)
     memory_mib: int = 2048
+    cpus: int = 1
+
+
+def binary_files(binary: str | Path, dest: str | None = None) -> dict[str, Path]:
+    """A host binary and the shared libraries `ldd` lists for it, as initramfs files (guest
+    path -> host path): the binary at `dest` (default: its host path), each library at the
+    path the loader looks for it at, so that a dynamically linked program runs in the guest."""
+    binary = Path(binary)
+    files = {dest or str(binary): binary}
+    r = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ToolMissing(f"ldd {binary}: {(r.stderr or r.stdout).strip()[-200:]}")
+    for line in r.stdout.splitlines():
+        # "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)" or
+        # "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        path = next((w for w in line.split() if w.startswith("/")), None)
+        if path is not None:
+            files.setdefault(path, Path(path).resolve())
+    return files
 
 
 @dataclass
@@ -134,19 +153,20 @@ def _same_fs(a: Path, b: Path) -> bool:
 class Guest:
     """One booted guest; `device` is the vhost-user socket of its virtio-fs device (tag `fs`),
     or None for a guest without one; `devices` more of them, as (socket, tag); `append` adds
-    to the kernel's command line. `qemu` is the QEMU binary (default: the one on PATH),
-    `extra` more QEMU arguments. With `incoming` it is the destination of a live migration
-    (`extra` holds `-incoming`): the agent is connected, but no @@READY awaited, since the
-    guest arrives already running its agent."""
+    to the kernel's command line; `cpus` is its vCPUs (each a host thread under TCG). `qemu`
+    is the QEMU binary (default: the one on PATH), `extra` more QEMU arguments. With
+    `incoming` it is the destination of a live migration (`extra` holds `-incoming`): the
+    agent is connected, but no @@READY awaited, since the guest arrives already running its
+    agent."""
 
     def __init__(self, workdir: Path, image: Path, initrd: Path, device: Path | None,
                  memory_mib: int = 2048, append: str = "",
                  devices: list[tuple[Path, str]] | None = None, qemu: str | None = None,
-                 extra: list[str] | None = None, incoming: bool = False):
+                 extra: list[str] | None = None, incoming: bool = False, cpus: int = 1):
         self.workdir, self.console = workdir, workdir / "console.log"
         self.agent_path = workdir / "agent.sock"
         qemu = qemu or require("qemu-system-x86_64", "bash scripts/setup.sh installs it")
-        cmd = [qemu, "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", f"{memory_mib}M",
+        cmd = [qemu, "-accel", "tcg", "-cpu", "max", "-smp", str(cpus), "-m", f"{memory_mib}M",
                "-nodefaults", "-no-reboot", "-display", "none", "-nic", "none",
                "-object", f"memory-backend-memfd,id=mem,size={memory_mib}M,share=on",
                "-numa", "node,memdev=mem",

@@ -2,6 +2,9 @@
 the others (noted, never mounted), and a quick run in real guests where QEMU, busybox, the
 guest kernel and the Ansible tree are already here (tests never download them)."""
 
+import base64
+import gzip
+import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +15,7 @@ from memofs_bench.targets import make_target  # before guest_targets, which it i
 from memofs_bench.guest_targets import virtiofsd_binary  # noqa: I001
 from memofs_bench.runner import Runner
 from memofs_bench.vm import VM_SCRIPTS, GuestSetup
-from memofs_bench.workloads import Metric, Part, Workload, guest, registry
+from memofs_bench.workloads import Metric, Part, Workload, guest, guest_fio, registry
 
 KERNEL = "6.19"    # the guest kernel CI's VM tests fetch
 
@@ -73,6 +76,17 @@ def test_guest_quick_in_real_guests(tmp_path):
     assert [s["target"] for s in untar] == ["vm-memofs", "vm-memofs-pt:--cache=always"]
     assert all(s["detail"]["ops"]["CREATE"] == 400 for s in untar)
     assert not list(tmp_path.glob("**/*.sock"))
+
+
+def test_guest_fio_runs_psync_at_depth_1_and_reads_its_json_back():
+    p = guest_fio.WORKLOAD.param_values({}, False)
+    assert guest_fio.labels(p)[:2] == ["randread-qd1-1cpu", "randread-qd16-1cpu"]
+    assert guest_fio.labels(p)[-1] == "randwrite-qd16-2cpu"
+    assert "--ioengine=psync" in guest_fio.job(p, "randread", 1)
+    assert "--ioengine=io_uring --direct=1" in guest_fio.job(p, "randwrite", 16)
+    doc = {"jobs": [{"read": {"iops": 5.0}}]}
+    out = base64.encodebytes(gzip.compress(json.dumps(doc).encode())).decode()
+    assert guest_fio.result(out) == doc
 
 
 def test_a_vm_target_without_a_workloads_guest_is_refused(tmp_path):

@@ -19,7 +19,7 @@ from memofs_bench.workloads import Metric, Part, Workload, registry
 pytestmark = pytest.mark.smoke
 # the real family needs downloaded inputs, the guest family guests: their own smoke tests are
 # in test_real.py and test_guest.py
-SMOKE = {n: w for n, w in registry().items() if n not in ("real", "guest")}
+SMOKE = {n: w for n, w in registry().items() if n not in ("real", "guest", "guest-fio")}
 
 
 def our_mounts():

@@ -141,9 +141,10 @@ def missing_tools(part: Part) -> list[str]:
 
 
 def registry() -> dict[str, Workload]:
-    from . import (atime_read, bigfile, coherence, create, depth, dfs, guest, lat_mmap, loopdd,
-                   memory, messaging, real, stat_missing, tree)
+    from . import (atime_read, bigfile, coherence, create, depth, dfs, guest, guest_fio,
+                   lat_mmap, loopdd, memory, messaging, real, stat_missing, tree)
     ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
           lat_mmap.WORKLOAD, create.WORKLOAD, depth.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD,
-          memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD, bigfile.WORKLOAD, guest.WORKLOAD]
+          memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD, bigfile.WORKLOAD, guest.WORKLOAD,
+          guest_fio.WORKLOAD]
     return {w.name: w for w in ws}
