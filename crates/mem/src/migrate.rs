@@ -168,7 +168,7 @@ impl Migrate for MemFs {
         let mut loader = Loader {
             fs: self,
             current: None,
-            targets: Vec::new(),
+            names: Names::default(),
             inodes: 0,
             data_ctime: Timestamp::default(),
             staged: precopy.is_some(),
@@ -324,14 +324,126 @@ fn save_data(
     Ok(())
 }
 
+/// What a stream's entries say of the inodes they name, checked against what the inodes say
+/// once every record is in: each names an inode of its kind; a directory has one name (none
+/// once removed), in the directory its `..` says, and leads up to the root; every link
+/// count is what the names make it (as tmpfs: 2 and a directory's subdirectories, a file's
+/// names). Every name past a file's first is charged as an inode as it arrives (as tmpfs),
+/// so that a stream cannot make more names than the limits allow.
+#[derive(Default)]
+struct Names {
+    /// Each entry's directory, target and the kind the entry says.
+    entries: Vec<(Ino, Ino, FileKind)>,
+    /// Names per inode.
+    count: HashMap<Ino, u32>,
+}
+
+impl Names {
+    fn add(&mut self, fs: &MemFs, dir: Ino, ino: Ino, kind: FileKind) -> io::Result<()> {
+        let n = self.count.entry(ino).or_default();
+        *n += 1;
+        match (kind, *n) {
+            (FileKind::Directory, 2..) => {
+                return Err(invalid(format!("directory {ino} named twice")))
+            }
+            (FileKind::Directory, _) | (_, 1) => {}
+            _ => fs
+                .limits
+                .charge_inode()
+                .map_err(|e| errno("room for a name", e))?,
+        }
+        self.entries.push((dir, ino, kind));
+        Ok(())
+    }
+
+    fn check(&self, fs: &MemFs) -> io::Result<()> {
+        for &(dir, ino, kind) in &self.entries {
+            let target = fs
+                .table
+                .get(ino)
+                .map_err(|_| invalid(format!("an entry names inode {ino}, which is not there")))?;
+            if target.kind() != kind {
+                return Err(invalid(format!(
+                    "an entry names inode {ino} a {kind:?}, which is a {:?}",
+                    target.kind()
+                )));
+            }
+            if let Ok(d) = target.dir() {
+                let parent = d.read().parent;
+                if parent != dir {
+                    return Err(invalid(format!(
+                        "directory {ino} is named in {dir} and its parent is {parent}"
+                    )));
+                }
+            }
+        }
+        let all = fs.table.all();
+        for inode in &all {
+            let names = self.count.get(&inode.ino).copied().unwrap_or(0);
+            let want = match inode.dir() {
+                Ok(d) => {
+                    let d = d.read();
+                    let named = if inode.ino == ROOT_INO || d.removed {
+                        0
+                    } else {
+                        1
+                    };
+                    if names != named {
+                        return Err(invalid(format!(
+                            "directory {} has {names} names",
+                            inode.ino
+                        )));
+                    }
+                    if inode.ino != ROOT_INO && !d.removed {
+                        reaches_root(fs, inode.ino, all.len())?;
+                    }
+                    if d.removed {
+                        0
+                    } else {
+                        2 + d.subdirs
+                    }
+                }
+                Err(_) => names,
+            };
+            let nlink = inode.nlink.load(std::sync::atomic::Ordering::SeqCst);
+            if nlink != want {
+                return Err(invalid(format!(
+                    "inode {}: {nlink} links, its names make {want}",
+                    inode.ino
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether directory `ino` leads up to the root through its parents in at most `steps`.
+fn reaches_root(fs: &MemFs, ino: Ino, steps: usize) -> io::Result<()> {
+    let mut at = ino;
+    for _ in 0..steps {
+        if at == ROOT_INO {
+            return Ok(());
+        }
+        at = fs
+            .table
+            .get(at)
+            .ok()
+            .and_then(|i| i.dir().ok().map(|d| d.read().parent))
+            .ok_or_else(|| invalid(format!("directory {ino}'s parents end at {at}")))?;
+    }
+    Err(invalid(format!(
+        "directory {ino} is in a cycle of directories"
+    )))
+}
+
 /// Rebuilds a filesystem record by record.
 struct Loader<'a> {
     fs: &'a MemFs,
     /// The inode the records are about, with what is set once its data is in (and a
     /// file's size).
     current: Option<(Arc<Inode>, Saved, Option<u64>)>,
-    /// Every entry's target, checked at the end.
-    targets: Vec<Ino>,
+    /// What the entries say, checked at the end against the inodes.
+    names: Names,
     inodes: u64,
     /// The latest ctime a kernel-backed data file got from the load.
     data_ctime: Timestamp,
@@ -408,8 +520,7 @@ impl Loader<'_> {
                     .write()
                     .insert_saved(name, Slot { ino, kind }, cookie)
                     .map_err(|e| invalid(format!("entry {name:?} ({e})")))?;
-                self.targets.push(ino);
-                Ok(())
+                self.names.add(self.fs, dir.ino, ino, kind)
             }
             other => Err(invalid(format!("unexpected record {other:?}"))),
         }
@@ -545,15 +656,7 @@ impl Loader<'_> {
                 self.fs.limits.inodes()
             )));
         }
-        if let Some(missing) = self
-            .targets
-            .iter()
-            .find(|&&i| self.fs.table.get(i).is_err())
-        {
-            return Err(invalid(format!(
-                "an entry names inode {missing}, which is not there"
-            )));
-        }
+        self.names.check(self.fs)?;
         if self.fs.limits.bytes() != bytes {
             return Err(invalid(format!(
                 "{} bytes rebuilt, the source had {bytes}",
@@ -561,5 +664,148 @@ impl Loader<'_> {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inode(ino: Ino, mode: u32, nlink: u32, kind: Kind) -> Record {
+        Record::Inode {
+            ino,
+            mode,
+            uid: 0,
+            gid: 0,
+            nlink,
+            flags: 0,
+            lookups: 0,
+            opens: 0,
+            times: [0; 4],
+            kind,
+        }
+    }
+
+    fn dir(ino: Ino, nlink: u32, parent: Ino) -> Record {
+        let kind = Kind::Dir {
+            parent,
+            next_cookie: 100,
+            removed: false,
+        };
+        inode(ino, libc::S_IFDIR | 0o755, nlink, kind)
+    }
+
+    fn file(ino: Ino, nlink: u32) -> Record {
+        inode(ino, libc::S_IFREG | 0o644, nlink, Kind::File { size: 0 })
+    }
+
+    fn entry(cookie: u64, name: &str, ino: Ino, kind: u32) -> Record {
+        Record::Entry {
+            cookie,
+            name: name.as_bytes().to_vec(),
+            ino,
+            kind,
+        }
+    }
+
+    /// Loads the stream of `records` (framed, the filesystem's record first, the end last
+    /// with `inodes` counted) into a new filesystem: the error, if any.
+    fn load(records: Vec<Record>, inodes: u64) -> String {
+        let mut bytes = Vec::new();
+        let mut w = FrameWriter::start(&mut bytes).unwrap();
+        let mut buf = Vec::new();
+        let fs = Record::Fs {
+            next_ino: 100,
+            inodes: records
+                .iter()
+                .filter(|r| matches!(r, Record::Inode { .. }))
+                .count() as u64,
+            precopy: None,
+        };
+        let end = Record::End { inodes, bytes: 0 };
+        for r in std::iter::once(&fs).chain(&records).chain([&end]) {
+            put(&mut w, r, &mut buf).unwrap();
+        }
+        let target = MemFs::new(crate::MemConfig::default()).unwrap();
+        let mut input = &bytes[..];
+        let mut r = FrameReader::start(&mut input).unwrap();
+        match target.load(&mut r) {
+            Ok(()) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const DIR: u32 = libc::S_IFDIR;
+    const REG: u32 = libc::S_IFREG;
+
+    #[test]
+    fn a_consistent_tree_loads() {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 3, ROOT_INO),
+                entry(10, "d", 2, DIR),
+                entry(11, "f", 3, REG),
+                entry(12, "g", 3, REG),
+                dir(2, 2, ROOT_INO),
+                file(3, 2),
+            ],
+            4,
+        );
+        assert_eq!(e, "", "a file with two names, a directory");
+    }
+
+    #[test]
+    fn directories_in_a_cycle_are_refused() {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 2, ROOT_INO),
+                dir(2, 3, 3),
+                entry(10, "b", 3, DIR),
+                dir(3, 3, 2),
+                entry(10, "a", 2, DIR),
+            ],
+            3,
+        );
+        assert!(e.contains("cycle"), "{e}");
+    }
+
+    #[test]
+    fn an_entry_of_another_kind_than_its_inode_is_refused() {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 3, ROOT_INO),
+                entry(10, "f", 2, DIR),
+                file(2, 1),
+            ],
+            2,
+        );
+        assert!(e.contains("which is a Regular"), "{e}");
+    }
+
+    #[test]
+    fn a_directory_with_two_names_is_refused() {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 4, ROOT_INO),
+                entry(10, "a", 2, DIR),
+                entry(11, "b", 2, DIR),
+                dir(2, 2, ROOT_INO),
+            ],
+            2,
+        );
+        assert!(e.contains("named twice"), "{e}");
+    }
+
+    #[test]
+    fn link_counts_the_names_do_not_make_are_refused() {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 2, ROOT_INO),
+                entry(10, "f", 2, REG),
+                file(2, 5),
+            ],
+            2,
+        );
+        assert!(e.contains("5 links, its names make 1"), "{e}");
     }
 }

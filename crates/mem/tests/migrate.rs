@@ -118,6 +118,8 @@ fn build(fs: &MemFs) -> Vec<u64> {
         ..SetAttr::default()
     };
     fs.setattr(&C, big.ino, &set).unwrap();
+    // A second name: as tmpfs, it counts as an inode.
+    fs.link(&C, big.ino, ROOT_INO, n("big-again")).unwrap();
     inos.push(big.ino);
     let (gone, og) = fs
         .create(&C, ROOT_INO, n("gone"), 0o644, 0, libc::O_RDWR)

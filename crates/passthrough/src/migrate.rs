@@ -23,7 +23,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use memofs_core::migrate::{invalid, FindBy, FrameReader, FrameWriter, Migrate, OnError};
-use memofs_core::{Errno, Ino, ROOT_INO};
+use memofs_core::{Errno, FileKind, Ino, ROOT_INO};
 use serde::{Deserialize, Serialize};
 
 use crate::fd::ProcSelf;
@@ -325,8 +325,14 @@ impl PassthroughFs {
         }
     }
 
+    /// Opens again the file handle `fh` of node `ino`: only a regular file's, as an OPEN
+    /// would (a stream naming a device node, a FIFO or a socket as an open file is refused
+    /// before anything is opened).
     fn restore_file(&self, fh: u64, ino: Ino, flags: i32) -> memofs_core::Result<()> {
         let inode = self.table.get(ino)?;
+        if inode.kind != FileKind::Regular {
+            return Err(Errno::EINVAL);
+        }
         let pin = OpenPin::new(&inode);
         let fd = self
             .proc
@@ -476,5 +482,84 @@ impl Migrate for PassthroughFs {
         self.files.skip_to(next_file);
         self.dirs.skip_to(next_dir);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// A stream written record by record, as a damaged or hostile one could be.
+    fn stream(records: &[Record]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut w = FrameWriter::start(&mut bytes).unwrap();
+        for r in records {
+            put(&mut w, r).unwrap();
+        }
+        bytes
+    }
+
+    fn load(fs: &PassthroughFs, bytes: &[u8]) -> io::Result<()> {
+        let mut input = bytes;
+        let mut r = FrameReader::start(&mut input)?;
+        fs.load(&mut r)
+    }
+
+    /// A stream that names a FIFO (or a device node) as a file the guest has open is refused
+    /// before anything is opened: opening a FIFO to read would wait for a writer forever, and
+    /// a device node would be opened with the server's privilege.
+    #[test]
+    fn an_open_file_that_is_no_regular_file_is_refused() {
+        let dir = std::env::temp_dir().join(format!("memofs-pt-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = std::ffi::CString::new(dir.join("p").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let fs = PassthroughFs::new(&dir, crate::PassthroughConfig::default()).unwrap();
+        let bytes = stream(&[
+            Record::Fs {
+                inodes: 2,
+                files: 1,
+                dirs: 0,
+                next_file: 2,
+                next_dir: 1,
+            },
+            Record::Inode {
+                ino: ROOT_INO,
+                lookups: 1,
+                kind: libc::S_IFDIR,
+                place: Place::Path {
+                    path: b".".to_vec(),
+                    handle: None,
+                },
+            },
+            Record::Inode {
+                ino: 7,
+                lookups: 1,
+                kind: libc::S_IFIFO,
+                place: Place::Path {
+                    path: b"p".to_vec(),
+                    handle: None,
+                },
+            },
+            Record::File {
+                fh: 1,
+                ino: 7,
+                flags: libc::O_RDONLY,
+            },
+            Record::End,
+        ]);
+        let (done, wait) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(load(&fs, &bytes).map_err(|e| e.to_string()));
+        });
+        let got = wait
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the load returned, without waiting on the FIFO");
+        let e = got.unwrap_err();
+        assert!(e.contains("open file 1 of node 7"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -51,9 +51,11 @@ impl InFlight {
     }
 }
 
-/// The workers.
+/// The workers: each sleeps on the pool's queue until a chain comes (virtiofsd's pool, the
+/// `futures` executor's; a pool whose idle workers spin looking for work takes the host CPUs a
+/// guest's vCPUs run on).
 pub(crate) struct Pool {
-    workers: rayon_core::ThreadPool,
+    workers: futures_executor::ThreadPool,
 }
 
 thread_local! {
@@ -64,17 +66,16 @@ thread_local! {
 impl Pool {
     /// `size` workers (at least one), started now.
     pub(crate) fn new(size: usize) -> io::Result<Pool> {
-        let workers = rayon_core::ThreadPoolBuilder::new()
-            .num_threads(size.max(1))
-            .thread_name(|i| format!("memofs-pool-{i}"))
-            .build()
-            .map_err(|e| io::Error::other(format!("thread pool: {e}")))?;
+        let workers = futures_executor::ThreadPool::builder()
+            .pool_size(size.max(1))
+            .name_prefix("memofs-pool-")
+            .create()?;
         Ok(Pool { workers })
     }
 
     /// Runs `job` on a worker with that worker's buffers.
     pub(crate) fn spawn(&self, job: impl FnOnce(&mut Buffers) + Send + 'static) {
         self.workers
-            .spawn(move || BUFFERS.with(|b| job(&mut b.borrow_mut())));
+            .spawn_ok(async move { BUFFERS.with(|b| job(&mut b.borrow_mut())) });
     }
 }
