@@ -207,10 +207,16 @@ DFS_JFS_TARGETS := juicefs,memofs-jfs
 # a guest on virtiofsd against memofs's two backends, with the same --cache, and the
 # guest's own tmpfs
 GUEST_TARGETS := vm-virtiofsd:--cache=always,vm-memofs-pt:--cache=always,vm-memofs,vm-virtiofsd:--cache=auto,vm-memofs-pt:--cache=auto,vm-tmpfs
+# --thread-pool-size 0, 1, 4 and 16 for memofs's two backends and virtiofsd, in 4 KiB random
+# I/O in a guest of 1 and 2 vCPUs
+FIO_TARGETS := vm-memofs-pt:--cache=auto --thread-pool-size=0,vm-memofs-pt:--cache=auto --thread-pool-size=1,vm-memofs-pt:--cache=auto --thread-pool-size=4,vm-memofs-pt:--cache=auto --thread-pool-size=16,vm-virtiofsd:--cache=auto --thread-pool-size=0,vm-virtiofsd:--cache=auto --thread-pool-size=1,vm-virtiofsd:--cache=auto --thread-pool-size=4,vm-virtiofsd:--cache=auto --thread-pool-size=16,vm-memofs:--cache=auto --thread-pool-size=0,vm-memofs:--cache=auto --thread-pool-size=1,vm-memofs:--cache=auto --thread-pool-size=4,vm-memofs:--cache=auto --thread-pool-size=16
+# a guest's live migration: the mem backend with its files in its state and sent ahead, a
+# shared directory, and virtiofsd's
+MIGRATE_TARGETS := mig-memofs,mig-memofs-ahead,mig-memofs-pt,mig-virtiofsd
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs $(REPORTS)/dfs-juicefs
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/guest-fio $(REPORTS)/migrate $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs $(REPORTS)/dfs-juicefs
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
@@ -223,6 +229,8 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run dfs --targets '$(DFS_JFS_TARGETS)' --reps 2 --out $(REPORTS)/dfs-juicefs
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest --targets '$(GUEST_TARGETS)' --reps 3 --out $(REPORTS)/guest
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest-fio --targets '$(FIO_TARGETS)' --reps 3 --out $(REPORTS)/guest-fio
+	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run migrate --targets '$(MIGRATE_TARGETS)' --reps 4 --out $(REPORTS)/migrate
 
 # Work in a virtio-fs guest (the guest family), memofs against virtiofsd (VIRTIOFSD, or on
 # PATH: `cargo install virtiofsd`, with libseccomp-dev and libcap-ng-dev).

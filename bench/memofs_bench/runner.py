@@ -233,7 +233,8 @@ class Runner:
                       status=lambda s: self.console.status(
                           f"round {rnd + 1}/{self.reps} {w.name} on {spec}: {s}"),
                       stats=target.server_stats, guest=getattr(target, "guest", None),
-                      server_cpu=lambda: mounts.tree_cpu_seconds(target.server_pids()))
+                      server_cpu=lambda: mounts.tree_cpu_seconds(target.server_pids()),
+                      target=target)
         try:
             for metric, label, value, *detail in part.run(ctx):
                 sample = {"metric": w.key(metric), "target": spec, "param": label,

@@ -529,13 +529,14 @@ def _alive(pid: int) -> bool:
 from .dfs_targets import (JuiceFs, MemofsJuiceFs, MemofsSeaweedFs,  # noqa: E402 (they build
                           SeaweedFs)  # on the above)
 from .guest_targets import KINDS as GUEST_KINDS  # noqa: E402
+from .migrate_targets import KINDS as MIGRATION_KINDS  # noqa: E402
 
 KINDS: dict[str, type[Target]] = {k.kind: k for k in (Memofs, MemofsPassthrough,
                                                        MemofsPassthroughSub, MemofsUser,
                                                        Tmpfs, PassthroughLL, PassthroughHP,
                                                        Bindfs, SeaweedFs, MemofsSeaweedFs,
                                                        JuiceFs, MemofsJuiceFs,
-                                                       *GUEST_KINDS)}
+                                                       *GUEST_KINDS, *MIGRATION_KINDS)}
 
 
 class UnknownTarget(ValueError):

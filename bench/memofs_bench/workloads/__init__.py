@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from .. import tools
 
 if TYPE_CHECKING:
+    from ..targets import Target
     from ..vm import Guest, GuestSetup
 
 Sample = tuple  # (metric name, param label, value)
@@ -105,6 +106,7 @@ class Context:
     stats: Callable[[], dict | None] = lambda: None   # the server's own counters, if it has any
     guest: "Guest | None" = None        # the guest the filesystem is mounted in, if any
     server_cpu: Callable[[], float | None] = lambda: None   # its server's CPU seconds so far
+    target: "Target | None" = None      # the target itself (the migrate family serves it)
 
     def ints(self, name: str) -> list[int]:
         return [int(x) for x in split_list(self.params[name])]
@@ -142,9 +144,9 @@ def missing_tools(part: Part) -> list[str]:
 
 def registry() -> dict[str, Workload]:
     from . import (atime_read, bigfile, coherence, create, depth, dfs, guest, guest_fio,
-                   lat_mmap, loopdd, memory, messaging, real, stat_missing, tree)
+                   lat_mmap, loopdd, memory, messaging, migrate, real, stat_missing, tree)
     ws = [stat_missing.WORKLOAD, coherence.WORKLOAD, messaging.WORKLOAD, loopdd.WORKLOAD,
           lat_mmap.WORKLOAD, create.WORKLOAD, depth.WORKLOAD, tree.WORKLOAD, atime_read.WORKLOAD,
           memory.WORKLOAD, real.WORKLOAD, dfs.WORKLOAD, bigfile.WORKLOAD, guest.WORKLOAD,
-          guest_fio.WORKLOAD]
+          guest_fio.WORKLOAD, migrate.WORKLOAD]
     return {w.name: w for w in ws}
