@@ -29,6 +29,7 @@ class MigrationTarget(Target):
     """A device the migrate workload serves and moves; `shared` when it exports a host
     directory, `ahead` when the files' data goes ahead of the VM's state."""
 
+    moves = True
     shared = False
     ahead = False
     virtiofsd = False

@@ -184,8 +184,9 @@ class Runner:
             return
         target = make_target(spec, workdir)
         info = next(t for t in self.doc["targets"] if t["name"] == spec)
-        if target.in_guest != (w.guest is not None):
-            where = "in a guest, on the vm-* targets only" if w.guest else "on the host"
+        if target.in_guest != (w.guest is not None) or target.moves != w.moves:
+            where = ("on the mig-* targets only" if w.moves else
+                     "in a guest, on the vm-* targets only" if w.guest else "on the host")
             if rnd == 0:
                 self.note(spec, w.name, None, None, f"{w.name} runs {where}: not measured on "
                                                     f"{spec}")

@@ -29,6 +29,7 @@ class Target:
     summary: ClassVar[str]
     fstype: ClassVar[str] = ""
     in_guest: ClassVar[bool] = False    # the filesystem is mounted in a guest (guest_targets)
+    moves: ClassVar[bool] = False       # a device the workload moves between VMs (migrate_targets)
 
     def __init__(self, spec: str, args: list[str], workdir: Path):
         self.spec, self.args, self.workdir = spec, args, workdir

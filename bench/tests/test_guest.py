@@ -34,6 +34,18 @@ def test_guest_workloads_and_host_targets_do_not_mix(tmp_path):
     assert not [s for s in doc["samples"] if s["target"] == "vm-tmpfs"]
 
 
+@pytest.mark.smoke
+def test_the_migrate_family_runs_on_mig_targets_only(tmp_path):
+    doc = Runner([registry()["migrate"], registry()["stat-missing"]], ["tmpfs", "mig-memofs"],
+                 1, tmp_path, quick=True, quiet=True,
+                 overrides={"migrate": {"sizes": "0"}}).execute()
+    notes = {(e["target"], e["workload"]): e["message"] for e in doc["errors"]}
+    assert "on the mig-* targets only" in notes[("tmpfs", "migrate")]
+    assert "runs on the host" in notes[("mig-memofs", "stat-missing")]
+    measured = {(s["target"], s["metric"].split("/")[0]) for s in doc["samples"]}
+    assert measured <= {("tmpfs", "stat-missing"), ("mig-memofs", "migrate")}, measured
+
+
 def test_the_plan_checks_what_the_tree_holds():
     t = guest.Tree(Path("/x.tar"), trees.Manifest("d", {"r/a": 3, "r/b": 4},
                                                        grep={guest.GREP: 7}), "r")

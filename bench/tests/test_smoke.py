@@ -17,9 +17,10 @@ from memofs_bench.tools import ToolMissing, helper
 from memofs_bench.workloads import Metric, Part, Workload, registry
 
 pytestmark = pytest.mark.smoke
-# the real family needs downloaded inputs, the guest family guests: their own smoke tests are
-# in test_real.py and test_guest.py
-SMOKE = {n: w for n, w in registry().items() if n not in ("real", "guest", "guest-fio")}
+# the real family needs downloaded inputs, the guest families guests and the migrate family
+# two QEMUs: their own smoke tests are in test_real.py and test_guest.py
+SMOKE = {n: w for n, w in registry().items()
+         if n not in ("real", "guest", "guest-fio", "migrate")}
 
 
 def our_mounts():

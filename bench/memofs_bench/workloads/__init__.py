@@ -69,6 +69,7 @@ class Workload:
     prepare: Callable[[dict], None] | None = None
     # For a workload that runs in a guest (only on the vm-* targets): its kernel and files.
     guest: Callable[[dict], "GuestSetup"] | None = None
+    moves: bool = False     # it moves its targets' devices between VMs (only the mig-* targets)
 
     def param_values(self, overrides: dict[str, str], quick: bool) -> dict[str, str]:
         vals = {p.name: (p.quick if quick else p.default) for p in self.params}

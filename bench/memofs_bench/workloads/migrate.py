@@ -124,4 +124,5 @@ WORKLOAD = Workload(
                 ("busybox", "cpio"),
                 lambda p: [tools.format_size(tools.parse_size(s)) for s in p["sizes"].split(",")])],
     prepare=prepare,
+    moves=True,
 )
