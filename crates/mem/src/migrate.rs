@@ -23,7 +23,7 @@ use triomphe::Arc;
 
 use crate::dir::Slot;
 use crate::inode::{Inode, Meta, NodeData, Saved};
-use crate::precopy::{extents, CHUNK};
+use crate::precopy::{chunk_extents, extents, CHUNK};
 use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::MemFs;
@@ -289,10 +289,13 @@ impl MemFs {
             NodeData::File(f) => match left {
                 None => save_data(f, 0, attr.size, out, buf),
                 Some(left) => {
-                    for &chunk in left.get(&inode.ino).into_iter().flatten() {
+                    let Some(chunks) = left.get(&inode.ino) else {
+                        return Ok(());
+                    };
+                    for (chunk, pieces) in chunk_extents(f, chunks)? {
                         let (offset, len) = (chunk * CHUNK, CHUNK);
                         put(out, &Record::Clear { offset, len }, buf)?;
-                        save_data(f, offset, (offset + len).min(attr.size), out, buf)?;
+                        save_pieces(f, &pieces, out, buf)?;
                     }
                     Ok(())
                 }
@@ -310,13 +313,23 @@ fn save_data(
     out: &mut FrameWriter<'_>,
     buf: &mut Vec<u8>,
 ) -> io::Result<()> {
+    save_pieces(f, &extents(f, start, end)?, out, buf)
+}
+
+/// Writes the data of `f` in each of `pieces` (offset, length of at most [`CHUNK`]).
+fn save_pieces(
+    f: &RegularFile,
+    pieces: &[(u64, u64)],
+    out: &mut FrameWriter<'_>,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
     let mut data = Vec::with_capacity(CHUNK as usize);
-    for (offset, len) in extents(f, start, end)? {
+    for &(offset, len) in pieces {
         data.clear();
         f.read(offset, len as u32, &mut data, true)
             .map_err(|e| errno("reading data", e))?;
         if data.is_empty() {
-            return Err(io::Error::other(format!("no data at {offset} of {end}")));
+            return Err(io::Error::other(format!("no data at {offset}")));
         }
         put(out, &Record::Data { offset }, buf)?;
         out.frame(&data)?;

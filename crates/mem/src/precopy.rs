@@ -212,33 +212,25 @@ impl MemFs {
         Ok(())
     }
 
-    /// Sends chunk `chunk` of `ino`'s data as it is now (gone files send nothing).
+    /// Sends chunk `chunk` of `file` (inode `ino`): its data in `pieces`, as it is now.
     fn send_chunk(
-        &self,
         w: &mut FrameWriter<'_>,
         digest: &mut Digest,
-        ino: Ino,
-        chunk: u64,
+        (ino, file): (Ino, &RegularFile),
+        (chunk, pieces): (u64, &[(u64, u64)]),
         data: &mut Vec<u8>,
     ) -> io::Result<u64> {
-        let Ok(inode) = self.table.get(ino) else {
-            return Ok(0);
-        };
-        let Ok(file) = inode.file() else {
-            return Ok(0);
-        };
-        let (start, end) = (chunk * CHUNK, (chunk + 1) * CHUNK);
         put(
             w,
             digest,
             &Message::Clear {
                 ino,
-                offset: start,
+                offset: chunk * CHUNK,
                 len: CHUNK,
             },
         )?;
         let mut sent = 0;
-        for (offset, len) in extents(file, start, end.min(file.size()))? {
+        for &(offset, len) in pieces {
             data.clear();
             file.read(offset, len as u32, data, true)
                 .map_err(|e| errno("reading data", e))?;
@@ -267,17 +259,26 @@ impl MemFs {
         round.sort_unstable_by_key(|(ino, _)| *ino);
         let (mut bytes, mut data) = (0, Vec::with_capacity(CHUNK as usize));
         let mut left = round.into_iter();
-        while let Some((ino, mut chunks)) = left.next() {
-            while let Some(chunk) = chunks.pop_first() {
+        while let Some((ino, chunks)) = left.next() {
+            // A file gone since sends nothing (the destination drops what it has of it).
+            let Ok(inode) = self.table.get(ino) else {
+                continue;
+            };
+            let Ok(file) = inode.file() else {
+                continue;
+            };
+            let mut todo = chunk_extents(file, &chunks)?.into_iter();
+            while let Some((chunk, pieces)) = todo.next() {
                 if stop.load(Ordering::Acquire) {
-                    chunks.insert(chunk);
+                    let rest = std::iter::once(chunk).chain(todo.map(|(c, _)| c));
                     let mut dirty = self.precopy.dirty.lock();
-                    for (ino, rest) in std::iter::once((ino, chunks)).chain(left) {
+                    dirty.entry(ino).or_default().extend(rest);
+                    for (ino, rest) in left {
                         dirty.entry(ino).or_default().extend(rest);
                     }
                     return Ok(bytes);
                 }
-                bytes += self.send_chunk(w, digest, ino, chunk, &mut data)?;
+                bytes += Self::send_chunk(w, digest, (ino, file), (chunk, &pieces), &mut data)?;
             }
         }
         Ok(bytes)
@@ -418,8 +419,54 @@ fn put(w: &mut FrameWriter<'_>, digest: &mut Digest, m: &Message) -> io::Result<
     w.frame(&bytes)
 }
 
+/// Pieces of a file's data, as (offset, length).
+pub(crate) type Pieces = Vec<(u64, u64)>;
+
 /// The data extents of `f` within `[start, end)`, as (offset, length) of at most [`CHUNK`].
-pub(crate) fn extents(f: &RegularFile, start: u64, end: u64) -> io::Result<Vec<(u64, u64)>> {
+pub(crate) fn extents(f: &RegularFile, start: u64, end: u64) -> io::Result<Pieces> {
+    let mut out = Vec::new();
+    for (from, to) in data_ranges(f, start, end)? {
+        let mut off = from;
+        while off < to {
+            let len = (to - off).min(CHUNK);
+            out.push((off, len));
+            off += len;
+        }
+    }
+    Ok(out)
+}
+
+/// The data extents of `f` in each chunk of `chunks`, cut at the chunks' bounds, chunk by
+/// chunk in order: found in one pass over the chunks' span, as `SEEK_HOLE` walks a file's
+/// data up to its next hole whatever range was asked (chunk by chunk, a long extent would
+/// be walked once per chunk).
+pub(crate) fn chunk_extents(
+    f: &RegularFile,
+    chunks: &BTreeSet<u64>,
+) -> io::Result<Vec<(u64, Pieces)>> {
+    let (Some(&first), Some(&last)) = (chunks.first(), chunks.last()) else {
+        return Ok(Vec::new());
+    };
+    let ranges = data_ranges(f, first * CHUNK, ((last + 1) * CHUNK).min(f.size()))?;
+    let mut next = 0;
+    let mut out = Vec::with_capacity(chunks.len());
+    for &chunk in chunks {
+        let (start, end) = (chunk * CHUNK, (chunk + 1) * CHUNK);
+        while next < ranges.len() && ranges[next].1 <= start {
+            next += 1;
+        }
+        let pieces = ranges[next..]
+            .iter()
+            .take_while(|(from, _)| *from < end)
+            .map(|&(from, to)| (from.max(start), to.min(end) - from.max(start)))
+            .collect();
+        out.push((chunk, pieces));
+    }
+    Ok(out)
+}
+
+/// The data of `f` within `[start, end)`, as (start, end) ranges.
+fn data_ranges(f: &RegularFile, start: u64, end: u64) -> io::Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     let mut at = start;
     while at < end {
@@ -432,12 +479,7 @@ pub(crate) fn extents(f: &RegularFile, start: u64, end: u64) -> io::Result<Vec<(
             .seek(from, libc::SEEK_HOLE)
             .map_err(|e| errno("finding a hole", e))?
             .min(end);
-        let mut off = from;
-        while off < to {
-            let len = (to - off).min(CHUNK);
-            out.push((off, len));
-            off += len;
-        }
+        out.push((from, to));
         at = to.max(from + 1);
     }
     Ok(out)
@@ -457,4 +499,52 @@ pub(crate) fn clear(
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     f.fallocate(limits, offset, len.min(size - offset), mode)
         .map_err(|e| errno("clearing data", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Limits;
+
+    /// Chunk by chunk, as `chunk_extents` must answer in one pass.
+    fn one_by_one(f: &RegularFile, chunk: u64) -> Vec<(u64, u64)> {
+        let end = ((chunk + 1) * CHUNK).min(f.size());
+        data_ranges(f, chunk * CHUNK, end)
+            .unwrap()
+            .into_iter()
+            .map(|(from, to)| (from, to - from))
+            .collect()
+    }
+
+    #[test]
+    fn chunk_extents_are_each_chunks_data_cut_at_its_bounds() {
+        let l = Limits::new(0, 0);
+        let f = RegularFile::new();
+        let page = 4096u64;
+        // Data across the bound of chunks 0 and 1, a hole to the middle of chunk 2, a page
+        // there, chunk 3 a hole, the last page of chunk 4, and the file ending in chunk 5.
+        f.write(&l, 0, &vec![1u8; (CHUNK + CHUNK / 2) as usize])
+            .unwrap();
+        f.write(&l, 2 * CHUNK + CHUNK / 2, &[2u8; 4096]).unwrap();
+        f.write(&l, 5 * CHUNK - page, &[3u8; 4096]).unwrap();
+        f.truncate(&l, 5 * CHUNK + page).unwrap();
+        for set in 0u32..64 {
+            let chunks: BTreeSet<u64> = (0..6).filter(|c| set & (1 << c) != 0).collect();
+            let got = chunk_extents(&f, &chunks).unwrap();
+            let want: Vec<_> = chunks.iter().map(|&c| (c, one_by_one(&f, c))).collect();
+            assert_eq!(got, want, "chunks {chunks:?}");
+        }
+        let all: BTreeSet<u64> = (0..6).collect();
+        assert_eq!(
+            chunk_extents(&f, &all).unwrap(),
+            vec![
+                (0, vec![(0, CHUNK)]),
+                (1, vec![(CHUNK, CHUNK / 2)]),
+                (2, vec![(2 * CHUNK + CHUNK / 2, page)]),
+                (3, vec![]),
+                (4, vec![(5 * CHUNK - page, page)]),
+                (5, vec![]),
+            ]
+        );
+    }
 }
