@@ -374,7 +374,10 @@ mod tests {
             virtiofs_refusal(&["passthrough=off,io_uring=auto,writeback=on"]),
             None
         );
+        assert_eq!(virtiofs_refusal(&["watch=auto,changes=off"]), None);
         for (given, says) in [
+            ("watch=fanotify", "no notifications"),
+            ("changes=seaweedfs", "no notifications"),
             ("threads=4", "--thread-pool-size"),
             ("busy_poll=50", "thread sleeps"),
             ("allow_other", "guest's kernel mounts with allow_other"),

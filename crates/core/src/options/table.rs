@@ -577,7 +577,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["watch"],
         prefixes: &[],
         scope: Scope::Passthrough,
-        virtio: SAME,
+        virtio: |g| only_off(g, "virtio-fs carries no notifications to the guest, so host changes show when the cache timeouts run out (--cache=auto or never); auto and off watch nothing there"),
         default: || "auto".into(),
         help: "passthrough backend: how host-side changes are seen (auto: fanotify, else inotify)",
         apply: |p, g| {
@@ -595,7 +595,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         names: &["changes"],
         prefixes: &[],
         scope: Scope::Passthrough,
-        virtio: SAME,
+        virtio: |g| only_off(g, "virtio-fs carries no notifications to the guest, so changes made elsewhere show when the cache timeouts run out (--cache=auto or never); auto and off follow no feed there"),
         default: || "auto".into(),
         help: "passthrough backend: a feed of changes made on other machines (auto: the engine's own stream where memofs knows it, SeaweedFS; exec: a program printing changed paths)",
         apply: |p, g| {
