@@ -4,8 +4,8 @@
 # passthrough backend), checks them through ordinary system calls, and writes `PASS name` /
 # `FAIL name: why` lines and `@@` markers for the host to the second serial port. Two more
 # devices take the options VM managers pass: `ro` (a host directory, --readonly, -o no_xattr
-# and --cache=always, with a filesystem below it, --announce-submounts) and `ids` (a host
-# directory, --translate-uid, --translate-gid and --xattrmap).
+# and --cache=always, with a filesystem below it, whose submounts are announced by default)
+# and `ids` (a host directory, --translate-uid, --translate-gid and --xattrmap).
 /bin/busybox mkdir -p /proc /sys /dev /tmp /mem /share /ro /ids
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
@@ -83,7 +83,8 @@ if command -v getfattr >/dev/null; then
     done
 fi
 same ro-still-there "$(cat /ro/kept 2>&1)" "kept on the host"
-# The filesystem mounted below it on the host (--announce-submounts): a device of its own.
+# The filesystem mounted below it on the host (submounts announced, the default): a device
+# of its own.
 same submount-read "$(cat /ro/sub/inner 2>&1)" "in a submount"
 dev_top=$(stat -c %d /ro)
 dev_sub=$(stat -c %d /ro/sub)

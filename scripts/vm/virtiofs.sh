@@ -163,7 +163,7 @@ run_one() {
     local mem_pid=$!
     (umask 000 && exec "$memofs" virtiofsd --socket-path "$out/share.sock" --shared-dir "$out/share") >"$out/share.log" 2>&1 &
     local share_pid=$!
-    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly --announce-submounts -o no_xattr --cache=always >"$out/ro.log" 2>&1 &
+    "$memofs" virtiofsd --socket-path "$out/ro.sock" --shared-dir "$out/ro" --readonly -o no_xattr --cache=always >"$out/ro.log" 2>&1 &
     local ro_pid=$!
     "$memofs" virtiofsd --socket-path "$out/ids.sock" --shared-dir "$out/ids" \
         --translate-uid map:1000:101000:1 --translate-gid map:1000:101000:1 \

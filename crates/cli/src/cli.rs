@@ -107,12 +107,12 @@ pub struct VirtiofsdArgs {
     /// may connect)
     #[arg(long = "socket-group", value_name = "GROUP")]
     pub socket_group: Option<String>,
-    /// Tell the guest which directories are mount points of other filesystems (each then
-    /// has a device number of its own in the guest)
+    /// Tell the guest which directories are mount points of other filesystems, each then
+    /// with a device number of its own in the guest (the default, as virtiofsd's)
     #[arg(long = "announce-submounts", overrides_with = "no_announce_submounts")]
     pub announce_submounts: bool,
-    /// Do not (the default): the guest sees the files of mounts below the shared directory
-    /// with the shared directory's device number
+    /// Do not: the guest sees the files of mounts below the shared directory with the
+    /// shared directory's device number
     #[arg(long = "no-announce-submounts", overrides_with = "announce_submounts")]
     pub no_announce_submounts: bool,
     /// Extended attributes (the default here; `-o no_xattr` or `-o xattr=off` turns them off)

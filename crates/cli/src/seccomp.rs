@@ -119,7 +119,6 @@ const ALLOWED: &[libc::c_long] = &[
     // files (the shared directory's, through descriptors the backend holds)
     libc::SYS_openat,
     libc::SYS_openat2,
-    libc::SYS_open_by_handle_at,
     libc::SYS_name_to_handle_at,
     libc::SYS_newfstatat,
     libc::SYS_fstat,
@@ -173,9 +172,24 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_memfd_create,
 ];
 
+/// Allowed only where the server opens file handles (a `--shared-dir` without
+/// `--inode-file-handles=never`): a handle opens any file of its filesystem, inside the
+/// shared directory or not.
+const OPEN_HANDLES: &[libc::c_long] = &[libc::SYS_open_by_handle_at];
+
+/// The filter's rules: every call allowed, `open_by_handle_at` only with `open_handles`.
+fn rules(open_handles: bool) -> BTreeMap<i64, Vec<seccompiler::SeccompRule>> {
+    let handles = if open_handles { OPEN_HANDLES } else { &[] };
+    ALLOWED
+        .iter()
+        .chain(handles)
+        .map(|&n| (n, Vec::new()))
+        .collect()
+}
+
 /// Installs the filter `mode` asks for on this thread (and so on every thread it starts
-/// later).
-pub fn install(mode: SeccompMode) -> Result<(), String> {
+/// later); `open_handles`: the server may open file handles.
+pub fn install(mode: SeccompMode, open_handles: bool) -> Result<(), String> {
     let mismatch = match mode {
         SeccompMode::None => return Ok(()),
         SeccompMode::Kill => SeccompAction::KillProcess,
@@ -185,12 +199,10 @@ pub fn install(mode: SeccompMode) -> Result<(), String> {
             SeccompAction::Trap
         }
     };
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
-        ALLOWED.iter().map(|&n| (n, Vec::new())).collect();
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| format!("--seccomp: {e}"))?;
-    let filter = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)
+    let filter = SeccompFilter::new(rules(open_handles), mismatch, SeccompAction::Allow, arch)
         .map_err(|e| format!("--seccomp: {e}"))?;
     let program: BpfProgram = filter.try_into().map_err(|e| format!("--seccomp: {e}"))?;
     seccompiler::apply_filter(&program).map_err(|e| format!("--seccomp: {e}"))
@@ -263,18 +275,23 @@ mod tests {
             libc::SYS_ptrace,
             libc::SYS_kill,
         ] {
-            assert!(!ALLOWED.contains(&setup), "{setup}");
+            assert!(!rules(true).contains_key(&setup), "{setup}");
         }
+    }
+
+    #[test]
+    fn handles_are_opened_only_where_the_server_opens_them() {
+        assert!(rules(true).contains_key(&libc::SYS_open_by_handle_at));
+        assert!(!rules(false).contains_key(&libc::SYS_open_by_handle_at));
+        assert!(rules(false).contains_key(&libc::SYS_openat2));
     }
 
     /// The filter is built for this machine (a bad number would fail here, not at startup).
     #[test]
     fn the_filter_compiles() {
-        let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
-            ALLOWED.iter().map(|&n| (n, Vec::new())).collect();
         let arch = std::env::consts::ARCH.try_into().unwrap();
         let filter = SeccompFilter::new(
-            rules,
+            rules(true),
             SeccompAction::KillProcess,
             SeccompAction::Allow,
             arch,

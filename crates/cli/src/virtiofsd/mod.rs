@@ -136,7 +136,7 @@ fn confined<B: Backend + ConfinedBackend>(
         backend.without_host_paths()?;
     }
     sandbox::restrict(&setup.caps)?;
-    seccomp::install(setup.seccomp)?;
+    seccomp::install(setup.seccomp, setup.opens_handles())?;
     Ok((backend, settings))
 }
 

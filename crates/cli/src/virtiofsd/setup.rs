@@ -54,6 +54,13 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// Whether the server opens file handles: a shared directory's inodes, unless
+    /// `--inode-file-handles=never` (the seccomp filter allows `open_by_handle_at` then
+    /// only).
+    pub fn opens_handles(&self) -> bool {
+        self.source.is_some() && self.file_handles != FileHandles::Never
+    }
+
     /// The mount plan: the options', and the device's own choices.
     pub fn plan(&self) -> MountPlan {
         let kind = match self.source {
@@ -370,7 +377,7 @@ pub fn setup(given: &VirtiofsdArgs) -> Result<Setup, (u8, String)> {
         direct_io: args.allow_direct_io,
         noatime_opens: args.preserve_noatime,
         file_handles,
-        announce_submounts: args.announce_submounts,
+        announce_submounts: !args.no_announce_submounts,
         rlimit_nofile: args.rlimit_nofile,
         migration_listen: args.migration_listen.clone(),
     })
@@ -519,6 +526,7 @@ pub(crate) mod tests {
         assert_eq!(s.opts.writeback, Want::On);
         assert_eq!(s.file_handles, FileHandles::Never);
         assert!(!s.caps.contains(&caps::Capability::CAP_DAC_READ_SEARCH));
+        assert!(!s.opens_handles());
         let s = setup(&args(&["--shared-dir", dir])).unwrap();
         assert_eq!(
             (s.device.thread_pool, s.file_handles),
@@ -526,7 +534,15 @@ pub(crate) mod tests {
         );
         assert!(!s.direct_io && !s.noatime_opens && !s.syslog);
         assert!(s.caps.contains(&caps::Capability::CAP_DAC_READ_SEARCH));
+        assert!(s.opens_handles());
+        assert!(!setup(&args(&[])).unwrap().opens_handles());
         assert_eq!(s.log_level, "info");
+        assert!(
+            s.announce_submounts,
+            "announced unless asked not to, as virtiofsd 1.14"
+        );
+        let s = setup(&args(&["--shared-dir", dir, "--no-announce-submounts"])).unwrap();
+        assert!(!s.announce_submounts);
         assert!(refused(&["--tag", &"x".repeat(37)]).contains("1 to 36 bytes"));
         assert!(refused(&["--inode-file-handles=prefer"]).contains("no host inodes"));
     }
