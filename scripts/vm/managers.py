@@ -389,6 +389,22 @@ def threads_named(root: int, prefix: str) -> int:
     return n
 
 
+def thread_switches(root: int, prefix: str) -> int:
+    """The voluntary context switches of the server's threads named `prefix`, summed."""
+    n = 0
+    for pid in server_pids(root):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                if not (task / "comm").read_text().startswith(prefix):
+                    continue
+                for l in (task / "status").read_text().splitlines():
+                    if l.startswith("voluntary_ctxt_switches:"):
+                        n += int(l.split(":")[1])
+            except OSError:
+                pass
+    return n
+
+
 def fd_flags(root: int, name: str) -> list[int]:
     """The open flags of the server's descriptors of a file called `name`."""
     flags = []
@@ -440,13 +456,19 @@ def option_checks(run: Run, bed: Bed) -> None:
             run.check(f"{line.name}{' '.join(extra)}:starts", False, why)
         stop(s)
 
-    # --thread-pool-size: the workers exist while a VMM is served; none with 0.
+    # --thread-pool-size: the workers exist while a VMM is served, none with 0, and they
+    # serve the requests: a request sent after the last was answered finds them asleep and
+    # wakes one (a voluntary context switch); unused, they would have slept a few times.
     for line, want in ((by["cloud-hypervisor-docs"], 4), (by["lxd-disk"], 0)):
         def pool(s: Started, line=line, want=want) -> None:
-            p, _ = holding(bed, s, "--read", "hello")
+            p, _ = holding(bed, s, "--getattrs", "200", "--read", "hello")
             n = threads_named(s.proc.pid, "memofs-pool")
+            woken = thread_switches(s.proc.pid, "memofs-pool")
             p.communicate("\n", timeout=30)
             run.check(f"thread-pool-{want}:workers", n == want, f"{n} pool threads")
+            if want:
+                run.check(f"thread-pool-{want}:requests-served-by-workers", woken >= 100,
+                          f"the workers slept {woken} times for 200 requests")
         with_server(line, [], pool)
     # --tag: the configuration space names it; without, the device offers none.
     for line, want in ((by["cloud-hypervisor-tests"], "myfs"), (by["cloud-hypervisor-docs"], None)):

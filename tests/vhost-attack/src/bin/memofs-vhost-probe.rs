@@ -2,13 +2,14 @@
 //! outside its process, for the tests of the options VM managers pass (scripts/managers.py).
 //!
 //! Usage: `memofs-vhost-probe SOCKET [--offer writeback,security_ctx] [--config]
-//! [--read NAME] [--flags direct|noatime] [--hold] [--atime NAME]`. It connects as a VMM
+//! [--getattrs N] [--read NAME] [--flags direct|noatime] [--hold] [--atime NAME]`. It connects as a VMM
 //! does, sends INIT offering the capabilities named (as a kernel offers them), and prints
 //! what it found, one `key=value` a line:
 //! - `granted=HEX` and `writeback=yes|no`, `security_ctx=yes|no`: the INIT answer;
 //! - `config_tag=TAG` (`--config`: the tag of the device's configuration space) or
 //!   `config=none` where the server offers none;
-//! - `root=ok`: GETATTR of the root answered;
+//! - `root=ok`: GETATTR of the root answered (`--getattrs N`: N more, one after another,
+//!   each waited for, before anything else);
 //! - `read=TEXT` (`--read NAME`: the file NAME in the root, opened with `--flags`, read); with
 //!   `--hold` it prints `holding` once the file is open and keeps it so until a line arrives
 //!   on its standard input, then reads;
@@ -32,6 +33,7 @@ struct Options {
     flags: u32,
     hold: bool,
     atime: Option<String>,
+    getattrs: u32,
 }
 
 fn options() -> Result<Options, String> {
@@ -46,6 +48,7 @@ fn options() -> Result<Options, String> {
         flags: libc::O_RDONLY as u32,
         hold: false,
         atime: None,
+        getattrs: 0,
     };
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} takes a value"));
@@ -70,6 +73,9 @@ fn options() -> Result<Options, String> {
             }
             "--hold" => o.hold = true,
             "--atime" => o.atime = Some(value()?),
+            "--getattrs" => {
+                o.getattrs = value()?.parse().map_err(|_| "--getattrs takes a count")?
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -186,13 +192,15 @@ fn run(o: &Options) -> Result<(), String> {
     println!("granted={granted:#x}");
     println!("writeback={}", yes(abi::init::WRITEBACK_CACHE));
     println!("security_ctx={}", yes(abi::init::SECURITY_CTX));
-    call(
-        &mut g,
-        opcode::GETATTR,
-        1,
-        abi::fuse_getattr_in::new_zeroed().as_bytes(),
-        4096,
-    )?;
+    for _ in 0..=o.getattrs {
+        call(
+            &mut g,
+            opcode::GETATTR,
+            1,
+            abi::fuse_getattr_in::new_zeroed().as_bytes(),
+            4096,
+        )?;
+    }
     println!("root=ok");
     if let Some(name) = &o.read {
         let node = node_of(&call(
