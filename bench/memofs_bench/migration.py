@@ -16,13 +16,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import qmp
 from .qmp import QMP
-from .tools import REPO, ToolMissing
+from .tools import REPO, ToolMissing, until
 from .vm import Guest, Kernel
 
 # Guest memory: what QEMU's own pre-copy moves besides the device's state.
@@ -63,16 +62,6 @@ def qemu10() -> str:
     if r.returncode != 0:
         raise ToolMissing(r.stderr.strip()[-300:] or "scripts/vm/qemu.sh failed")
     return r.stdout.strip()
-
-
-def until(cond, limit: float) -> float | None:
-    """Seconds until `cond()` held, or None if it did not within `limit`."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    return None
 
 
 def tail(path: Path, n: int = 400) -> str:

@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -94,6 +95,16 @@ def run(cmd: Sequence[str], timeout: float | None = None, check: bool = True,
         raise BenchError(f"`{shlex.join(map(str, cmd))}` exited {r.returncode}"
                          + (f": {said}" if said else ""))
     return r
+
+
+def until(cond, limit: float) -> float | None:
+    """Seconds until `cond()` held, or None if it did not within `limit`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    return None
 
 
 def drop_caches() -> bool:

@@ -11,9 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
+
+from memofs_bench.tools import until  # noqa: F401 (the scripts' waits, from here)
 
 REQUIRED = os.environ.get("MEMOFS_VM_REQUIRED") == "1"
 
@@ -70,16 +71,6 @@ def begin(label: str, kid: str):
     except BenchError as e:
         run.cannot(str(e))
         return run, None
-
-
-def until(cond, limit: float) -> float | None:
-    """Seconds until `cond()` held, or None if it did not within `limit`."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    return None
 
 
 def main(script: str, one: Callable[[str, str], Run]) -> int:
