@@ -27,13 +27,23 @@
 //! path per line relative to the exported directory, a line starting with `"` read as a
 //! JSON string (for names with a newline), from the program's start. If the program ends,
 //! every cached name and inode is invalidated and it is started again a second later (a
-//! SeaweedFS feed from where the last one ended).
+//! SeaweedFS feed from where the last one ended). A SeaweedFS program that stops printing
+//! without ending (a subscription lost on the way) cannot be told from a quiet filer, so it
+//! is replaced every [`RENEW`] by one that replays the filer's log from the old one's
+//! start, skipping what was read already ([`parse`]): what a stalled program missed shows
+//! within that, and a working one costs a restart and no invalidation.
+//!
+//! Only a `weed` that no other user can replace is run ([`program::trusted`]); a program's
+//! standard error goes to the server's log.
+
+mod parse;
+mod program;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -44,8 +54,8 @@ use std::time::{Duration, Instant};
 use memofs_core::options::ChangeFeed;
 use memofs_core::{Ino, Invalidator, ROOT_INO};
 use parking_lot::RwLock;
-use serde::Deserialize;
 
+pub(crate) use self::parse::{Changed, Parser};
 use super::{child_ino, deliver, Change, InvalidatorSlot};
 use crate::inode::InodeTable;
 use crate::sys;
@@ -61,6 +71,9 @@ pub(crate) const AGAIN: [Duration; 3] = [
 ];
 /// How long a program that ended waits before it is started again.
 const RESTART: Duration = Duration::from_secs(1);
+/// How often a SeaweedFS feed's program is replaced (see the module's notes): the longest
+/// a program that stalled without ending leaves changes unseen.
+const RENEW: Duration = Duration::from_secs(60);
 
 /// How a feed's output names changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +90,8 @@ pub(crate) struct FeedSpec {
     program: PathBuf,
     args: Vec<OsString>,
     format: Format,
+    /// How often the program is replaced by one that replays from the old one's start.
+    renew: Option<Duration>,
 }
 
 impl FeedSpec {
@@ -104,6 +119,7 @@ impl FeedSpec {
                 program: program.clone(),
                 args: Vec::new(),
                 format: Format::Lines,
+                renew: None,
             })),
             ChangeFeed::Auto => Ok(seaweedfs(path, mnt_id).ok()),
             ChangeFeed::SeaweedFs => seaweedfs(path, mnt_id).map(Some),
@@ -153,8 +169,7 @@ fn seaweedfs(path: &Path, mnt_id: Option<u64>) -> Result<FeedSpec, String> {
     } else {
         prefix
     };
-    let program = weed_of(&mount.mount_point)
-        .ok_or("no weed program: neither the mount's own process nor PATH has one")?;
+    let program = program::weed_of(&mount.mount_point)?;
     Ok(FeedSpec {
         program,
         args: vec![
@@ -163,40 +178,7 @@ fn seaweedfs(path: &Path, mnt_id: Option<u64>) -> Result<FeedSpec, String> {
             format!("-pathPrefix={prefix}").into(),
         ],
         format: Format::SeaweedFs { prefix },
-    })
-}
-
-/// The `weed` program: the one serving the mount at `mount_point` (its process names the
-/// mount point in `-dir=`), else one on `PATH`.
-fn weed_of(mount_point: &Path) -> Option<PathBuf> {
-    let dir = mount_point.as_os_str().as_bytes();
-    let names_dir = |args: &[&[u8]]| {
-        args.iter().enumerate().any(|(i, a)| {
-            let value = a
-                .strip_prefix(b"-dir=")
-                .or_else(|| a.strip_prefix(b"--dir="));
-            let flag = *a == b"-dir" || *a == b"--dir";
-            value == Some(dir) || (flag && args.get(i + 1) == Some(&dir))
-        })
-    };
-    let serves = |args: &[&[u8]]| args.contains(&b"mount".as_slice()) && names_dir(args);
-    let from_process = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid = e.file_name();
-        pid.as_bytes()
-            .iter()
-            .all(u8::is_ascii_digit)
-            .then_some(())?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let exe = std::fs::read_link(e.path().join("exe")).ok()?;
-        (exe.file_name() == Some(OsStr::new("weed")) && serves(&args)).then_some(exe)
-    });
-    from_process.or_else(|| {
-        std::env::var_os("PATH")?
-            .as_bytes()
-            .split(|&b| b == b':')
-            .map(|d| Path::new(OsStr::from_bytes(d)).join("weed"))
-            .find(|p| p.is_file())
+        renew: Some(RENEW),
     })
 }
 
@@ -259,25 +241,62 @@ impl Drop for Feed {
     }
 }
 
-/// The feed thread: runs the program, again whenever it ends, until told to stop.
+/// How a program's run ended.
+enum End {
+    /// The server stops following.
+    Stopped,
+    /// The program ended, or its output did.
+    Ended,
+    /// Its time to be replaced came.
+    Renew,
+}
+
+/// What is read from the programs a feed runs, one after another: their parser, and the
+/// paths due to be invalidated again at each of [`AGAIN`].
+struct Reader {
+    parser: Parser,
+    later: [VecDeque<(Instant, Changed)>; AGAIN.len()],
+}
+
+/// The feed thread: runs the program, again whenever it ends or is due to be replaced,
+/// until told to stop.
 fn follow(spec: &FeedSpec, table: &InodeTable, stop: &OwnedFd, slot: &InvalidatorSlot) {
     // Since when changes are unaccounted for: the program's start, then each end.
     let mut since = Instant::now();
+    let mut reader = Reader {
+        parser: Parser::new(spec.format.clone()),
+        later: Default::default(),
+    };
+    let mut renewed = false;
     loop {
+        let started = Instant::now();
         match spawn(spec, since.elapsed()) {
             Ok(mut child) => {
-                log::info!("passthrough: following changes from {}", spec.describe());
-                let stopped = read_until_end(spec, &mut child, table, stop, slot);
-                since = Instant::now();
+                match renewed {
+                    true => log::debug!("passthrough: change feed renewed: {}", spec.describe()),
+                    false => log::info!("passthrough: following changes from {}", spec.describe()),
+                }
+                program::log_stderr(&mut child, spec.describe());
+                reader.parser.restart();
+                let renew_at = spec.renew.map(|every| started + every);
+                let end = read_until_end(&mut reader, &mut child, table, stop, slot, renew_at);
                 let _ = child.kill();
                 let _ = child.wait();
-                if stopped {
-                    return;
+                match end {
+                    End::Stopped => return,
+                    End::Renew => {
+                        // The next program replays from this one's start.
+                        (since, renewed) = (started, true);
+                        continue;
+                    }
+                    End::Ended => {
+                        (since, renewed) = (Instant::now(), false);
+                        log::warn!(
+                            "passthrough: the change feed {} ended; starting it again",
+                            spec.describe()
+                        );
+                    }
                 }
-                log::warn!(
-                    "passthrough: the change feed {} ended; starting it again",
-                    spec.describe()
-                );
             }
             Err(e) => log::warn!(
                 "passthrough: cannot start the change feed {}: {e}",
@@ -305,7 +324,7 @@ fn spawn(spec: &FeedSpec, unfollowed: Duration) -> std::io::Result<Child> {
     }
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         // Its own process group, so that a terminal's ^C reaches the server, which ends it.
         .process_group(0);
     // SAFETY: the closure runs in the child between fork and exec and makes one
@@ -321,26 +340,27 @@ fn spawn(spec: &FeedSpec, unfollowed: Duration) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
-/// Reads the program's output until it ends (false) or the stop signal (true), delivering
+/// Reads the program's output until it ends, the stop signal or `renew_at`, delivering
 /// each path now and again at each of [`AGAIN`].
 fn read_until_end(
-    spec: &FeedSpec,
+    reader: &mut Reader,
     child: &mut Child,
     table: &InodeTable,
     stop: &OwnedFd,
     slot: &InvalidatorSlot,
-) -> bool {
+    renew_at: Option<Instant>,
+) -> End {
     let Some(mut out) = child.stdout.take() else {
-        return false;
+        return End::Ended;
     };
-    let mut parser = Parser::new(spec.format.clone());
-    let mut later: [VecDeque<(Instant, Changed)>; AGAIN.len()] = Default::default();
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let due = later
+        let due = reader
+            .later
             .iter()
             .filter_map(|q| q.front())
             .map(|(t, _)| *t)
+            .chain(renew_at)
             .min();
         let timeout = due.map_or(-1, |t| {
             t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
@@ -349,27 +369,27 @@ fn read_until_end(
             Ok(r) => r,
             Err(e) => {
                 log::error!("passthrough: change feed: poll: {e}");
-                return true;
+                return End::Stopped;
             }
         };
         if ready[1] {
-            return true;
+            return End::Stopped;
         }
         let mut paths = Vec::new();
         if ready[0] {
             match out.read(&mut buf) {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => parser.push(&buf[..n], &mut paths),
+                Ok(0) | Err(_) => return End::Ended,
+                Ok(n) => reader.parser.push(&buf[..n], &mut paths),
             }
             note_names(table, &paths);
         }
         let now = Instant::now();
         let mut seen = HashSet::new();
         paths.retain(|p| seen.insert(p.clone()));
-        for (q, after) in later.iter_mut().zip(AGAIN) {
+        for (q, after) in reader.later.iter_mut().zip(AGAIN) {
             q.extend(paths.iter().map(|p| (now + after, p.clone())));
         }
-        for q in &mut later {
+        for q in &mut reader.later {
             while q.front().is_some_and(|(t, _)| *t <= now) {
                 if let Some((_, p)) = q.pop_front() {
                     if seen.insert(p.clone()) {
@@ -378,16 +398,18 @@ fn read_until_end(
                 }
             }
         }
-        if paths.is_empty() {
-            continue;
+        if !paths.is_empty() {
+            let mut changes = Vec::new();
+            let mut dirs = HashMap::new();
+            for p in &paths {
+                changes_for(table, p, &mut dirs, &mut changes);
+            }
+            settling(table, &changes);
+            deliver(table, &changes, &**slot.read());
         }
-        let mut changes = Vec::new();
-        let mut dirs = HashMap::new();
-        for p in &paths {
-            changes_for(table, p, &mut dirs, &mut changes);
+        if renew_at.is_some_and(|at| at <= now) {
+            return End::Renew;
         }
-        settling(table, &changes);
-        deliver(table, &changes, &**slot.read());
     }
 }
 
@@ -406,17 +428,6 @@ fn settling(table: &InodeTable, changes: &[Change]) {
             _ => {}
         }
     }
-}
-
-/// A path a feed names (components below the export root), and whether a name changed
-/// there (created, deleted, renamed, replaced) or only what it holds (attributes, data).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Changed {
-    path: Vec<OsString>,
-    name: bool,
-    /// For a name change, whether the feed says the name is there now (created, renamed
-    /// to) or gone (deleted, renamed away); `None` where it does not say.
-    now: Option<bool>,
 }
 
 /// What to invalidate for `changed`: for a name change, the name in its parent (the
@@ -481,293 +492,89 @@ fn note_names(table: &InodeTable, changed: &[Changed]) {
     }
 }
 
-/// A path's components below the export root, from a path relative to it (a leading `/`
-/// allowed); `None` for one that climbs (`..`).
-fn components(path: &[u8]) -> Option<Vec<OsString>> {
-    let mut out = Vec::new();
-    for c in path.split(|&b| b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => return None,
-            c => out.push(OsString::from_vec(c.to_vec())),
-        }
-    }
-    Some(out)
-}
-
-/// Turns a feed's output, as it arrives, into paths.
-pub(crate) struct Parser {
-    format: Format,
-    pending: Vec<u8>,
-}
-
-/// One SeaweedFS filer event: what is read of it.
-#[derive(Deserialize)]
-struct FilerEvent {
-    #[serde(default)]
-    directory: String,
-    #[serde(rename = "eventNotification")]
-    notification: Option<Notification>,
-}
-
-#[derive(Deserialize)]
-struct Notification {
-    #[serde(rename = "oldEntry")]
-    old: Option<FilerEntry>,
-    #[serde(rename = "newEntry")]
-    new: Option<FilerEntry>,
-    #[serde(rename = "newParentPath", default)]
-    new_parent: String,
-}
-
-#[derive(Deserialize)]
-struct FilerEntry {
-    #[serde(default)]
-    name: String,
-    attributes: Option<FilerAttributes>,
-}
-
-#[derive(Deserialize)]
-struct FilerAttributes {
-    /// The object's number, as a decimal string.
-    inode: Option<String>,
-}
-
-impl FilerEntry {
-    fn inode(&self) -> Option<&str> {
-        self.attributes.as_ref()?.inode.as_deref()
-    }
-}
-
-/// The most a feed may leave unparsed (one event or line): past it the output is dropped.
-const MAX_PENDING: usize = 16 << 20;
-
-impl Parser {
-    pub(crate) fn new(format: Format) -> Parser {
-        Parser {
-            format,
-            pending: Vec::new(),
-        }
-    }
-
-    /// Takes `bytes` of output; appends the changes it completes to `out`.
-    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<Changed>) {
-        self.pending.extend_from_slice(bytes);
-        let used = match &self.format {
-            Format::Lines => self.lines(out),
-            Format::SeaweedFs { prefix } => seaweedfs_events(&self.pending, prefix, out),
-        };
-        self.pending.drain(..used);
-        if self.pending.len() > MAX_PENDING {
-            log::warn!(
-                "passthrough: change feed: {} bytes without an end: dropped",
-                self.pending.len()
-            );
-            self.pending.clear();
-        }
-    }
-
-    fn lines(&self, out: &mut Vec<Changed>) -> usize {
-        let mut used = 0;
-        while let Some(end) = self.pending[used..].iter().position(|&b| b == b'\n') {
-            let line = self.pending[used..used + end].trim_ascii_end();
-            used += end + 1;
-            let path = match line.first() {
-                None => continue,
-                Some(b'"') => match serde_json::from_slice::<String>(line) {
-                    Ok(s) => s.into_bytes(),
-                    Err(e) => {
-                        log::warn!("passthrough: change feed: a bad line ({e})");
-                        continue;
-                    }
-                },
-                Some(_) => line.to_vec(),
-            };
-            match components(&path) {
-                Some(path) => out.push(Changed {
-                    path,
-                    name: true,
-                    now: None,
-                }),
-                None => log::warn!("passthrough: change feed: a path with `..` ignored"),
-            }
-        }
-        used
-    }
-}
-
-/// Reads the complete events at the start of `bytes`, appending the changes below `prefix`
-/// each makes (the old and the new name; one path and no name change for an update in
-/// place of the same object); returns the bytes consumed.
-fn seaweedfs_events(bytes: &[u8], prefix: &str, out: &mut Vec<Changed>) -> usize {
-    let mut stream = serde_json::Deserializer::from_slice(bytes).into_iter::<FilerEvent>();
-    let mut used = 0;
-    loop {
-        match stream.next() {
-            None => return bytes.len(),
-            Some(Ok(event)) => {
-                used = stream.byte_offset();
-                let Some(n) = event.notification else {
-                    continue;
-                };
-                let new_dir = match n.new_parent.is_empty() {
-                    true => &event.directory,
-                    false => &n.new_parent,
-                };
-                let old = n
-                    .old
-                    .as_ref()
-                    .map(|e| (join(&event.directory, &e.name), e.inode()));
-                let new = n.new.as_ref().map(|e| (join(new_dir, &e.name), e.inode()));
-                let in_place = matches!((&old, &new), (Some(o), Some(n)) if o == n);
-                // The old path is gone, unless the new one is the same (replaced); the new
-                // one is there.
-                let replaced = matches!((&old, &new), (Some(o), Some(n)) if o.0 == n.0);
-                let old = old.filter(|_| !replaced).map(|o| (o, false));
-                let new = new.map(|n| (n, true));
-                for ((p, _), there) in [old, new].into_iter().flatten() {
-                    let Some(path) = below(&p, prefix).and_then(|r| components(r.as_bytes()))
-                    else {
-                        continue;
-                    };
-                    let c = Changed {
-                        path,
-                        name: !in_place,
-                        now: (!in_place).then_some(there),
-                    };
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
-                }
-            }
-            Some(Err(e)) if e.is_eof() => return used,
-            Some(Err(e)) => {
-                // Skip to the next object that starts a line.
-                log::warn!("passthrough: change feed: a bad event ({e})");
-                return match bytes[used + 1..].windows(2).position(|w| w == b"\n{") {
-                    Some(at) => used + 1 + at + 1,
-                    None => bytes.len(),
-                };
-            }
-        }
-    }
-}
-
-/// `dir/name`; `dir` itself for an empty name (an event about the directory).
-fn join(dir: &str, name: &str) -> String {
-    match (name.is_empty(), dir.ends_with('/')) {
-        (true, _) => dir.to_string(),
-        (false, true) => format!("{dir}{name}"),
-        (false, false) => format!("{dir}/{name}"),
-    }
-}
-
-/// `path` relative to `prefix`, if it is `prefix` or below it.
-fn below<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
-    if prefix == "/" {
-        return Some(path);
-    }
-    match path.strip_prefix(prefix)? {
-        "" => Some(""),
-        rest => rest.strip_prefix('/'),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memofs_core::Invalidator;
+    use parking_lot::Mutex;
+    use std::ffi::OsStr;
 
-    /// Each change as its path, with `=` in front where no name changed.
-    fn parse(format: Format, chunks: &[&[u8]]) -> Vec<String> {
-        let mut p = Parser::new(format);
-        let mut out = Vec::new();
-        for c in chunks {
-            p.push(c, &mut out);
+    /// The names invalidated, in order, and how often everything was.
+    #[derive(Default)]
+    struct Seen {
+        names: Mutex<Vec<OsString>>,
+        everything: Mutex<usize>,
+    }
+
+    impl Invalidator for Seen {
+        fn entry(&self, _parent: Ino, name: &OsStr) {
+            self.names.lock().push(name.to_owned());
         }
-        out.iter()
-            .map(|c| {
-                let path = c
-                    .path
-                    .iter()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .collect::<Vec<_>>()
-                    .join("/");
-                if c.name {
-                    path
-                } else {
-                    format!("={path}")
-                }
-            })
-            .collect()
+        fn deleted(&self, _parent: Ino, _child: Ino, _name: &OsStr) {}
+        fn inode(&self, _ino: Ino) {}
+        fn everything(&self) {
+            *self.everything.lock() += 1;
+        }
     }
 
+    fn until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Each run of the program prints the filer's log so far (what a replay prints), with
+    /// one event more than the last run did, and then stalls: it is replaced all the same,
+    /// and only the event the last run had not printed is invalidated, each as often as the
+    /// first time (at once and at each of [`AGAIN`]), with nothing dropped wholesale.
     #[test]
-    fn lines_name_paths_below_the_export_across_reads() {
-        let got = parse(
-            Format::Lines,
-            &[b"a/b\n/c\n\n\"odd\\nname\"\n../up\nd", b"/e\n"],
+    fn a_stalled_seaweedfs_program_is_replaced_and_replays_only_what_it_missed() {
+        let dir = std::env::temp_dir().join(format!("memofs-feed-renew-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        let fs = crate::PassthroughFs::new(&dir.join("src"), Default::default()).unwrap();
+        let runs = dir.join("runs");
+        let script = format!(
+            r#"echo >>'{runs}'; n=$(wc -l <'{runs}'); i=1
+while [ $i -le $n ]; do
+  printf '{{"directory": "/x", "eventNotification": {{"oldEntry": null, "newEntry": {{"name": "f%d"}}}}, "tsNs": "%d"}}\n' $i $i
+  i=$((i + 1))
+done
+exec sleep 1000"#,
+            runs = runs.display()
         );
-        assert_eq!(got, ["a/b", "c", "odd\nname", "d/e"]);
-    }
-
-    /// Events as `weed filer.meta.tail` prints them (trimmed), split mid-object.
-    #[test]
-    fn seaweedfs_events_name_old_and_new_paths_below_the_prefix() {
-        let create = br#"{"directory": "/sub", "eventNotification": {"oldEntry": null,
-            "newEntry": {"name": "f", "isDirectory": false}, "newParentPath": "/sub"},
-            "tsNs": "1"}"#;
-        let rename = br#"
-{"directory": "/sub/d", "eventNotification": {"oldEntry": {"name": "f"},
- "newEntry": {"name": "g"}, "newParentPath": "/sub/e"}}
-{"directory": "/sub", "eventNotification": {"oldEntry": {"name": "gone"}, "newEntry": null}}
-{"directory": "/other", "eventNotification": {"oldEntry": null, "newEntry": {"name": "x"}}}
-{"directory": "/", "eventNotification": {"oldEntry": {"name": "sub", "attributes": {"inode": "7"}},
- "newEntry": {"name": "sub", "attributes": {"inode": "7"}}}}
-{"directory": "/sub", "eventNotification": {"oldEntry": {"name": "r", "attributes": {"inode": "1"}},
- "newEntry": {"name": "r", "attributes": {"inode": "2"}}, "newParentPath": "/sub"}}
-"#;
-        let (a, b) = create.split_at(40);
-        let got = parse(
-            Format::SeaweedFs {
-                prefix: "/sub".into(),
+        let spec = FeedSpec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            format: Format::SeaweedFs {
+                prefix: "/x".into(),
             },
-            &[a, b, rename],
+            renew: Some(Duration::from_millis(200)),
+        };
+        let seen = Arc::new(Seen::default());
+        let feed = Feed::start(spec, &fs.table, seen.clone()).unwrap();
+        let count = |name: &str| seen.names.lock().iter().filter(|n| *n == name).count();
+        let runs_so_far = || std::fs::read(&runs).map_or(0, |r| r.len());
+        until("four runs", || runs_so_far() >= 4);
+        until("f3 invalidated again at each of AGAIN", || count("f3") == 4);
+        let after = runs_so_far();
+        until("two runs more", || runs_so_far() >= after + 2);
+        drop(feed);
+        for name in ["f1", "f2", "f3"] {
+            assert_eq!(
+                count(name),
+                1 + AGAIN.len(),
+                "{name}: {:?}",
+                seen.names.lock()
+            );
+        }
+        assert_eq!(
+            *seen.everything.lock(),
+            0,
+            "a renewal drops nothing wholesale"
         );
-        assert_eq!(got, ["f", "d/f", "e/g", "gone", "=", "r"]);
-        let all = parse(
-            Format::SeaweedFs { prefix: "/".into() },
-            &[br#"{"directory": "/", "eventNotification": {"oldEntry": null, "newEntry": {"name": "x"}}} garbage {"#, b"\n{\"directory\": \"/y\"}"],
-        );
-        assert_eq!(all, ["x"]);
-    }
-
-    #[test]
-    fn seaweedfs_events_say_which_names_are_gone() {
-        let events = br#"
-{"directory": "/d", "eventNotification": {"oldEntry": {"name": "a"}, "newEntry": {"name": "b"}}}
-{"directory": "/d", "eventNotification": {"oldEntry": {"name": "c"}, "newEntry": null}}
-{"directory": "/d", "eventNotification": {"oldEntry": {"name": "r", "attributes": {"inode": "1"}},
- "newEntry": {"name": "r", "attributes": {"inode": "2"}}}}
-{"directory": "/d", "eventNotification": {"oldEntry": {"name": "u", "attributes": {"inode": "3"}},
- "newEntry": {"name": "u", "attributes": {"inode": "3"}}}}
-"#;
-        let mut out = Vec::new();
-        seaweedfs_events(events, "/", &mut out);
-        let got: Vec<_> = out
-            .iter()
-            .map(|c| (c.path.join(OsStr::new("/")), c.name, c.now))
-            .collect();
-        let want = [
-            ("d/a", true, Some(false)),
-            ("d/b", true, Some(true)),
-            ("d/c", true, Some(false)),
-            ("d/r", true, Some(true)),
-            ("d/u", false, None),
-        ];
-        let want: Vec<_> = want
-            .iter()
-            .map(|&(p, name, now)| (OsString::from(p), name, now))
-            .collect();
-        assert_eq!(got, want);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
