@@ -48,7 +48,19 @@ wait_socket() {
 # whatever the umask; a second server on the same socket is refused, naming the first, and
 # the first goes on.
 sandboxed() {
-    local out=$1 mem_pid=$2 share_pid=$3 name pid child st want same_root
+    local out=$1 mem_pid=$2 share_pid=$3 ro_pid=$4 name pid child st want same_root
+    # The --readonly server's root (the shared directory, bound in its own mount namespace)
+    # is read-only in the kernel, and so is the mount below it: a write through it from
+    # outside, as a compromised server would make one, fails.
+    child=$(pgrep -P "$ro_pid" | head -n1)
+    for name in "" sub/; do
+        st=$(touch "/proc/$child/root/${name}written" 2>&1) && rm -f "/proc/$child/root/${name}written"
+        if [ -n "$child" ] && grep -q "Read-only file system" <<<"$st"; then
+            echo "PASS sandbox-ro-root-read-only${name:+-submount}"
+        else
+            echo "FAIL sandbox-ro-root-read-only${name:+-submount}: ${st:-the write went through}"
+        fi
+    done
     for name in mem share; do
         pid=$([ $name = mem ] && echo "$mem_pid" || echo "$share_pid")
         child=$(pgrep -P "$pid" | head -n1)
@@ -182,7 +194,7 @@ run_one() {
     }
     local host=$out/host.log
     : >"$host"
-    sandboxed "$out" $mem_pid $share_pid >>"$host"
+    sandboxed "$out" $mem_pid $share_pid $ro_pid >>"$host"
     echo "vm-virtiofs $id: booting $(basename "$kernel") (QEMU TCG; log in $out)" >&2
     timeout -k 10 "$limit" qemu-system-x86_64 -accel tcg -cpu max -smp 1 -m 1G \
         -nodefaults -no-reboot -display none -nic none \

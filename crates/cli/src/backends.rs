@@ -90,6 +90,7 @@ pub fn passthrough(
         migration: plan.migration,
         direct_io: plan.host_direct_io,
         file_handles: plan.file_handles,
+        read_only: plan.read_only(),
         ..Default::default()
     };
     let fs = PassthroughFs::new(source, config).map_err(|e| e.to_string())?;

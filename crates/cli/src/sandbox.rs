@@ -372,10 +372,13 @@ fn supervise(child: Pid) -> i32 {
 /// The root the server keeps: in `namespace` mode, new mount, network and IPC namespaces
 /// whose root is `shared_dir` (or an empty directory); in `chroot` mode, `chroot` into it.
 /// `before` runs while the host's files are still there (with the new PID namespace's own
-/// `/proc` in `namespace` mode): the backend opens what it keeps open across.
+/// `/proc` in `namespace` mode): the backend opens what it keeps open across. A
+/// `read_only` shared directory is bound read-only in `namespace` mode, the mounts below it
+/// too (in `chroot` mode the root is the host's directory itself, which stays as it is).
 pub fn confine(
     mode: SandboxMode,
     shared_dir: Option<&Path>,
+    read_only: bool,
     before: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), String> {
     match mode {
@@ -421,6 +424,9 @@ pub fn confine(
                         None::<&str>,
                     )
                     .map_err(|e| ns("binding the shared directory", e))?;
+                    if read_only {
+                        bind_read_only(dir).map_err(|e| ns("binding it read-only", e))?;
+                    }
                     dir.to_path_buf()
                 }
                 None => {
@@ -444,6 +450,31 @@ pub fn confine(
             chdir("/").map_err(|e| ns("entering the new root", e))
         }
     }
+}
+
+/// Makes the mount at `dir` read-only, and every mount below it (`mount_setattr` with
+/// `AT_RECURSIVE`, Linux 5.12: a bind remount would change the top mount only).
+fn bind_read_only(dir: &Path) -> Result<(), nix::errno::Errno> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| nix::errno::Errno::EINVAL)?;
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is NUL-terminated and `attr` is a `mount_attr` of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    nix::errno::Errno::result(ret).map(drop)
 }
 
 /// `chroot` into an empty directory that no longer has a name: nothing can be created in

@@ -44,6 +44,11 @@ pub struct PassthroughConfig {
     pub direct_io: bool,
     /// How inodes are held (virtiofsd's `--inode-file-handles`).
     pub file_handles: FileHandles,
+    /// The export is read-only: the server's private copy of the source's mount (see
+    /// `PassthroughFs::private_mount`) is made read-only, submounts included, so the host's
+    /// kernel refuses every change the server could make, whatever reaches it. Without a
+    /// private copy (no `CAP_SYS_ADMIN`) the request layer alone refuses changes.
+    pub read_only: bool,
 }
 
 impl Default for PassthroughConfig {
@@ -58,6 +63,7 @@ impl Default for PassthroughConfig {
             migration: Default::default(),
             direct_io: false,
             file_handles: FileHandles::default(),
+            read_only: false,
         }
     }
 }

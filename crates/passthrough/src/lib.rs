@@ -218,7 +218,13 @@ impl PassthroughFs {
         let whole_filesystem = fanotify && source.filesystem_root;
         let alone = source.alone && source.local;
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
-            Ok(clone) => (clone, true),
+            Ok(clone) => {
+                if config.read_only {
+                    sys::at::make_read_only(clone.as_fd())
+                        .map_err(|e| SetupError::NoReadOnlyCopy(e.into()))?;
+                }
+                (clone, true)
+            }
             Err(e) => {
                 log::info!("passthrough: no private mount of the source ({e}); using the host's");
                 (fd, false)

@@ -127,7 +127,8 @@ fn confined<B: Backend + ConfinedBackend>(
     build: impl FnOnce() -> backends::Built<B>,
 ) -> backends::Built<B> {
     let mut built = None;
-    sandbox::confine(setup.sandbox, setup.source.as_deref(), || {
+    let read_only = setup.plan().read_only();
+    sandbox::confine(setup.sandbox, setup.source.as_deref(), read_only, || {
         built = Some(build()?);
         Ok(())
     })?;
