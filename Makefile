@@ -153,6 +153,12 @@ vm-steps:
 # Processes the tests start must end with them: the first step notes the time, the last
 # fails on any left (scripts/no-leftovers.sh says which).
 TEST_STAMP := target/test-started
+# The run's mark: every process the tests start inherits it, and the last step ends only
+# processes that carry it (never a user's own mounts, or other work on the machine).
+ifeq ($(origin MEMOFS_TEST_RUN),undefined)
+MEMOFS_TEST_RUN := $(shell cat /proc/sys/kernel/random/uuid)
+endif
+export MEMOFS_TEST_RUN
 test-start:
 	bash scripts/no-leftovers.sh start $(TEST_STAMP)
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # no-leftovers.sh start STAMP | check STAMP: the first and last steps of `make test`.
-#   start  writes the time (seconds since boot) to STAMP
-#   check  fails, naming them, if processes the tests start are still running: any process of
-#          the users only tests run as, and any process started after STAMP that runs one of
-#          the programs the tests start (a memofs server, a guest, a container runtime and its
-#          pause process, a benchmark's peer server). It ends them too, so that the next run
-#          starts clean, but the failure stands: a leftover is a bug in the test that left it.
+#   start  writes the time (seconds since boot) and the run's mark, $MEMOFS_TEST_RUN (the
+#          Makefile sets it and exports it, so every process the tests start inherits it),
+#          to STAMP
+#   check  fails, naming them, if processes the tests started are still running: any process
+#          of the users only tests run as, and any process started after STAMP that runs one
+#          of the programs the tests start (a memofs server, a guest, a container runtime and
+#          its pause process, a benchmark's peer server) with the run's mark in its
+#          environment. It ends them too, so that the next run starts clean, but the failure
+#          stands: a leftover is a bug in the test that left it. Such a program without the
+#          mark (a user's own mount, other work on the machine) is named and left alone.
 set -euo pipefail
 what=${1:?usage: no-leftovers.sh start|check STAMP}
 stamp=${2:?usage: no-leftovers.sh start|check STAMP}
@@ -16,15 +20,17 @@ PROGRAMS='^(memofs|memofs-virtiof|mount.memofs|qemu-system-x86|virtiofsd|passthr
 
 case $what in
 start)
+    [ -n "${MEMOFS_TEST_RUN:-}" ] || { echo "no-leftovers: MEMOFS_TEST_RUN is not set (make test sets it)" >&2; exit 2; }
     mkdir -p "$(dirname "$stamp")"
-    awk '{ print $1 }' /proc/uptime >"$stamp"
+    echo "$(awk '{ print $1 }' /proc/uptime) $MEMOFS_TEST_RUN" >"$stamp"
     exit 0
     ;;
 check) ;;
 *) echo "usage: no-leftovers.sh start|check STAMP" >&2; exit 2 ;;
 esac
 
-since=$(cat "$stamp" 2>/dev/null || echo 0)
+read -r since mark <"$stamp" 2>/dev/null || { since=0; mark=; }
+[ -n "$mark" ] || { echo "no-leftovers: $stamp has no run mark (run start first)" >&2; exit 2; }
 hz=$(getconf CLK_TCK)
 declare -A test_uid=()
 for u in "${TEST_USERS[@]}"; do
@@ -48,7 +54,11 @@ for dir in /proc/[0-9]*; do
     if [ -n "${test_uid[$uid]:-}" ]; then
         left+=("$pid")
     elif [[ $comm =~ $PROGRAMS ]] && awk -v s="$started" -v t="$since" 'BEGIN { exit !(s >= int(t)) }'; then
-        left+=("$pid")
+        if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF "MEMOFS_TEST_RUN=$mark"; then
+            left+=("$pid")
+        else
+            echo "no-leftovers: process $pid ($comm) started during the tests but not by them: left alone"
+        fi
     fi
 done
 

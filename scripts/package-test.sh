@@ -4,8 +4,10 @@
 # line (`mount -T FSTAB`, with the noauto/nofail/x-systemd options fstab and systemd pass),
 # `memofs stats`, umount(8), the virtio-fs backend's description for QEMU and libvirt; then
 # purges the package and checks that every file it
-# installed is gone. Needs root and /dev/fuse; refuses to touch a memofs package that was
-# installed before it ran.
+# installed is gone. Files of the package's that were there before it (`make install`'s
+# mount(8) helpers, which the README's quick start puts in /sbin) are put back as they were.
+# Needs root and /dev/fuse; refuses to touch a memofs package that was installed before it
+# ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail() { echo "package-test: FAILED: $*" >&2; exit 1; }
@@ -18,14 +20,30 @@ fi
 deb=$(bash scripts/deb.sh)
 work=$(mktemp -d /tmp/memofs-package-test.XXXXXX)
 mounts=()
+saved=()
 cleanup() {
     for m in "${mounts[@]}"; do
         mountpoint -q "$m" && umount -l "$m" 2>/dev/null
     done
     dpkg-query -W memofs >/dev/null 2>&1 && dpkg --purge memofs >/dev/null 2>&1
-    rm -rf "$work"
+    local kept=0
+    for f in "${saved[@]}"; do
+        mkdir -p "$(dirname "$f")" && cp -a "$work/saved$f" "$f" && continue
+        echo "package-test: could not put $f back (a copy is in $work/saved)" >&2
+        kept=1
+    done
+    ((kept)) || rm -rf "$work"
 }
 trap cleanup EXIT
+# The package's files already here (a `make install`'s) are kept aside to put back.
+while read -r f; do
+    f=${f#.}
+    if [ -n "$f" ] && { [ -f "$f" ] || [ -L "$f" ]; } && [ ! -d "$f" ]; then
+        mkdir -p "$work/saved$(dirname "$f")"
+        cp -a "$f" "$work/saved$f"
+        saved+=("$f")
+    fi
+done < <(dpkg-deb --fsys-tarfile "$deb" | tar -t)
 # Each command that could wait on a server has a deadline.
 t() { timeout 60 "$@"; }
 
