@@ -5,12 +5,20 @@
 //!
 //! The list is what the server's own code, the Rust standard library, the vhost-user crates
 //! and the two backends call, found by tracing the guest tests and read from the code.
-//! Calls only setup makes (mount, pivot_root, unshare, socket, bind, capset) are not on it:
-//! the filter is installed after setup, before the first request.
+//! Calls only setup makes (mount, pivot_root, socket, bind) are not on it: the filter is
+//! installed after setup, before the first request. Calls the server makes for one purpose
+//! are allowed for that one only ([`NARROWED`]): `clone` starts threads and nothing else
+//! (no process, so nothing can be run), `unshare` gives a thread its own filesystem context
+//! (no namespaces), `prctl` names threads. `clone3`, whose flags sit in memory a filter
+//! cannot read, fails with `ENOSYS` (a second filter), so that the C library starts
+//! threads with `clone`, as virtiofsd's filter does.
 
 use std::collections::BTreeMap;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
+};
 
 /// `--seccomp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +57,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_mremap,
     libc::SYS_mprotect,
     libc::SYS_madvise,
-    libc::SYS_clone,
     libc::SYS_clone3,
     libc::SYS_set_robust_list,
     libc::SYS_rseq,
@@ -71,7 +78,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_rt_sigreturn,
     libc::SYS_rt_sigtimedwait,
     libc::SYS_sigaltstack,
-    libc::SYS_prctl,
     libc::SYS_sysinfo,
     libc::SYS_uname,
     libc::SYS_getrlimit,
@@ -89,7 +95,6 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_capget,
     libc::SYS_capset,
     libc::SYS_umask,
-    libc::SYS_unshare,
     // descriptors, the VMM's socket and events, the control socket
     libc::SYS_read,
     libc::SYS_write,
@@ -172,19 +177,101 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_memfd_create,
 ];
 
+/// The namespaces `clone` could make: none may be asked for.
+const CLONE_NEW: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWCGROUP) as u64;
+
+/// Calls allowed with one argument only: the call, the argument's index, its width, a
+/// mask and the value the masked argument must have (any of the call's entries).
+const NARROWED: &[(libc::c_long, u8, SeccompCmpArgLen, u64, u64)] = &[
+    // a thread (sharing memory, files and signal handlers) in the same namespaces, never a
+    // process
+    (
+        libc::SYS_clone,
+        0,
+        SeccompCmpArgLen::Qword,
+        libc::CLONE_THREAD as u64 | CLONE_NEW,
+        libc::CLONE_THREAD as u64,
+    ),
+    // a thread's own cwd and umask (the passthrough backend's creation context)
+    (
+        libc::SYS_unshare,
+        0,
+        SeccompCmpArgLen::Dword,
+        u32::MAX as u64,
+        libc::CLONE_FS as u64,
+    ),
+    // a thread's name, set and read; an anonymous mapping's name (the C library's, where
+    // its tunables ask for it)
+    (
+        libc::SYS_prctl,
+        0,
+        SeccompCmpArgLen::Dword,
+        u32::MAX as u64,
+        libc::PR_SET_NAME as u64,
+    ),
+    (
+        libc::SYS_prctl,
+        0,
+        SeccompCmpArgLen::Dword,
+        u32::MAX as u64,
+        libc::PR_GET_NAME as u64,
+    ),
+    (
+        libc::SYS_prctl,
+        0,
+        SeccompCmpArgLen::Dword,
+        u32::MAX as u64,
+        libc::PR_SET_VMA as u64,
+    ),
+];
+
 /// Allowed only where the server opens file handles (a `--shared-dir` without
 /// `--inode-file-handles=never`): a handle opens any file of its filesystem, inside the
 /// shared directory or not.
 const OPEN_HANDLES: &[libc::c_long] = &[libc::SYS_open_by_handle_at];
 
-/// The filter's rules: every call allowed, `open_by_handle_at` only with `open_handles`.
-fn rules(open_handles: bool) -> BTreeMap<i64, Vec<seccompiler::SeccompRule>> {
+/// The filter's rules: every call allowed, [`NARROWED`] calls with their arguments,
+/// `open_by_handle_at` only with `open_handles`.
+fn rules(open_handles: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let handles = if open_handles { OPEN_HANDLES } else { &[] };
-    ALLOWED
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
         .chain(handles)
         .map(|&n| (n, Vec::new()))
-        .collect()
+        .collect();
+    let err = |e: seccompiler::BackendError| format!("--seccomp: {e}");
+    for (call, arg, len, mask, value) in NARROWED {
+        let op = match *mask {
+            m if m == u32::MAX as u64 => SeccompCmpOp::Eq,
+            mask => SeccompCmpOp::MaskedEq(mask),
+        };
+        let condition = SeccompCondition::new(*arg, len.clone(), op, *value).map_err(err)?;
+        rules
+            .entry(*call)
+            .or_default()
+            .push(SeccompRule::new(vec![condition]).map_err(err)?);
+    }
+    Ok(rules)
+}
+
+/// The second filter: `clone3` fails with `ENOSYS` (the first allows it, so that this
+/// answer, which the kernel ranks above allowing, is the one given).
+fn no_clone3(arch: seccompiler::TargetArch) -> Result<BpfProgram, String> {
+    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| format!("--seccomp: {e}"))?;
+    filter.try_into().map_err(|e| format!("--seccomp: {e}"))
 }
 
 /// Installs the filter `mode` asks for on this thread (and so on every thread it starts
@@ -199,12 +286,15 @@ pub fn install(mode: SeccompMode, open_handles: bool) -> Result<(), String> {
             SeccompAction::Trap
         }
     };
-    let arch = std::env::consts::ARCH
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| format!("--seccomp: {e}"))?;
-    let filter = SeccompFilter::new(rules(open_handles), mismatch, SeccompAction::Allow, arch)
+    let filter = SeccompFilter::new(rules(open_handles)?, mismatch, SeccompAction::Allow, arch)
         .map_err(|e| format!("--seccomp: {e}"))?;
     let program: BpfProgram = filter.try_into().map_err(|e| format!("--seccomp: {e}"))?;
+    // `clone3`'s filter first: installing a filter takes `prctl` and `seccomp`, which the
+    // main filter refuses.
+    seccompiler::apply_filter(&no_clone3(arch)?).map_err(|e| format!("--seccomp: {e}"))?;
     seccompiler::apply_filter(&program).map_err(|e| format!("--seccomp: {e}"))
 }
 
@@ -275,15 +365,19 @@ mod tests {
             libc::SYS_ptrace,
             libc::SYS_kill,
         ] {
-            assert!(!rules(true).contains_key(&setup), "{setup}");
+            assert!(!rules(true).unwrap().contains_key(&setup), "{setup}");
         }
     }
 
     #[test]
     fn handles_are_opened_only_where_the_server_opens_them() {
-        assert!(rules(true).contains_key(&libc::SYS_open_by_handle_at));
-        assert!(!rules(false).contains_key(&libc::SYS_open_by_handle_at));
-        assert!(rules(false).contains_key(&libc::SYS_openat2));
+        assert!(rules(true)
+            .unwrap()
+            .contains_key(&libc::SYS_open_by_handle_at));
+        assert!(!rules(false)
+            .unwrap()
+            .contains_key(&libc::SYS_open_by_handle_at));
+        assert!(rules(false).unwrap().contains_key(&libc::SYS_openat2));
     }
 
     /// The filter is built for this machine (a bad number would fail here, not at startup).
@@ -291,12 +385,63 @@ mod tests {
     fn the_filter_compiles() {
         let arch = std::env::consts::ARCH.try_into().unwrap();
         let filter = SeccompFilter::new(
-            rules(true),
+            rules(true).unwrap(),
             SeccompAction::KillProcess,
             SeccompAction::Allow,
             arch,
         )
         .unwrap();
         let _: BpfProgram = filter.try_into().unwrap();
+    }
+
+    /// Under the filter a thread starts (through `clone3`'s `ENOSYS` and `clone`), takes its
+    /// own filesystem context and its name, and a process cannot be started: the
+    /// process is killed. Run in a child process of the test binary, as it cannot be undone.
+    #[test]
+    fn threads_start_and_processes_do_not() {
+        const CHILD: &str = "MEMOFS_SECCOMP_TEST_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            install(SeccompMode::Kill, false).unwrap();
+            let t = std::thread::Builder::new()
+                .name("named".into())
+                .spawn(|| {
+                    // SAFETY: unshare(CLONE_FS) copies this thread's fs context only.
+                    unsafe { libc::unshare(libc::CLONE_FS) }
+                })
+                .unwrap();
+            assert_eq!(t.join().unwrap(), 0);
+            // SAFETY: a raw clone3 with a null argument: refused before it is read.
+            let r = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) };
+            assert_eq!(
+                (r, std::io::Error::last_os_error().raw_os_error()),
+                (-1, Some(libc::ENOSYS))
+            );
+            println!("threads ok");
+            // SAFETY: fork(2); the filter kills the process before a child exists.
+            unsafe { libc::fork() };
+            println!("forked");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "seccomp::tests::threads_start_and_processes_do_not",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSYS),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("threads ok") && !stdout.contains("forked"),
+            "{stdout}"
+        );
     }
 }
