@@ -4,6 +4,7 @@
 mod backends;
 mod cli;
 mod daemon;
+mod logging;
 mod migrate;
 mod mount;
 mod sandbox;

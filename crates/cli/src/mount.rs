@@ -86,10 +86,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
 
 /// Logs to standard error at `level`, unless MEMOFS_LOG says otherwise.
 pub(crate) fn init_logging(level: &str) {
-    let env = env_logger::Env::new().filter_or("MEMOFS_LOG", level);
-    let _ = env_logger::Builder::from_env(env)
-        .format_timestamp_micros()
-        .try_init();
+    crate::logging::to_stderr(level)
 }
 
 /// The level `-o debug` asks for.

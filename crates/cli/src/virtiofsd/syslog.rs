@@ -34,8 +34,8 @@ pub fn init(level: &str) -> Result<(), String> {
     let max: log::LevelFilter = level
         .parse()
         .map_err(|_| format!("--syslog: no log level {level:?}"))?;
-    log::set_boxed_logger(Box::new(syslog::BasicLogger::new(logger)))
-        .map_err(|e| format!("--syslog: {e}"))?;
+    let logger = crate::logging::RateLimited::new(syslog::BasicLogger::new(logger));
+    log::set_boxed_logger(Box::new(logger)).map_err(|e| format!("--syslog: {e}"))?;
     log::set_max_level(max);
     Ok(())
 }
