@@ -54,7 +54,8 @@ for dir in /proc/[0-9]*; do
     if [ -n "${test_uid[$uid]:-}" ]; then
         left+=("$pid")
     elif [[ $comm =~ $PROGRAMS ]] && awk -v s="$started" -v t="$since" 'BEGIN { exit !(s >= int(t)) }'; then
-        if tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF "MEMOFS_TEST_RUN=$mark"; then
+        env=$(tr '\0' '\n' <"$dir/environ" 2>/dev/null) || env=
+        if grep -qxF "MEMOFS_TEST_RUN=$mark" <<<"$env"; then
             left+=("$pid")
         else
             echo "no-leftovers: process $pid ($comm) started during the tests but not by them: left alone"

@@ -452,15 +452,17 @@ pub fn confine(
     }
 }
 
-/// Makes the mount at `dir` read-only, and every mount below it (`mount_setattr` with
-/// `AT_RECURSIVE`, Linux 5.12: a bind remount would change the top mount only).
+/// Makes the mount at `dir` read-only, and every mount below it, and private, so that no
+/// mount the host makes there later arrives writable (`mount_setattr` with `AT_RECURSIVE`,
+/// Linux 5.12). Before that, a bind remount makes the top mount read-only only, and a
+/// warning says so.
 fn bind_read_only(dir: &Path) -> Result<(), nix::errno::Errno> {
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| nix::errno::Errno::EINVAL)?;
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
-        propagation: 0,
+        propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
     // SAFETY: `path` is NUL-terminated and `attr` is a `mount_attr` of the size passed.
@@ -474,7 +476,23 @@ fn bind_read_only(dir: &Path) -> Result<(), nix::errno::Errno> {
             std::mem::size_of::<libc::mount_attr>(),
         )
     };
-    nix::errno::Errno::result(ret).map(drop)
+    match nix::errno::Errno::result(ret) {
+        Ok(_) => Ok(()),
+        Err(e @ (nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM)) => {
+            log::warn!(
+                "--readonly: the shared directory's mounts below it stay writable in the \
+                 sandbox (mount_setattr: {e}; it needs Linux 5.12)"
+            );
+            mount(
+                None::<&str>,
+                dir,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// `chroot` into an empty directory that no longer has a name: nothing can be created in

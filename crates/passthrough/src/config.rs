@@ -47,7 +47,8 @@ pub struct PassthroughConfig {
     /// The export is read-only: the server's private copy of the source's mount (see
     /// `PassthroughFs::private_mount`) is made read-only, submounts included, so the host's
     /// kernel refuses every change the server could make, whatever reaches it. Without a
-    /// private copy (no `CAP_SYS_ADMIN`) the request layer alone refuses changes.
+    /// private copy (no `CAP_SYS_ADMIN`), or where it cannot be made read-only (before
+    /// Linux 5.12: a warning says so), the request layer alone refuses changes.
     pub read_only: bool,
 }
 

@@ -28,9 +28,6 @@ pub enum SetupError {
     /// File handles are mandatory ([`crate::FileHandles::Mandatory`]) and the source's
     /// filesystem cannot have its handles opened here.
     NoFileHandles(String),
-    /// The export is read-only and the server's private copy of the source's mount could
-    /// not be made so (`mount_setattr`, Linux 5.12).
-    NoReadOnlyCopy(io::Error),
 }
 
 impl fmt::Display for SetupError {
@@ -53,11 +50,6 @@ impl fmt::Display for SetupError {
                 "--inode-file-handles=mandatory: the shared directory's file handles cannot be \
                  opened here ({why}); use prefer or never"
             ),
-            SetupError::NoReadOnlyCopy(e) => write!(
-                f,
-                "read-only export: cannot make the server's copy of the source's mount \
-                 read-only ({e}; mount_setattr needs Linux 5.12 or later)"
-            ),
         }
     }
 }
@@ -66,9 +58,7 @@ impl std::error::Error for SetupError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SetupError::CannotOpen { source, .. } => Some(source),
-            SetupError::NoProc(e) | SetupError::NoOpenat2(e) | SetupError::NoReadOnlyCopy(e) => {
-                Some(e)
-            }
+            SetupError::NoProc(e) | SetupError::NoOpenat2(e) => Some(e),
             SetupError::SourceMissing(_)
             | SetupError::NotADirectory(_)
             | SetupError::NoChangeFeed(_)

@@ -220,8 +220,13 @@ impl PassthroughFs {
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => {
                 if config.read_only {
-                    sys::at::make_read_only(clone.as_fd())
-                        .map_err(|e| SetupError::NoReadOnlyCopy(e.into()))?;
+                    if let Err(e) = sys::at::make_read_only(clone.as_fd()) {
+                        log::warn!(
+                            "passthrough: the private mount could not be made read-only ({e}; \
+                             mount_setattr needs Linux 5.12): only the requests' checks \
+                             refuse changes"
+                        );
+                    }
                 }
                 (clone, true)
             }

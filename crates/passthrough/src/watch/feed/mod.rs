@@ -277,7 +277,7 @@ fn follow(spec: &FeedSpec, table: &InodeTable, stop: &OwnedFd, slot: &Invalidato
                     false => log::info!("passthrough: following changes from {}", spec.describe()),
                 }
                 program::log_stderr(&mut child, spec.describe());
-                reader.parser.restart();
+                reader.parser.restart(renewed);
                 let renew_at = spec.renew.map(|every| started + every);
                 let end = read_until_end(&mut reader, &mut child, table, stop, slot, renew_at);
                 let _ = child.kill();
@@ -317,6 +317,10 @@ const REPLAY: Duration = Duration::from_secs(2);
 
 /// Starts the program; a SeaweedFS feed from `unfollowed` (and [`REPLAY`]) ago.
 fn spawn(spec: &FeedSpec, unfollowed: Duration) -> std::io::Result<Child> {
+    if let Format::SeaweedFs { .. } = spec.format {
+        // Found by memofs, not named by the mount: checked again at each start.
+        program::trusted(&spec.program).map_err(std::io::Error::other)?;
+    }
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args);
     if let Format::SeaweedFs { .. } = spec.format {

@@ -1,9 +1,12 @@
 //! Reading a feed's output: the changed paths it names, in either [`Format`].
 //!
-//! A SeaweedFS feed is started again now and then, from a moment already read (see
-//! [`super::RENEW`]): the events the last program printed come again, and are skipped by
-//! their time (`tsNs`, the filer's log order), so that only what was missed is delivered.
+//! A SeaweedFS feed is replaced now and then by a program that starts from a moment the
+//! last one had read already (see [`super::RENEW`]): the events the last program printed
+//! come again, and are skipped by their time (`tsNs`, the filer's nanoseconds), matched
+//! exactly, so that only what was missed is delivered (an event older than one already
+//! read, after the filer's clock stepped back, is not taken for one read).
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
@@ -40,12 +43,22 @@ fn components(path: &[u8]) -> Option<Vec<OsString>> {
 pub(crate) struct Parser {
     format: Format,
     pending: Vec<u8>,
-    /// The newest event time read (SeaweedFS), over every program this parser has read.
-    newest: u64,
-    /// Events this old or older were read from an earlier program: skipped (the filer's
-    /// times are in nanoseconds, one per event).
-    skip_upto: Option<u64>,
+    /// The event times (SeaweedFS) the running program printed, and the last one's.
+    times: Times,
 }
+
+/// The event times a SeaweedFS feed's programs printed: those the running one did, and
+/// those of the one it replaced, which are skipped.
+#[derive(Default)]
+struct Times {
+    read: HashSet<u64>,
+    skip: HashSet<u64>,
+}
+
+/// The most event times remembered of one program (a minute of a busy filer's events):
+/// past it, a replacement delivers again what was not remembered, which costs only
+/// invalidations.
+const MAX_TIMES: usize = 1 << 20;
 
 /// One SeaweedFS filer event: what is read of it.
 #[derive(Deserialize)]
@@ -105,17 +118,20 @@ impl Parser {
         Parser {
             format,
             pending: Vec::new(),
-            newest: 0,
-            skip_upto: None,
+            times: Times::default(),
         }
     }
 
-    /// A new program's output follows: what it prints is read afresh (a partial event of
-    /// the last one is dropped), and events no newer than the newest read so far are
-    /// skipped.
-    pub(crate) fn restart(&mut self) {
+    /// A new program's output follows (a partial event of the last one is dropped). One
+    /// that `replaces` a working program skips the events that program printed; one
+    /// started after a program ended (when everything is invalidated anyway) skips none.
+    pub(crate) fn restart(&mut self, replaces: bool) {
         self.pending.clear();
-        self.skip_upto = (self.newest > 0).then_some(self.newest);
+        self.times.skip = match replaces {
+            true => std::mem::take(&mut self.times.read),
+            false => HashSet::new(),
+        };
+        self.times.read.clear();
     }
 
     /// Takes `bytes` of output; appends the changes it completes to `out`.
@@ -124,13 +140,7 @@ impl Parser {
         let used = match &self.format {
             Format::Lines => self.lines(out),
             Format::SeaweedFs { prefix } => {
-                let mut times = Times {
-                    newest: self.newest,
-                    skip_upto: self.skip_upto,
-                };
-                let used = seaweedfs_events(&self.pending, prefix, &mut times, out);
-                self.newest = times.newest;
-                used
+                seaweedfs_events(&self.pending, prefix, &mut self.times, out)
             }
         };
         self.pending.drain(..used);
@@ -172,16 +182,9 @@ impl Parser {
     }
 }
 
-/// The event times a SeaweedFS feed has read: the newest, and up to which events are
-/// skipped (read from an earlier program).
-struct Times {
-    newest: u64,
-    skip_upto: Option<u64>,
-}
-
 /// Reads the complete events at the start of `bytes`, appending the changes below `prefix`
 /// each makes (the old and the new name; one path and no name change for an update in
-/// place of the same object), except for events no newer than `times.skip_upto`; returns
+/// place of the same object), except for events at the times `times` skips; returns
 /// the bytes consumed.
 fn seaweedfs_events(
     bytes: &[u8],
@@ -197,8 +200,10 @@ fn seaweedfs_events(
             Some(Ok(event)) => {
                 used = stream.byte_offset();
                 if let Some(t) = event.time() {
-                    times.newest = times.newest.max(t);
-                    if times.skip_upto.is_some_and(|upto| t <= upto) {
+                    if times.read.len() < MAX_TIMES {
+                        times.read.insert(t);
+                    }
+                    if times.skip.contains(&t) {
                         continue;
                     }
                 }
@@ -348,11 +353,7 @@ mod tests {
  "newEntry": {"name": "u", "attributes": {"inode": "3"}}}}
 "#;
         let mut out = Vec::new();
-        let mut times = Times {
-            newest: 0,
-            skip_upto: None,
-        };
-        seaweedfs_events(events, "/", &mut times, &mut out);
+        seaweedfs_events(events, "/", &mut Times::default(), &mut out);
         let got: Vec<_> = out
             .iter()
             .map(|c| (c.path.join(OsStr::new("/")), c.name, c.now))
@@ -371,36 +372,40 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    /// A program started again replays what the last one printed: only events newer than
-    /// the newest already read are changes (whatever their order after it); a partial event
-    /// of the last program is dropped.
+    /// A program that replaces a working one replays what that one printed: only events it
+    /// did not print are changes, whatever their times (an older one, after the filer's
+    /// clock stepped back, included); a partial event of the last program is dropped. After
+    /// a program ended, nothing is skipped.
     #[test]
-    fn a_new_program_replays_only_what_was_not_read() {
+    fn a_replacement_replays_only_what_was_not_read() {
         let event = |ts: &str, name: &str| {
             format!(
                 r#"{{"directory": "/", "eventNotification": {{"oldEntry": null, "newEntry": {{"name": "{name}"}}}}, "tsNs": {ts}}}"#
             )
             .into_bytes()
         };
+        let names = |p: &mut Parser, events: &[(&str, &str)]| {
+            let mut out = Vec::new();
+            for (ts, name) in events {
+                p.push(&event(ts, name), &mut out);
+            }
+            out.iter()
+                .map(|c| c.path[0].to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
         let mut p = Parser::new(Format::SeaweedFs { prefix: "/".into() });
-        let mut out = Vec::new();
-        p.push(&event("\"10\"", "a"), &mut out);
-        p.push(&event("20", "b"), &mut out);
-        p.push(b"{\"directory\": \"/\", ", &mut out);
-        p.restart();
-        let mut out = Vec::new();
-        for (ts, name) in [("\"10\"", "a"), ("20", "b"), ("\"30\"", "c"), ("25", "d")] {
-            p.push(&event(ts, name), &mut out);
-        }
-        p.push(b"\n", &mut out);
-        let names: Vec<_> = out
-            .iter()
-            .map(|c| c.path[0].to_string_lossy().into_owned())
-            .collect();
+        assert_eq!(names(&mut p, &[("\"10\"", "a"), ("20", "b")]), ["a", "b"]);
+        p.push(b"{\"directory\": \"/\", ", &mut Vec::new());
+        p.restart(true);
+        let replay = [("\"10\"", "a"), ("20", "b"), ("\"30\"", "c"), ("5", "d")];
+        assert_eq!(names(&mut p, &replay), ["c", "d"], "a and b were read");
+        p.restart(true);
         assert_eq!(
-            names,
-            ["c", "d"],
-            "the replayed a and b are skipped"
+            names(&mut p, &[("20", "b"), ("30", "c"), ("40", "e")]),
+            ["e"],
+            "b, skipped by the last program, was read by it too"
         );
+        p.restart(false);
+        assert_eq!(names(&mut p, &[("40", "e")]), ["e"], "after an end");
     }
 }

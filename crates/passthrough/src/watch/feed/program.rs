@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 
 /// The `weed` program: the one serving the mount at `mount_point` (its process names the
-/// mount point in `-dir=`), else the first on `PATH`; only one [`trusted`], or why none is.
+/// mount point in `-dir=`), else the first on `PATH` (its absolute entries); only one
+/// [`trusted`], by the path it resolves to (no symbolic link on the way can be pointed
+/// elsewhere later), or why none is.
 pub(super) fn weed_of(mount_point: &Path) -> Result<PathBuf, String> {
     let dir = mount_point.as_os_str().as_bytes();
     let names_dir = |args: &[&[u8]]| {
@@ -24,7 +26,7 @@ pub(super) fn weed_of(mount_point: &Path) -> Result<PathBuf, String> {
     let serves = |args: &[&[u8]]| args.contains(&b"mount".as_slice()) && names_dir(args);
     let mut refused = Vec::new();
     let mut pick = |candidate: PathBuf| match trusted(&candidate) {
-        Ok(()) => Some(candidate),
+        Ok(()) => candidate.canonicalize().ok(),
         Err(why) => {
             refused.push(why);
             None
@@ -50,7 +52,7 @@ pub(super) fn weed_of(mount_point: &Path) -> Result<PathBuf, String> {
         .as_bytes()
         .split(|&b| b == b':')
         .map(|d| Path::new(OsStr::from_bytes(d)).join("weed"))
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_absolute() && p.is_file())
         .collect::<Vec<_>>();
     if let Some(found) = serving.chain(on_path).find_map(&mut pick) {
         return Ok(found);
@@ -109,8 +111,13 @@ fn owned_safely(path: &Path) -> Result<(), String> {
 /// keeps complaining is not allowed to fill it.
 const STDERR_LINES: usize = 20;
 
+/// The longest line of a program's standard error that is logged; the rest of the line
+/// is dropped.
+const LINE: usize = 1024;
+
 /// Sends what `child` writes to standard error to the server's log (at most
-/// [`STDERR_LINES`] lines, each at most 1 KiB), from a thread that ends with the program.
+/// [`STDERR_LINES`] lines, each at most [`LINE`] bytes), from a thread that ends with the
+/// program; the rest is read and dropped.
 pub(super) fn log_stderr(child: &mut Child, what: String) {
     let Some(err) = child.stderr.take() else {
         return;
@@ -118,16 +125,32 @@ pub(super) fn log_stderr(child: &mut Child, what: String) {
     let spawned = std::thread::Builder::new()
         .name("memofs-feed-err".into())
         .spawn(move || {
-            let mut lines = BufReader::new(err).split(b'\n');
-            for (n, line) in lines.by_ref().enumerate() {
-                let Ok(line) = line else { return };
-                if n == STDERR_LINES {
+            let mut lines = 0;
+            let mut line = Vec::new();
+            let mut err = BufReader::new(err);
+            loop {
+                let (done, used) = match err.fill_buf() {
+                    Ok([]) | Err(_) => return,
+                    Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                        Some(at) => (true, &buf[..at + 1]),
+                        None => (false, buf),
+                    },
+                };
+                let room = LINE.saturating_sub(line.len());
+                line.extend_from_slice(&used[..used.len().min(room)]);
+                let n = used.len();
+                err.consume(n);
+                if !done {
+                    continue;
+                }
+                lines += 1;
+                if lines <= STDERR_LINES {
+                    let text = String::from_utf8_lossy(&line);
+                    log::warn!("passthrough: change feed {what}: {}", text.trim_end());
+                } else if lines == STDERR_LINES + 1 {
                     log::warn!("passthrough: change feed {what}: further messages not logged");
                 }
-                if n < STDERR_LINES {
-                    let line = String::from_utf8_lossy(&line[..line.len().min(1024)]);
-                    log::warn!("passthrough: change feed {what}: {}", line.trim_end());
-                }
+                line.clear();
             }
         });
     if let Err(e) = spawned {
