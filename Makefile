@@ -177,7 +177,16 @@ attack:
 migrate:
 	CARGO=$(CARGO) bash scripts/migrate.sh
 
-test: test-start setup lint unit memcheck e2e conformance attack migrate package-test pytest vm-test-ci no-leftovers
+# Every suite runs even when one before it fails (a failure hides nothing after it); the
+# run fails, naming each suite that did.
+TEST_SUITES := lint unit memcheck e2e conformance attack migrate package-test pytest vm-test-ci
+test:
+	@$(MAKE) --no-print-directory test-start setup
+	@failed=; for suite in $(TEST_SUITES) no-leftovers; do \
+		$(MAKE) --no-print-directory $$suite || failed="$$failed $$suite"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make test: every suite passed"
 
 bench: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds $(if $(OUT),--out $(OUT))
