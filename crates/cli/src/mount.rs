@@ -63,7 +63,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
     if ready_fd.is_some() {
         daemon::detach_session();
     }
-    init_logging(log_level(&opts));
+    crate::logging::to_stderr(log_level(&opts));
     let privileged = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
@@ -82,11 +82,6 @@ pub fn main(args: &MountArgs) -> ExitCode {
             .map(|(b, s)| serve(b, s, Box::new(Vec::new), plan, &mountpoint, ready_fd)),
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
-}
-
-/// Logs to standard error at `level`, unless MEMOFS_LOG says otherwise.
-pub(crate) fn init_logging(level: &str) {
-    crate::logging::to_stderr(level)
 }
 
 /// The level `-o debug` asks for.

@@ -457,27 +457,15 @@ pub fn confine(
 /// Linux 5.12). Before that, a bind remount makes the top mount read-only only, and a
 /// warning says so.
 fn bind_read_only(dir: &Path) -> Result<(), nix::errno::Errno> {
-    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| nix::errno::Errno::EINVAL)?;
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: libc::MS_PRIVATE,
-        userns_fd: 0,
-    };
-    // SAFETY: `path` is NUL-terminated and `attr` is a `mount_attr` of the size passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_RECURSIVE as libc::c_uint,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    match nix::errno::Errno::result(ret) {
-        Ok(_) => Ok(()),
+    let fd: OwnedFd = nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let done = memofs_passthrough::make_read_only(fd.as_fd(), true)
+        .map_err(|e| nix::errno::Errno::from_raw(e.0));
+    match done {
+        Ok(()) => Ok(()),
         Err(e @ (nix::errno::Errno::ENOSYS | nix::errno::Errno::EPERM)) => {
             log::warn!(
                 "--readonly: the shared directory's mounts below it stay writable in the \

@@ -186,14 +186,16 @@ const CLONE_NEW: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWCGROUP) as u64;
 
-/// Calls allowed with one argument only: the call, the argument's index, its width, a
-/// mask and the value the masked argument must have (any of the call's entries).
-const NARROWED: &[(libc::c_long, u8, SeccompCmpArgLen, u64, u64)] = &[
+/// A whole 32-bit argument, as a mask.
+const WHOLE: u64 = u32::MAX as u64;
+
+/// Calls allowed only where their first argument, masked, has one value: the call, the
+/// argument's width, the mask and the value (any of the call's entries).
+const NARROWED: &[(libc::c_long, SeccompCmpArgLen, u64, u64)] = &[
     // a thread (sharing memory, files and signal handlers) in the same namespaces, never a
     // process
     (
         libc::SYS_clone,
-        0,
         SeccompCmpArgLen::Qword,
         libc::CLONE_THREAD as u64 | CLONE_NEW,
         libc::CLONE_THREAD as u64,
@@ -201,32 +203,28 @@ const NARROWED: &[(libc::c_long, u8, SeccompCmpArgLen, u64, u64)] = &[
     // a thread's own cwd and umask (the passthrough backend's creation context)
     (
         libc::SYS_unshare,
-        0,
         SeccompCmpArgLen::Dword,
-        u32::MAX as u64,
+        WHOLE,
         libc::CLONE_FS as u64,
     ),
     // a thread's name, set and read; an anonymous mapping's name (the C library's, where
     // its tunables ask for it)
     (
         libc::SYS_prctl,
-        0,
         SeccompCmpArgLen::Dword,
-        u32::MAX as u64,
+        WHOLE,
         libc::PR_SET_NAME as u64,
     ),
     (
         libc::SYS_prctl,
-        0,
         SeccompCmpArgLen::Dword,
-        u32::MAX as u64,
+        WHOLE,
         libc::PR_GET_NAME as u64,
     ),
     (
         libc::SYS_prctl,
-        0,
         SeccompCmpArgLen::Dword,
-        u32::MAX as u64,
+        WHOLE,
         libc::PR_SET_VMA as u64,
     ),
 ];
@@ -245,19 +243,20 @@ fn rules(open_handles: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
         .chain(handles)
         .map(|&n| (n, Vec::new()))
         .collect();
-    let err = |e: seccompiler::BackendError| format!("--seccomp: {e}");
-    for (call, arg, len, mask, value) in NARROWED {
-        let op = match *mask {
-            m if m == u32::MAX as u64 => SeccompCmpOp::Eq,
-            mask => SeccompCmpOp::MaskedEq(mask),
-        };
-        let condition = SeccompCondition::new(*arg, len.clone(), op, *value).map_err(err)?;
+    for (call, len, mask, value) in NARROWED {
+        let op = SeccompCmpOp::MaskedEq(*mask);
+        let condition = SeccompCondition::new(0, len.clone(), op, *value).map_err(refused)?;
         rules
             .entry(*call)
             .or_default()
-            .push(SeccompRule::new(vec![condition]).map_err(err)?);
+            .push(SeccompRule::new(vec![condition]).map_err(refused)?);
     }
     Ok(rules)
+}
+
+/// What `--seccomp` says when its filter cannot be made or installed.
+fn refused(e: impl std::fmt::Display) -> String {
+    format!("--seccomp: {e}")
 }
 
 /// The second filter: `clone3` fails with `ENOSYS` (the first allows it, so that this
@@ -270,8 +269,8 @@ fn no_clone3(arch: seccompiler::TargetArch) -> Result<BpfProgram, String> {
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
     )
-    .map_err(|e| format!("--seccomp: {e}"))?;
-    filter.try_into().map_err(|e| format!("--seccomp: {e}"))
+    .map_err(refused)?;
+    filter.try_into().map_err(refused)
 }
 
 /// Installs the filter `mode` asks for on this thread (and so on every thread it starts
@@ -286,16 +285,14 @@ pub fn install(mode: SeccompMode, open_handles: bool) -> Result<(), String> {
             SeccompAction::Trap
         }
     };
-    let arch: seccompiler::TargetArch = std::env::consts::ARCH
-        .try_into()
-        .map_err(|e| format!("--seccomp: {e}"))?;
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into().map_err(refused)?;
     let filter = SeccompFilter::new(rules(open_handles)?, mismatch, SeccompAction::Allow, arch)
-        .map_err(|e| format!("--seccomp: {e}"))?;
-    let program: BpfProgram = filter.try_into().map_err(|e| format!("--seccomp: {e}"))?;
+        .map_err(refused)?;
+    let program: BpfProgram = filter.try_into().map_err(refused)?;
     // `clone3`'s filter first: installing a filter takes `prctl` and `seccomp`, which the
     // main filter refuses.
-    seccompiler::apply_filter(&no_clone3(arch)?).map_err(|e| format!("--seccomp: {e}"))?;
-    seccompiler::apply_filter(&program).map_err(|e| format!("--seccomp: {e}"))
+    seccompiler::apply_filter(&no_clone3(arch)?).map_err(refused)?;
+    seccompiler::apply_filter(&program).map_err(refused)
 }
 
 /// In `trap` mode: a `SIGSYS` handler that reports the refused call on standard error;

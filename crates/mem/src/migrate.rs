@@ -11,7 +11,7 @@
 //! [`CHUNK`]); last [`Record::End`] with the totals the reader checks. Only holes are left
 //! out, so the destination holds what the source held, no more.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -391,6 +391,7 @@ impl Names {
             }
         }
         let all = fs.table.all();
+        let mut rooted = HashSet::new();
         for inode in &all {
             let names = self.count.get(&inode.ino).copied().unwrap_or(0);
             let want = match inode.dir() {
@@ -408,7 +409,7 @@ impl Names {
                         )));
                     }
                     if inode.ino != ROOT_INO && !d.removed {
-                        reaches_root(fs, inode.ino, all.len())?;
+                        reaches_root(fs, inode.ino, &mut rooted, all.len())?;
                     }
                     if d.removed {
                         0
@@ -430,13 +431,19 @@ impl Names {
     }
 }
 
-/// Whether directory `ino` leads up to the root through its parents in at most `steps`.
-fn reaches_root(fs: &MemFs, ino: Ino, steps: usize) -> io::Result<()> {
+/// Whether directory `ino` leads up to the root through its parents in at most `steps`;
+/// `rooted` holds the directories known to, each directory's parents being walked once for
+/// all of them (a deep tree costs its size, not its size times its depth).
+fn reaches_root(fs: &MemFs, ino: Ino, rooted: &mut HashSet<Ino>, steps: usize) -> io::Result<()> {
+    let mut walked = Vec::new();
     let mut at = ino;
-    for _ in 0..steps {
-        if at == ROOT_INO {
-            return Ok(());
+    while at != ROOT_INO && !rooted.contains(&at) {
+        if walked.len() == steps {
+            return Err(invalid(format!(
+                "directory {ino} is in a cycle of directories"
+            )));
         }
+        walked.push(at);
         at = fs
             .table
             .get(at)
@@ -444,9 +451,8 @@ fn reaches_root(fs: &MemFs, ino: Ino, steps: usize) -> io::Result<()> {
             .and_then(|i| i.dir().ok().map(|d| d.read().parent))
             .ok_or_else(|| invalid(format!("directory {ino}'s parents end at {at}")))?;
     }
-    Err(invalid(format!(
-        "directory {ino} is in a cycle of directories"
-    )))
+    rooted.extend(walked);
+    Ok(())
 }
 
 /// Rebuilds a filesystem record by record.

@@ -131,6 +131,7 @@ pub use crate::config::{FileHandles, PassthroughConfig, WatchMode, DEFAULT_MAX_O
 pub use crate::error::SetupError;
 pub use crate::fd::RESERVED_FDS;
 pub use crate::inode::SPARE_TOP;
+pub use crate::sys::at::make_read_only;
 pub use crate::watch::WatchMechanism;
 
 use crate::creds::AsCaller;
@@ -220,7 +221,7 @@ impl PassthroughFs {
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => {
                 if config.read_only {
-                    if let Err(e) = sys::at::make_read_only(clone.as_fd()) {
+                    if let Err(e) = sys::at::make_read_only(clone.as_fd(), false) {
                         log::warn!(
                             "passthrough: the private mount could not be made read-only ({e}; \
                              mount_setattr needs Linux 5.12): only the requests' checks \

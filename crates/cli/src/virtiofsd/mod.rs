@@ -23,7 +23,7 @@ use memofs_virtiofs::{GuestFs, Incoming, VirtioFs};
 
 use crate::cli::VirtiofsdArgs;
 use crate::vhost_socket::SocketFile;
-use crate::{backends, daemon, fail, mount, sandbox, seccomp, EXIT_FAILURE, EXIT_USAGE};
+use crate::{backends, daemon, fail, logging, sandbox, seccomp, EXIT_FAILURE, EXIT_USAGE};
 
 use setup::{listener, setup, Setup};
 pub use setup::{refused_option, NO_KILLPRIV, NO_READDIRPLUS};
@@ -56,7 +56,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
             return fail(EXIT_FAILURE, e);
         }
     } else {
-        mount::init_logging(&setup.log_level);
+        logging::to_stderr(&setup.log_level);
     }
     let mut plan = setup.plan();
     if let Some(n) = setup.rlimit_nofile {

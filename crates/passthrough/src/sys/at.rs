@@ -75,12 +75,13 @@ pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
 
 /// `mount_setattr(dir, "", AT_EMPTY_PATH | AT_RECURSIVE)` with `MOUNT_ATTR_RDONLY`: the
 /// mount at `dir` and every mount below it read-only (for a detached copy,
-/// [`clone_mount`], the copy only). Needs `CAP_SYS_ADMIN` (Linux 5.12).
-pub(crate) fn make_read_only(dir: BorrowedFd<'_>) -> Result<()> {
+/// [`clone_mount`], the copy only), and with `private` no longer receiving mounts made
+/// elsewhere. Needs `CAP_SYS_ADMIN` over the mount (Linux 5.12).
+pub fn make_read_only(dir: BorrowedFd<'_>, private: bool) -> Result<()> {
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
-        propagation: 0,
+        propagation: if private { libc::MS_PRIVATE } else { 0 },
         userns_fd: 0,
     };
     let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint;

@@ -261,7 +261,8 @@ struct Reader {
 /// The feed thread: runs the program, again whenever it ends or is due to be replaced,
 /// until told to stop.
 fn follow(spec: &FeedSpec, table: &InodeTable, stop: &OwnedFd, slot: &InvalidatorSlot) {
-    // Since when changes are unaccounted for: the program's start, then each end.
+    // Since when changes are unaccounted for: the program's start, then each end (or, for
+    // a replacement, the start of the program it replaces).
     let mut since = Instant::now();
     let mut reader = Reader {
         parser: Parser::new(spec.format.clone()),

@@ -26,7 +26,7 @@ pub(super) fn weed_of(mount_point: &Path) -> Result<PathBuf, String> {
     let serves = |args: &[&[u8]]| args.contains(&b"mount".as_slice()) && names_dir(args);
     let mut refused = Vec::new();
     let mut pick = |candidate: PathBuf| match trusted(&candidate) {
-        Ok(()) => candidate.canonicalize().ok(),
+        Ok(resolved) => Some(resolved),
         Err(why) => {
             refused.push(why);
             None
@@ -67,19 +67,23 @@ pub(super) fn weed_of(mount_point: &Path) -> Result<PathBuf, String> {
 /// root or to the server's own user and no one else can write it (a directory others may
 /// write only with the sticky bit, which keeps them from replacing what they do not own).
 /// Otherwise another user could put their own program in its place, to be run with the
-/// server's privilege.
-pub(super) fn trusted(program: &Path) -> Result<(), String> {
+/// server's privilege. The path it resolves to, if so.
+pub(super) fn trusted(program: &Path) -> Result<PathBuf, String> {
     let canonical = |p: &Path| {
         p.canonicalize()
             .map_err(|e| format!("{}: {e}", p.display()))
     };
-    // The program itself, and, where the name given is a symbolic link, the directory
-    // that holds the link.
-    owned_safely(&canonical(program)?)?;
-    match program.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => owned_safely(&canonical(dir)?),
-        _ => Ok(()),
+    // The program itself, and, where the name given is a symbolic link elsewhere, the
+    // directory that holds the link.
+    let resolved = canonical(program)?;
+    owned_safely(&resolved)?;
+    if let Some(dir) = program.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let dir = canonical(dir)?;
+        if Some(dir.as_path()) != resolved.parent() {
+            owned_safely(&dir)?;
+        }
     }
+    Ok(resolved)
 }
 
 /// `path` and every directory above it: see [`trusted`].
@@ -172,7 +176,12 @@ mod tests {
         let weed = dir.join("weed");
         std::fs::write(&weed, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&weed, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(trusted(&weed), Ok(()), "the server's own, in a sticky /tmp");
+        let resolved = weed.canonicalize().unwrap();
+        assert_eq!(
+            trusted(&weed),
+            Ok(resolved.clone()),
+            "the server's own, in a sticky /tmp"
+        );
         std::fs::set_permissions(&weed, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(trusted(&weed).unwrap_err().contains("written by others"));
         std::fs::set_permissions(&weed, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -182,7 +191,7 @@ mod tests {
             "a directory anyone may write without the sticky bit: the program can be replaced"
         );
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(trusted(&weed), Ok(()));
+        assert_eq!(trusted(&weed), Ok(resolved));
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::chown(&weed, Some(65534), None).unwrap();
