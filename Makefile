@@ -5,6 +5,7 @@
 #   make vm-test KERNEL=6.19                               the guest-VM tests on one pinned kernel
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make vm-steps                                          requests per step of a small workload, per kernel
+#   make xfstests                                          xfstests' quick group on memofs, tmpfs, passthrough_ll
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
 #   make bench-guest                                       work in a virtio-fs guest, memofs against virtiofsd
 #   make bench-reports                                     every family of bench/reports, replaced
@@ -29,7 +30,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: attack migrate test-start no-leftovers bench-guest bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: xfstests xfstests-ci attack migrate test-start no-leftovers bench-guest bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -172,6 +173,24 @@ no-leftovers:
 attack:
 	CARGO=$(CARGO) bash scripts/attack.sh
 
+# xfstests from third_party/xfstests (scripts/xfstests/build.sh, no network): the group
+# XFSTESTS_GROUP on each of XFSTESTS_CONFIGS (scripts/xfstests/run.sh says what each is), then
+# one report, target/xfstests/report.md. The quick group takes 30-50 minutes a configuration.
+XFSTESTS_CONFIGS ?= tmpfs mem pages export passthrough_ll
+XFSTESTS_GROUP ?= quick
+xfstests: build
+	bash scripts/xfstests/build.sh
+	@for c in $(XFSTESTS_CONFIGS); do bash scripts/xfstests/run.sh $$c -g $(XFSTESTS_GROUP) || true; done
+	python3 scripts/xfstests/report.py target/xfstests/results $(XFSTESTS_CONFIGS) >target/xfstests/report.md
+	@echo "xfstests: report in target/xfstests/report.md"
+
+# make test's part: fsstress and fsx on each memofs configuration, and the tests listed in
+# scripts/xfstests/subset on the mem backend (every one passes there; under 10 minutes).
+xfstests-ci: build
+	bash scripts/xfstests/build.sh
+	bash scripts/xfstests/stress.sh
+	RESULTS=target/xfstests/results/ci bash scripts/xfstests/run.sh mem $$(sed 's/#.*//' scripts/xfstests/subset)
+
 # Live migration of a virtio-fs guest's mem filesystem (10 000 files, 1 GiB) from one
 # `memofs virtiofsd` to another mid-stream, by a vhost-user frontend (scripts/migrate.sh).
 migrate:
@@ -179,7 +198,7 @@ migrate:
 
 # Every suite runs even when one before it fails (a failure hides nothing after it); the
 # run fails, naming each suite that did.
-TEST_SUITES := lint unit memcheck e2e conformance attack migrate package-test pytest vm-test-ci
+TEST_SUITES := lint unit memcheck e2e conformance xfstests-ci attack migrate package-test pytest vm-test-ci
 test:
 	@$(MAKE) --no-print-directory test-start setup
 	@failed=; for suite in $(TEST_SUITES) no-leftovers; do \

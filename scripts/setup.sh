@@ -20,10 +20,13 @@ pkgs=(fuse3 gcc libc6-dev make)
 # meson, ninja-build, g++, liburing-dev, libnuma-dev: the benchmark builds libfuse 3.18 with io_uring;
 # podman, runc, uidmap: the rootless-container test (with the user made below);
 # procps: pgrep and pkill, which tests use to find and end what they started;
-# fio: the benchmark's guest-fio workload copies it, with its libraries, into the guest.
+# fio: the benchmark's guest-fio workload copies it, with its libraries, into the guest;
+# xfslibs-dev ... psmisc: what xfstests' README lists for building and running it
+# (scripts/xfstests/build.sh; fsstress and fsx come from the same build).
 [ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
-    podman runc uidmap procps fio)
+    podman runc uidmap procps fio \
+    xfslibs-dev uuid-dev libtool-bin automake quota libaio-dev xfsprogs libgdbm-dev gawk uuid-runtime libcap-dev bc psmisc)
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
@@ -65,6 +68,11 @@ PODMAN_USER=memofs-podman
 id -u "$PODMAN_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$PODMAN_USER"
 for f in /etc/subuid /etc/subgid; do
     grep -q "^$PODMAN_USER:" "$f" 2>/dev/null || echo "$PODMAN_USER:300000:65536" >>"$f"
+done
+
+# xfstests runs some tests as these users (its README): fsgqa, fsgqa2 and 123456-fsgqa.
+for u in fsgqa fsgqa2 123456-fsgqa; do
+    id -u "$u" >/dev/null 2>&1 || useradd -m -s /bin/sh "$u"
 done
 
 # The POSIX conformance suite (`make conformance`): the Rust port of pjdfstest, built from its

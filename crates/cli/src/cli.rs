@@ -235,8 +235,11 @@ pub struct MountArgs {
     /// Check the arguments and options, print what would be mounted, mount nothing
     #[arg(long = "fake")]
     pub fake: bool,
+    /// Mount even where something is mounted already, covering it (as mount(8) does)
+    #[arg(long = "over")]
+    pub over: bool,
     /// [SOURCE] MOUNTPOINT: SOURCE is a directory to export (passthrough backend), or
-    /// 'memofs' or 'none' (or nothing) for the in-memory backend
+    /// 'memofs', 'none', 'memofs:NAME' (or nothing) for the in-memory backend
     #[arg(value_name = "PATH", num_args = 1..=2, required = true)]
     pub paths: Vec<PathBuf>,
 }
@@ -255,6 +258,9 @@ impl MountArgs {
     /// The arguments of `memofs mount -f ...` that serve these (for the background server).
     pub fn foreground_args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["mount".into(), "-f".into()];
+        if self.over {
+            args.push("--over".into());
+        }
         for o in &self.options {
             args.push("-o".into());
             args.push(o.into());
@@ -265,9 +271,14 @@ impl MountArgs {
     }
 }
 
-/// SOURCE names that mean the in-memory backend (as `none` for tmpfs in fstab).
+/// SOURCE names that mean the in-memory backend: `memofs`, `none` (as for tmpfs in fstab),
+/// or `memofs:NAME`, a name of the user's choosing that tells mounts apart in the mount table.
 fn is_mem_source(s: &Path) -> bool {
-    s == Path::new("memofs") || s == Path::new("none")
+    s == Path::new("memofs")
+        || s == Path::new("none")
+        || s.to_str()
+            .and_then(|s| s.strip_prefix("memofs:"))
+            .is_some_and(|name| !name.is_empty())
 }
 
 /// `memofs migrate`.
@@ -418,7 +429,12 @@ fn helper_args(cmd: &clap::Command, args: &[OsString]) -> Result<Vec<OsString>, 
             format!("{msg} (usage: mount.memofs SOURCE DIR [-sfnv] [-t TYPE] [-o OPTS])"),
         )
     };
-    let mut out: Vec<OsString> = vec!["memofs".into(), "mount".into()];
+    // mount(8) stacks mounts, and hands a helper `nosuid` and `nodev` but never their
+    // defaults: without them, root's mount allows set-user-ID files and devices, as tmpfs.
+    let mut out: Vec<OsString> = vec!["memofs".into(), "mount".into(), "--over".into()];
+    if nix::unistd::geteuid().is_root() {
+        out.extend(["-o".into(), "suid,dev".into()]);
+    }
     let mut paths = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -548,8 +564,13 @@ mod tests {
             "-t",
             "memofs",
         ]);
-        assert_eq!(m.options, ["rw,noauto,x-systemd.automount"]);
-        assert!(!m.fake && !m.foreground);
+        // As root, mount(8)'s defaults come first, so that the options given override them.
+        let own = ["rw,noauto,x-systemd.automount"];
+        match nix::unistd::geteuid().is_root() {
+            true => assert_eq!(m.options, ["suid,dev", own[0]]),
+            false => assert_eq!(m.options, own),
+        }
+        assert!(!m.fake && !m.foreground && m.over, "mount(8) stacks mounts");
         let m = mount_args(&["mount.fuse.memofs", "/srv", "/mnt", "-sfv"]);
         assert!(m.fake, "-f is mount(8)'s fake");
         assert_eq!(m.source_and_mountpoint().0, Some(Path::new("/srv")));

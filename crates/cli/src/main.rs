@@ -7,6 +7,7 @@ mod daemon;
 mod logging;
 mod migrate;
 mod mount;
+mod remount;
 mod sandbox;
 mod seccomp;
 mod stats;

@@ -27,6 +27,9 @@ pub(crate) fn ram_bytes() -> u64 {
 }
 
 pub fn main(args: &MountArgs) -> ExitCode {
+    if crate::remount::asked(&args.options) {
+        return crate::remount::main(args);
+    }
     let opts = match parse_options(&args.options, ram_bytes()) {
         Ok(o) => o,
         Err(e) => return fail(EXIT_USAGE, e),
@@ -35,12 +38,12 @@ pub fn main(args: &MountArgs) -> ExitCode {
     if let Some(msg) = backends::foreign_option(&args.options, source.is_some()) {
         return fail(EXIT_USAGE, msg);
     }
-    if let Some(src) = source {
-        if let Err(e) = backends::check_source(src, Some(mountpoint)) {
-            return fail(EXIT_FAILURE, e);
-        }
-    }
-    let mountpoint = match memofs_fuse::preflight(mountpoint) {
+    let export = match source.map(|src| backends::check_source(src, Some(mountpoint))) {
+        Some(Ok(src)) => Some(src),
+        Some(Err(e)) => return fail(EXIT_FAILURE, e),
+        None => None,
+    };
+    let mountpoint = match memofs_fuse::preflight(mountpoint, args.over) {
         Ok(m) => m,
         Err(e) => return fail(EXIT_FAILURE, e),
     };
@@ -70,18 +73,38 @@ pub fn main(args: &MountArgs) -> ExitCode {
         None => BackendKind::Mem,
     };
     let mut plan = MountPlan::new(&opts, kind, privileged);
+    if opts.fsname.is_none() {
+        plan.fsname = shown_source(args, export.as_deref());
+    }
     let built = match source {
         Some(src) => {
             backends::passthrough(src, &mut plan, memofs_passthrough::RESERVED_FDS).map(|(b, s)| {
                 let fs = b.clone();
                 let features = Box::new(move || backends::passthrough_features(&fs));
-                serve(b, s, features, plan, &mountpoint, ready_fd)
+                serve(b, s, features, plan, (&mountpoint, &args.options), ready_fd)
             })
         }
-        None => backends::mem(&opts, &mut plan)
-            .map(|(b, s)| serve(b, s, Box::new(Vec::new), plan, &mountpoint, ready_fd)),
+        None => backends::mem(&opts, &mut plan).map(|(b, s)| {
+            let at = (mountpoint.as_path(), args.options.as_slice());
+            serve(b, s, Box::new(Vec::new), plan, at, ready_fd)
+        }),
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
+}
+
+/// What the mount table shows as the source without `fsname=`: the export's path, or the
+/// in-memory SOURCE as given (`memofs`, `none`, `memofs:NAME`), as kernel filesystems show
+/// theirs; `memofs` where that cannot be an option's value.
+fn shown_source(args: &MountArgs, export: Option<&Path>) -> String {
+    let given = match (export, args.paths.as_slice()) {
+        (Some(path), _) => path.to_string_lossy().into_owned(),
+        (None, [source, _]) => source.to_string_lossy().into_owned(),
+        _ => return "memofs".into(),
+    };
+    match given.contains(|c: char| c.is_whitespace() || c == ',' || c.is_control()) {
+        true => "memofs".into(),
+        false => given,
+    }
 }
 
 /// The level `-o debug` asks for.
@@ -101,7 +124,7 @@ fn serve<B: Backend>(
     backend_settings: Vec<(String, String)>,
     backend_features: BackendFeatures,
     plan: MountPlan,
-    mountpoint: &Path,
+    (mountpoint, options): (&Path, &[String]),
     ready_fd: Option<daemon::ReadyPipe>,
 ) -> ExitCode {
     let cache = plan.cache;
@@ -119,6 +142,7 @@ fn serve<B: Backend>(
             granted.passthrough.to_string(),
         ));
         settings.extend(backend_settings);
+        let live = crate::remount::Live::new(backend.clone(), options.to_vec(), ram_bytes());
         let invalidator = mounted.invalidator();
         let notify = invalidator.clone();
         let transport = mounted.features();
@@ -135,6 +159,7 @@ fn serve<B: Backend>(
             usage: Box::new(move || backend.usage()),
             settings,
             send_ahead: None,
+            remount: Some(Box::new(move |opts| live.remount(opts))),
         };
         match memofs_control::serve(dev, source) {
             Ok(c) => {

@@ -198,6 +198,22 @@ pub struct StatsSource {
     /// What `send-ahead` runs with the socket handed over (a virtio-fs device whose files
     /// move with its VM: see [`ahead`]).
     pub send_ahead: Option<SendAhead>,
+    /// What `remount OPTS` runs: the server takes the options that change on a live
+    /// mount (`mount -o remount,...`), or says why not.
+    pub remount: Option<Remount>,
+}
+
+/// Takes the options of a `remount` (comma-separated); what changed, or why not.
+pub type Remount = Box<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
+/// The command that changes a live mount's options (followed by a space and the options).
+pub const REMOUNT: &str = "remount";
+
+/// The answer to `remount`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RemountDoc {
+    /// What changed, as options (empty: nothing).
+    pub changed: String,
 }
 
 /// Sends a device's data ahead on a connected socket; once every file went, the bytes.
@@ -385,6 +401,17 @@ impl StatsSource {
                 },
             },
             "" | "stats" => to_json(&self.doc()),
+            cmd if cmd.split_once(' ').is_some_and(|(c, _)| c == REMOUNT) => {
+                let opts = cmd.split_once(' ').map_or("", |(_, o)| o);
+                match (&self.remount, root_or_own(peer)) {
+                    (None, _) => error("this server takes no remount".into()),
+                    (Some(_), false) => error("only root or the mount's owner may remount".into()),
+                    (Some(remount), true) => match remount(opts) {
+                        Ok(changed) => to_json(&RemountDoc { changed }),
+                        Err(e) => error(e),
+                    },
+                }
+            }
             "invalidate" => {
                 if root_or_own(peer) {
                     let done = (self.invalidate)();
@@ -713,6 +740,7 @@ mod tests {
             usage: Box::new(BackendUsage::default),
             settings: vec![("fsname".into(), "a\"b".into())],
             send_ahead: None,
+            remount: None,
         };
         src.stats
             .record(memofs_request::Kind::Lookup, std::time::Instant::now());
@@ -744,6 +772,7 @@ mod tests {
             }),
             settings: vec![],
             send_ahead: None,
+            remount: None,
         };
         let control = serve(dev, src).unwrap();
         let Listening::File(path, _) = &control.at else {

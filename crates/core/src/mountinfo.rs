@@ -42,6 +42,8 @@ pub struct MountEntry {
     pub dev: u64,
     /// The filesystem's own options (for FUSE: `user_id=`, `group_id=`, ...).
     pub super_options: String,
+    /// The mount's own options (`ro`, `nosuid`, `relatime`, ...).
+    pub options: String,
 }
 
 impl MountEntry {
@@ -69,6 +71,7 @@ pub fn parse(text: &str) -> Vec<MountEntry> {
                     .to_string_lossy()
                     .into_owned(),
                 super_options: fields.get(sep + 3).map_or(String::new(), |o| o.to_string()),
+                options: fields.get(5)?.to_string(),
                 dev: {
                     let (maj, min) = fields.get(2)?.split_once(':')?;
                     libc::makedev(maj.parse().ok()?, min.parse().ok()?)

@@ -254,6 +254,12 @@ pub trait Backend: Send + Sync + 'static {
     fn keeps_backing(&self, _ino: Ino) -> bool {
         false
     }
+    /// Takes new size and inode limits (0 = unlimited) on the live filesystem (`mount -o
+    /// remount,size=,nr_inodes=`); an error says why not.
+    fn set_limits(&self, _size: u64, _nr_inodes: u64) -> std::result::Result<(), String> {
+        Err("this backend has no size or inode limits".into())
+    }
+
     /// The inode flags `FS_IOC_GETFLAGS` reports (`FS_IMMUTABLE_FL`, `FS_APPEND_FL`, ...).
     fn get_flags(&self, _ino: Ino) -> Result<u32> {
         Err(Errno::ENOTTY)

@@ -191,7 +191,7 @@ impl MountPlan {
             busy_poll: opts.busy_poll,
             allow_other: opts.allow_other,
             kernel_flags: opts.kernel_flags.clone(),
-            fsname: opts.fsname.clone(),
+            fsname: opts.fsname.clone().unwrap_or_else(|| "memofs".into()),
             ids: IdMaps::default(),
             acl: Want::Auto,
             cache_given: opts.cache_given,
@@ -252,6 +252,15 @@ impl MountPlan {
     /// long timeout.
     pub fn keeps_across_opens(&self) -> bool {
         self.sole_writer || (!self.notifications && self.cache.mode == CacheMode::Always)
+    }
+
+    /// Whether the kernel may reopen files by their handles once it has forgotten them
+    /// (`FUSE_EXPORT_SUPPORT`: `open_by_handle_at`, NFS export): it then looks up `.` and
+    /// `..` of a node id it has forgotten. The mem backend never reuses an inode number and
+    /// keeps every inode with a name, so it answers those; an export's inodes go when the
+    /// kernel forgets them.
+    pub fn exports_handles(&self) -> bool {
+        self.backend == BackendKind::Mem
     }
 
     /// Whether to ask for the kernel's writeback cache (once [`MountPlan::adopt`] has run).

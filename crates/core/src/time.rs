@@ -28,6 +28,20 @@ impl Timestamp {
         Timestamp::from_system_time(SystemTime::now())
     }
 
+    /// The kernel's coarse wall-clock time (`CLOCK_REALTIME_COARSE`, the clock the kernel
+    /// stamps files with): no later than any time the kernel stamps after it.
+    pub fn coarse_now() -> Timestamp {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a live timespec for the call to fill.
+        match unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } {
+            0 => Timestamp::from_timespec(ts.tv_sec, ts.tv_nsec as u32),
+            _ => Timestamp::now(),
+        }
+    }
+
     fn clamped(self) -> Timestamp {
         self.clamp(Timestamp::MIN, Timestamp::MAX)
     }

@@ -107,8 +107,9 @@ impl fmt::Display for MountError {
 impl std::error::Error for MountError {}
 
 /// Checks the mount point and `/dev/fuse` before anything is mounted; returns the canonical
-/// mount point.
-pub fn preflight(mountpoint: &Path) -> Result<PathBuf, MountError> {
+/// mount point. Something mounted there already is refused unless the new mount is to cover
+/// it (`over`).
+pub fn preflight(mountpoint: &Path, over: bool) -> Result<PathBuf, MountError> {
     let meta = match std::fs::metadata(mountpoint) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -122,8 +123,9 @@ pub fn preflight(mountpoint: &Path) -> Result<PathBuf, MountError> {
     let canonical = mountpoint
         .canonicalize()
         .map_err(|e| MountError::Mountpoint(mountpoint.into(), e))?;
-    if mountinfo::is_mount_point(&canonical)
-        .map_err(|e| MountError::Mountpoint(canonical.clone(), e))?
+    if !over
+        && mountinfo::is_mount_point(&canonical)
+            .map_err(|e| MountError::Mountpoint(canonical.clone(), e))?
     {
         return Err(MountError::AlreadyMounted(canonical));
     }

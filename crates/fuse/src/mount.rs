@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::Command;
 
+use memofs_core::atime::AtimeMode;
 use memofs_core::options::KernelFlag;
 use memofs_core::plan::MountPlan;
 
@@ -24,9 +25,20 @@ fn cstring(b: &[u8]) -> io::Result<CString> {
     CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-/// The `mount(2)` flags for the plan's kernel flags.
+/// The `mount(2)` flags for the plan's kernel flags, and the atime flags that show the
+/// server's atime rule (the kernel itself leaves atime to FUSE servers), so that the mount
+/// table tells the rule and mount(8)'s remount hands it back.
 fn mount_flags(plan: &MountPlan) -> libc::c_ulong {
-    plan.kernel_flags.iter().fold(0, |f, k| {
+    let atime = match plan.atime.mode {
+        AtimeMode::Strict => libc::MS_STRICTATIME,
+        AtimeMode::Relatime => libc::MS_RELATIME,
+        AtimeMode::Noatime => libc::MS_NOATIME,
+    } | if plan.atime.nodiratime {
+        libc::MS_NODIRATIME
+    } else {
+        0
+    };
+    plan.kernel_flags.iter().fold(atime, |f, k| {
         f | match k {
             KernelFlag::ReadOnly => libc::MS_RDONLY,
             KernelFlag::NoSuid => libc::MS_NOSUID,
@@ -66,6 +78,12 @@ fn flag_options(plan: &MountPlan) -> Vec<&'static str> {
     ]
     .into_iter()
     .chain(on(KernelFlag::DirSync).then_some("dirsync"))
+    .chain(Some(match plan.atime.mode {
+        AtimeMode::Strict => "strictatime",
+        AtimeMode::Relatime => "relatime",
+        AtimeMode::Noatime => "noatime",
+    }))
+    .chain(plan.atime.nodiratime.then_some("nodiratime"))
     .collect()
 }
 
@@ -251,12 +269,17 @@ mod tests {
 
     #[test]
     fn kernel_flags_both_ways() {
+        // Nothing moves atime on a read-only mount: its flags say noatime, nodiratime.
         let o = parse_options(&["ro,noexec,dev"], 8 << 30).unwrap();
         let p = MountPlan::new(&o, BackendKind::Mem, false);
+        let atime = libc::MS_NOATIME | libc::MS_NODIRATIME;
         assert_eq!(
             mount_flags(&p),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC | atime
         );
-        assert_eq!(flag_options(&p), ["ro", "nosuid", "dev", "noexec", "async"]);
+        assert_eq!(
+            flag_options(&p),
+            ["ro", "nosuid", "dev", "noexec", "async", "noatime", "nodiratime"]
+        );
     }
 }

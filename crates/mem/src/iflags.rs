@@ -32,6 +32,10 @@ pub const INHERITED: u32 = NODUMP | NOATIME;
 /// kernel's `I_LINKABLE`; not set with `O_EXCL`, cleared by the first link).
 pub const LINKABLE: u32 = 0x8000_0000;
 
+/// Internal, never reported: the inode's last name went while nobody had it open, and its
+/// data with it (see `MemFs::link_removed`); no open may reach it any more.
+pub const DATA_FREED: u32 = 0x4000_0000;
+
 impl Inode {
     /// The flags, `LINKABLE` included.
     pub fn iflags(&self) -> u32 {

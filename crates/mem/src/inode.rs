@@ -261,10 +261,36 @@ impl Inode {
             });
     }
 
-    /// One more open file.
-    pub fn inc_open(&self) {
+    /// One more open file, unless the file's data went with its last name
+    /// ([`crate::iflags::DATA_FREED`]): an open that raced the unlink and lost. Counted
+    /// before the flag is read, as the unlink sets the flag before it reads the count (both
+    /// sequentially consistent), so that of the two one sees the other.
+    pub fn open_if_reachable(&self) -> bool {
         // As many opens as fit in memory: far fewer than 2^32 file structures.
         self.opens.fetch_add(1, Ordering::SeqCst);
+        if self.flags.load(Ordering::SeqCst) & crate::iflags::DATA_FREED != 0 {
+            self.opens.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// With no name left: whether no open has the file either, in which case nothing can
+    /// reach its data again and [`crate::iflags::DATA_FREED`] is set (see
+    /// [`Inode::open_if_reachable`]); false where it was set already.
+    pub fn unreachable_after_unlink(&self) -> bool {
+        let before = self
+            .flags
+            .fetch_or(crate::iflags::DATA_FREED, Ordering::SeqCst);
+        if before & crate::iflags::DATA_FREED != 0 {
+            return false;
+        }
+        if self.opens.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        self.flags
+            .fetch_and(!crate::iflags::DATA_FREED, Ordering::SeqCst);
+        false
     }
 
     /// True when nothing can reach the inode any more: no name, no kernel reference, not

@@ -20,7 +20,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -146,6 +146,60 @@ impl BackingStore {
             next_name: AtomicU64::new(0),
             ballast: Mutex::new((ballast, 0)),
         })
+    }
+
+    /// Gives the private tmpfs new limits (0 = unlimited), as `mount -o remount,size=`
+    /// would: the kernel refuses them below what is in use. The mount is detached, which
+    /// only the new mount API reconfigures (`fspick` on its root, `fsconfig`).
+    pub fn resize(&self, size: u64, nr_inodes: u64) -> io::Result<()> {
+        // From include/uapi/linux/mount.h (not in the libc crate).
+        const FSPICK_CLOEXEC: libc::c_uint = 0x1;
+        const FSPICK_EMPTY_PATH: libc::c_uint = 0x8;
+        const FSCONFIG_SET_STRING: libc::c_uint = 1;
+        const FSCONFIG_CMD_RECONFIGURE: libc::c_uint = 7;
+        // SAFETY: `root` is open; the empty path is a NUL-terminated string.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_fspick,
+                self.root.as_raw_fd(),
+                c"".as_ptr(),
+                FSPICK_CLOEXEC | FSPICK_EMPTY_PATH,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by fspick and is owned by nothing else.
+        let fc = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        let set = |cmd: libc::c_uint, key: Option<&CString>, value: Option<&CString>| {
+            let ptr = |c: Option<&CString>| c.map_or(std::ptr::null(), |c| c.as_ptr());
+            // SAFETY: `fc` is an open filesystem context; key and value are NUL-terminated
+            // strings alive for the call, or null where the command takes none.
+            match unsafe {
+                libc::syscall(
+                    libc::SYS_fsconfig,
+                    fc.as_raw_fd(),
+                    cmd,
+                    ptr(key),
+                    ptr(value),
+                    0,
+                )
+            } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        };
+        let (size, nr_inodes) = (
+            cstr(size.to_string().as_bytes()),
+            cstr(nr_inodes.to_string().as_bytes()),
+        );
+        set(FSCONFIG_SET_STRING, Some(&cstr(b"size")), Some(&size))?;
+        set(
+            FSCONFIG_SET_STRING,
+            Some(&cstr(b"nr_inodes")),
+            Some(&nr_inodes),
+        )?;
+        set(FSCONFIG_CMD_RECONFIGURE, None, None)
     }
 
     /// A new, empty data file. With `to_open` the descriptor that created it stays held for

@@ -38,10 +38,10 @@ struct Reserve(AtomicU64);
 pub struct Limits {
     /// Bytes in use plus every shard's reserve.
     bytes: AtomicU64,
-    bytes_limit: u64,
+    bytes_limit: AtomicU64,
     reserves: [Reserve; SHARDS],
     inodes: AtomicU64,
-    inodes_limit: u64,
+    inodes_limit: AtomicU64,
     machine: Machine,
 }
 
@@ -81,10 +81,10 @@ impl Limits {
     pub fn with_machine(bytes_limit: u64, inodes_limit: u64, machine: Machine) -> Limits {
         Limits {
             bytes: AtomicU64::new(0),
-            bytes_limit,
+            bytes_limit: AtomicU64::new(bytes_limit),
             reserves: Default::default(),
             inodes: AtomicU64::new(0),
-            inodes_limit,
+            inodes_limit: AtomicU64::new(inodes_limit),
             machine,
         }
     }
@@ -107,21 +107,22 @@ impl Limits {
             return Ok(());
         }
         // Take a batch ahead only while there is room for every shard to do the same.
-        let roomy = self.bytes_limit == 0
-            || self.bytes.load(Ordering::Relaxed) + (SHARDS as u64 + 1) * BATCH <= self.bytes_limit;
+        let limit = self.bytes_limit();
+        let roomy =
+            limit == 0 || self.bytes.load(Ordering::Relaxed) + (SHARDS as u64 + 1) * BATCH <= limit;
         if roomy
             && self.machine.take(n + BATCH).is_ok()
-            && reserve(&self.bytes, self.bytes_limit, n + BATCH).is_ok()
+            && reserve(&self.bytes, limit, n + BATCH).is_ok()
         {
             mine.fetch_add(BATCH, Ordering::AcqRel);
             return Ok(());
         }
         self.machine.take(n)?;
-        if reserve(&self.bytes, self.bytes_limit, n).is_ok() {
+        if reserve(&self.bytes, limit, n).is_ok() {
             return Ok(());
         }
         self.return_reserves();
-        reserve(&self.bytes, self.bytes_limit, n)
+        reserve(&self.bytes, limit, n)
     }
 
     /// Gives every shard's reserve back to the global count.
@@ -154,7 +155,7 @@ impl Limits {
 
     /// Reserves one inode, or fails with `ENOSPC`.
     pub fn charge_inode(&self) -> Result<()> {
-        reserve(&self.inodes, self.inodes_limit, 1)
+        reserve(&self.inodes, self.inodes_limit(), 1)
     }
 
     /// Counts the root inode, which exists whatever the limit.
@@ -179,7 +180,7 @@ impl Limits {
 
     /// Byte limit (0 = unlimited).
     pub fn bytes_limit(&self) -> u64 {
-        self.bytes_limit
+        self.bytes_limit.load(Ordering::Relaxed)
     }
 
     /// Inodes in use.
@@ -189,7 +190,32 @@ impl Limits {
 
     /// Inode limit (0 = unlimited).
     pub fn inodes_limit(&self) -> u64 {
-        self.inodes_limit
+        self.inodes_limit.load(Ordering::Relaxed)
+    }
+
+    /// New limits for a live filesystem (0 = unlimited), refused, as tmpfs refuses them,
+    /// below what is in use; a charge racing with the change is checked against the old
+    /// limit or the new one.
+    pub fn set_limits(
+        &self,
+        bytes_limit: u64,
+        inodes_limit: u64,
+    ) -> std::result::Result<(), String> {
+        self.return_reserves();
+        let (bytes, inodes) = (self.bytes(), self.inodes());
+        if bytes_limit != 0 && bytes > bytes_limit {
+            return Err(format!(
+                "size={bytes_limit} is below the {bytes} bytes in use"
+            ));
+        }
+        if inodes_limit != 0 && inodes > inodes_limit {
+            return Err(format!(
+                "nr_inodes={inodes_limit} is below the {inodes} inodes in use"
+            ));
+        }
+        self.bytes_limit.store(bytes_limit, Ordering::Relaxed);
+        self.inodes_limit.store(inodes_limit, Ordering::Relaxed);
+        Ok(())
     }
 }
 

@@ -120,7 +120,16 @@ impl MemFs {
             return Err(e);
         }
         let (owner, mode) = Self::new_owner(caller, pinode, inherited.mode);
-        let inode = self.table.insert(mode, owner, spec.data, Timestamp::now());
+        // One reading for all four times, and none later than a time the kernel stamps on
+        // the file afterwards (it keeps a file's mtime itself under the writeback cache): a
+        // kernel-backed file's atime and mtime are its data file's, stamped when it was made,
+        // so that instant is its birth; anything else is born at the kernel's coarse clock.
+        let born = match &spec.data {
+            NodeData::File(RegularFile::Kernel(k)) => k.times().map(|[_, mtime, _]| mtime),
+            _ => None,
+        };
+        let born = born.unwrap_or_else(Timestamp::coarse_now);
+        let inode = self.table.insert(mode, owner, spec.data, born);
         inode.flags.store(flags, Ordering::Release);
         let mut x = inode.xattrs.lock();
         for (name, value) in &acls {
@@ -194,10 +203,17 @@ impl MemFs {
             return Err(Errno::ENAMETOOLONG);
         }
         let pinode = self.table.get(parent)?;
+        if name.as_bytes() == b"." {
+            // Any kind: the kernel finds a node it forgot by its id this way (a file handle),
+            // unless its data went with its last name.
+            return match pinode.iflags() & iflags::DATA_FREED {
+                0 => Ok(pinode),
+                _ => Err(Errno::ESTALE),
+            };
+        }
         let ino = {
             let dir = pinode.dir()?.read();
             match name.as_bytes() {
-                b"." => parent,
                 b".." => dir.parent,
                 _ => dir.get(name).ok_or(Errno::ENOENT)?.ino,
             }
@@ -211,8 +227,30 @@ impl MemFs {
     fn link_removed(&self, inode: &Inode) {
         if inode.drop_link() > 0 {
             self.limits.uncharge_inode();
+        } else {
+            self.free_if_unreachable(inode);
         }
         crate::reclaim::pages_freed(NAME_MEMORY);
+    }
+
+    /// A regular file with no name left and no open (after its last unlink, or its last
+    /// close) gives its data back at once, as on tmpfs, rather than when the kernel forgets
+    /// the inode: its FORGET comes later, and a `df` right after `rm` would still count it.
+    pub(crate) fn free_if_unreachable(&self, inode: &Inode) {
+        if inode.kind() != FileKind::Regular
+            || inode.nlink.load(Ordering::SeqCst) != 0
+            || !inode.unreachable_after_unlink()
+        {
+            return;
+        }
+        if let NodeData::File(f) = &inode.data {
+            let old = f.size();
+            // As an O_TRUNC open truncates: the charges go back, and a migration's pre-copy
+            // sends the change.
+            if f.truncate(&self.limits, 0).is_ok() {
+                self.data_changed(inode, 0, old);
+            }
+        }
     }
 
     /// Frees `inode` if nothing can reach it any more.

@@ -49,16 +49,22 @@ impl MemFs {
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
         inode.check_open(flags)?;
+        if !inode.open_if_reachable() {
+            // The file lost its last name before this open reached it.
+            return Err(Errno::ENOENT);
+        }
         // Linux truncates even for O_RDONLY|O_TRUNC (the kernel checked write permission).
         if flags & libc::O_TRUNC != 0 {
             let old = file.size();
-            file.truncate(&self.limits, 0)?;
+            if let Err(e) = file.truncate(&self.limits, 0) {
+                self.table.close(inode);
+                return Err(e);
+            }
             self.data_changed(inode, 0, old);
         }
         if let Some(k) = file.kernel() {
             k.open();
         }
-        inode.inc_open();
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let append_only = inode.iflags() & inode_flags::APPEND != 0;
         let marker = if append_only && writing {
@@ -473,6 +479,7 @@ impl Backend for MemFs {
             k.close();
         }
         self.table.close(&inode);
+        self.free_if_unreachable(&inode);
         self.evict_if_dead(&inode);
         Ok(())
     }
@@ -720,6 +727,26 @@ impl Backend for MemFs {
             unseen_writers: false,
             atime_elsewhere: false,
         }
+    }
+
+    fn set_limits(&self, size: u64, nr_inodes: u64) -> std::result::Result<(), String> {
+        let old = (self.limits.bytes_limit(), self.limits.inodes_limit());
+        self.limits.set_limits(size, nr_inodes)?;
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        // The private tmpfs also holds its root and the ballast (see `MemFs::new`).
+        let store_inodes = if nr_inodes == 0 { 0 } else { nr_inodes + 2 };
+        let used = store.usage().map_or(0, |(total, free)| total - free);
+        let resized = match size != 0 && size < used {
+            true => Err(format!("size={size} is below the {used} bytes the files use")),
+            false => store.resize(size, store_inodes).map_err(|e| {
+                format!("size={size},nr_inodes={nr_inodes}: the kernel refused them for the files' data ({e})")
+            }),
+        };
+        resized.inspect_err(|_| {
+            let _ = self.limits.set_limits(old.0, old.1);
+        })
     }
 
     fn get_flags(&self, ino: Ino) -> Result<u32> {

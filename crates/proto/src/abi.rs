@@ -72,6 +72,7 @@ pub mod notify {
 pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
+    pub const EXPORT_SUPPORT: u64 = 1 << 4;
     pub const BIG_WRITES: u64 = 1 << 5;
     pub const DONT_MASK: u64 = 1 << 6;
     pub const AUTO_INVAL_DATA: u64 = 1 << 12;

@@ -111,7 +111,12 @@ fn entry_out(e: &Entry) -> abi::fuse_entry_out {
     abi::fuse_entry_out {
         // A negative entry: nodeid 0 with a timeout.
         nodeid: e.attr.map_or(0, |a| a.ino),
-        generation: e.attr.map_or(0, |a| a.generation),
+        // The kernel made the root's inode with generation 0 and takes any other for a
+        // reused node id, which would make the root unusable (a lookup of `..` answers it).
+        generation: e.attr.map_or(0, |a| match a.ino {
+            memofs_core::ROOT_INO => 0,
+            _ => a.generation,
+        }),
         entry_valid,
         attr_valid,
         entry_valid_nsec,
@@ -153,7 +158,17 @@ fn sx_time(t: memofs_core::Timestamp) -> abi::fuse_sx_time {
 /// `STATX_BASIC_STATS | STATX_BTIME`: what a statx answer fills.
 const STATX_FILLED: u32 = 0x7ff | 0x800;
 
-fn statx_out(a: &Attr, ttl: Duration) -> abi::fuse_statx_out {
+/// The statx attributes an inode's flags tell: `STATX_ATTR_COMPRESSED`, `_IMMUTABLE`,
+/// `_APPEND` and `_NODUMP` have the bit values of `FS_COMPR_FL`, `FS_IMMUTABLE_FL`,
+/// `FS_APPEND_FL` and `FS_NODUMP_FL`. Linux copies neither field of a FUSE statx answer to
+/// the caller as of 7.3 (`fuse_statx_to_attr`, fs/fuse/dir.c); they are filled for a kernel
+/// that does.
+const STATX_ATTRS_FROM_FLAGS: u64 = (libc::STATX_ATTR_COMPRESSED
+    | libc::STATX_ATTR_IMMUTABLE
+    | libc::STATX_ATTR_APPEND
+    | libc::STATX_ATTR_NODUMP) as u64;
+
+fn statx_out(a: &Attr, iflags: Option<u32>, ttl: Duration) -> abi::fuse_statx_out {
     let (attr_valid, attr_valid_nsec) = split(ttl);
     let mut out = abi::fuse_statx_out::new_zeroed();
     out.attr_valid = attr_valid;
@@ -174,6 +189,10 @@ fn statx_out(a: &Attr, ttl: Duration) -> abi::fuse_statx_out {
     s.mtime = sx_time(a.mtime);
     s.rdev_major = libc::major(a.rdev as libc::dev_t);
     s.rdev_minor = libc::minor(a.rdev as libc::dev_t);
+    if let Some(flags) = iflags {
+        s.attributes = flags as u64 & STATX_ATTRS_FROM_FLAGS;
+        s.attributes_mask = STATX_ATTRS_FROM_FLAGS;
+    }
     out
 }
 
@@ -227,8 +246,8 @@ impl ReplyOut for Encoder<'_> {
         self.send(&[out.as_bytes()]);
     }
 
-    fn statx(&mut self, attr: &Attr, ttl: Duration) {
-        self.send(&[statx_out(attr, ttl).as_bytes()]);
+    fn statx(&mut self, attr: &Attr, iflags: Option<u32>, ttl: Duration) {
+        self.send(&[statx_out(attr, iflags, ttl).as_bytes()]);
     }
 
     fn opened(&mut self, o: &OpenOut) {
@@ -390,8 +409,25 @@ mod tests {
         let a = fuse_attr(&attr());
         assert_eq!((a.atime as i64, a.atimensec), (-1, 500_000_000));
         assert_eq!(a.mode, libc::S_IFREG | 0o644);
-        let s = statx_out(&attr(), Duration::ZERO);
+        let s = statx_out(&attr(), None, Duration::ZERO);
         assert_eq!((s.stat.btime.tv_sec, s.stat.btime.tv_nsec), (50, 3));
+        assert_eq!((s.stat.attributes, s.stat.attributes_mask), (0, 0));
+    }
+
+    #[test]
+    fn statx_attributes_from_inode_flags() {
+        // chattr +a +d +i (FS_APPEND_FL, FS_NODUMP_FL, FS_IMMUTABLE_FL), and FS_NOATIME_FL,
+        // which statx has no attribute for.
+        let flags: u32 = 0x20 | 0x40 | 0x10 | 0x80;
+        let s = statx_out(&attr(), Some(flags), Duration::ZERO);
+        let want = libc::STATX_ATTR_APPEND | libc::STATX_ATTR_NODUMP | libc::STATX_ATTR_IMMUTABLE;
+        assert_eq!(s.stat.attributes, want as u64);
+        assert_eq!(s.stat.attributes_mask & want as u64, want as u64);
+        assert_eq!(
+            s.stat.attributes_mask & 0x80,
+            0,
+            "no attribute stands for noatime"
+        );
     }
 
     #[test]

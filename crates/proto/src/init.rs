@@ -212,6 +212,9 @@ pub fn negotiate(i: &abi::fuse_init_in, plan: &MountPlan) -> Result<Negotiated, 
     if plan.announce_submounts {
         wanted |= init::SUBMOUNTS;
     }
+    if plan.exports_handles() {
+        wanted |= init::EXPORT_SUPPORT;
+    }
     if plan.security_label != Want::Off {
         wanted |= init::SECURITY_CTX;
     }

@@ -26,7 +26,7 @@
 //! Lock order: the map's lock, then the backend's (`with_backing_fd`, `keeps_backing`
 //! are called with the map locked: an open and a release of one inode never interleave).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use memofs_core::{Backend, Errno, Ino};
@@ -101,6 +101,11 @@ pub(crate) struct Backings {
     /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
     enabled: AtomicBool,
     map: Mutex<Map>,
+    /// Passthrough opens for writing, as (inode, handle). A write through a shared mapping of
+    /// one reaches the backing file and moves its times without the kernel dropping the
+    /// attributes it caches (a write(2) drops them, a mapped write does not), so their FLUSH
+    /// and RELEASE do.
+    writers: Mutex<HashSet<(Ino, u64)>>,
 }
 
 impl Backings {
@@ -214,6 +219,21 @@ impl Backings {
             };
             map.close_locked(kernel, oldest);
         }
+    }
+
+    /// `fh`, a passthrough open of `ino`, writes.
+    pub(crate) fn writer_opened(&self, ino: Ino, fh: u64) {
+        self.writers.lock().insert((ino, fh));
+    }
+
+    /// Whether `fh` is a passthrough open of `ino` that writes.
+    pub(crate) fn is_writer(&self, ino: Ino, fh: u64) -> bool {
+        self.writers.lock().contains(&(ino, fh))
+    }
+
+    /// `fh` of `ino` was released: whether it was a passthrough open that writes.
+    pub(crate) fn writer_released(&self, ino: Ino, fh: u64) -> bool {
+        self.writers.lock().remove(&(ino, fh))
     }
 
     /// The kernel forgot `ino` (after the backend's FORGET): an idle registration closes

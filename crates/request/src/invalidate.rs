@@ -447,6 +447,16 @@ impl NotifyInvalidator {
         );
     }
 
+    /// Drops the attributes the kernel caches for `ino` (not its pages) from the calling
+    /// thread, before its reply goes out; the kernel takes no lock a request holds for it.
+    pub fn attrs_now(&self, ino: Ino) {
+        count_sent(
+            &self.stats,
+            Event::InvalInode,
+            &self.kernel.inval_inode(ino, -1, 0),
+        );
+    }
+
     fn send(&self, r: Report) {
         let _ = self.queue.send(r);
     }

@@ -40,8 +40,9 @@ pub trait ReplyOut {
     fn entry(&mut self, e: &Entry);
     /// A GETATTR or SETATTR answer.
     fn attr(&mut self, attr: &Attr, ttl: Duration);
-    /// A STATX answer (with the birth time).
-    fn statx(&mut self, attr: &Attr, ttl: Duration);
+    /// A STATX answer (with the birth time), and the inode's flags (`FS_IOC_GETFLAGS`'s)
+    /// where it has them, for statx's attributes.
+    fn statx(&mut self, attr: &Attr, iflags: Option<u32>, ttl: Duration);
     /// An OPEN or OPENDIR answer.
     fn opened(&mut self, o: &OpenOut);
     /// A CREATE or TMPFILE answer.

@@ -270,9 +270,9 @@ impl ReplyOut for Counted<'_> {
         self.count();
         self.out.attr(attr, ttl)
     }
-    fn statx(&mut self, attr: &Attr, ttl: Duration) {
+    fn statx(&mut self, attr: &Attr, iflags: Option<u32>, ttl: Duration) {
         self.count();
-        self.out.statx(attr, ttl)
+        self.out.statx(attr, iflags, ttl)
     }
     fn opened(&mut self, o: &OpenOut) {
         self.count();

@@ -595,3 +595,45 @@ fn removed_directories_give_server_memory_back() {
         },
     );
 }
+
+/// Unlinking a file nobody has open gives its space back before `unlink(2)` returns, as on
+/// tmpfs (xfstests' generic/015 runs `df` right after `rm`), in both data modes; a file still
+/// open keeps its data for its descriptors.
+#[test]
+fn unlink_of_a_closed_file_frees_its_space_at_once() {
+    require_mount!();
+    const LEN: usize = 4 << 20;
+    for opts in [&["size=8m"][..], &["size=8m", "passthrough=off"]] {
+        let m = Mount::mem(opts);
+        let free = || {
+            let s = ok!(sys::statfs(m.path()));
+            s.f_bfree * s.f_bsize as u64
+        };
+        let write = |name: &str, seed: u64| {
+            let mut f = ok!(fs::File::create(m.join(name)));
+            ok!(std::io::Write::write_all(&mut f, &pattern(seed, LEN)));
+            ok!(f.sync_all());
+        };
+        let empty = free();
+        write("open", 1);
+        let held = ok!(fs::File::open(m.join("open")));
+        ok!(fs::remove_file(m.join("open")));
+        assert_bytes_eq(
+            &ok!(sys::pread_full(&held, 0, LEN)),
+            &pattern(1, LEN),
+            "an unlinked file still open keeps its data",
+        );
+        drop(held);
+        eventually("the last close frees it", Duration::from_secs(5), || {
+            (free() + (256 << 10) >= empty, free())
+        });
+        write("closed", 2);
+        assert!(free() + (3 << 20) < empty, "{opts:?}: the data was charged");
+        ok!(fs::remove_file(m.join("closed")));
+        let after = free();
+        assert!(
+            after + (256 << 10) >= empty,
+            "{opts:?}: {after} bytes free right after the unlink, {empty} before the write"
+        );
+    }
+}

@@ -123,3 +123,42 @@ fn private_mappings_copy_on_write() {
     assert_eq!(&got, b"shared");
     assert_eq!(&private.bytes()[..4], b"mine");
 }
+
+/// A write through a shared mapping moves the file's mtime and ctime, and `stat` after the
+/// writer is done shows them, although the kernel caches attributes for as long as the
+/// default `cache=always` allows (xfstests' generic/215). In both data modes: the kernel's
+/// own writes to a passthrough backing file tell the kernel nothing.
+#[test]
+fn mapped_writes_move_mtime_and_ctime_seen_by_stat() {
+    require_mount!();
+    use memofs_e2e::sys::{self, Ts};
+    use std::os::unix::fs::MetadataExt;
+    for opts in [&["size=16m"][..], &["size=16m", "passthrough=off"]] {
+        let m = Mount::mem(opts);
+        let path = m.join("mapped");
+        ok!(std::fs::write(&path, vec![0u8; PAGE]));
+        // An hour ago: any time the write sets is later, without waiting for the clock.
+        let past = Ts::At(sys::now().0 - 3600, 0);
+        ok!(sys::utimensat(&path, past, past, 0));
+        let before = ok!(std::fs::metadata(&path));
+        sys::wait_clock_past((before.ctime(), before.ctime_nsec()));
+        {
+            let f = rw(&m, "mapped");
+            let mut map = ok!(Map::shared(&f, 0, PAGE));
+            map.bytes()[0] = 1;
+        }
+        let after = ok!(std::fs::metadata(&path));
+        assert!(
+            after.mtime() > before.mtime(),
+            "{opts:?}: mtime stayed {}",
+            before.mtime()
+        );
+        assert!(
+            (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+            "{opts:?}: ctime stayed {}.{}",
+            before.ctime(),
+            before.ctime_nsec()
+        );
+        assert_eq!(ok!(std::fs::read(&path))[0], 1);
+    }
+}

@@ -145,3 +145,119 @@ fn helper_errors_are_usage_errors() {
         assert!(!is_mounted(&h.mnt));
     }
 }
+
+/// What mount(8) runs for `mount -o remount,EXTRA DIR` of a live mount: the helper with
+/// the mount's options as mountinfo shows them merged in (`ro,nosuid,relatime,remount,
+/// user_id=0,group_id=0,default_permissions,EXTRA`).
+fn remount(h: &Helper, source: &str, extra: &str) -> CliOutput {
+    let info = mountinfo_for(&h.mnt).expect("mounted");
+    let fs_opts: Vec<&str> = info
+        .super_options
+        .split(',')
+        .filter(|o| !matches!(*o, "ro" | "rw"))
+        .collect();
+    let opts = format!(
+        "{},remount,{},{extra}",
+        info.mount_options,
+        fs_opts.join(",")
+    );
+    h.run("mount.fuse.memofs", &[source, h.mnt(), "-o", &opts])
+}
+
+#[test]
+fn remount_changes_flags_and_limits_and_refuses_the_rest() {
+    require_mount!();
+    let h = Helper::new();
+    let src = "memofs:e2e-remount";
+    h.run("mount.memofs", &[src, h.mnt(), "-o", "size=8m,nosuid"])
+        .assert_success();
+    let info = mountinfo_for(&h.mnt).expect("mounted");
+    assert_eq!(info.source, src, "the mount table shows the SOURCE given");
+    let flags = |h: &Helper| mountinfo_for(&h.mnt).expect("mounted").mount_options;
+    ok!(fs::write(h.mnt.join("f"), b"before"));
+
+    remount(&h, src, "ro").assert_success();
+    assert!(flags(&h).starts_with("ro,"), "{}", flags(&h));
+    assert!(
+        flags(&h).contains("nosuid"),
+        "flags not named stay: {}",
+        flags(&h)
+    );
+    let e = fs::write(h.mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+
+    remount(&h, src, "rw,size=16m").assert_success();
+    let st = ok!(sys::statfs(&h.mnt));
+    assert_eq!(
+        st.f_blocks * st.f_bsize as u64,
+        16 << 20,
+        "size= changed live"
+    );
+    ok!(fs::write(h.mnt.join("g"), vec![1u8; 4 << 20]));
+
+    // Below what is in use, as tmpfs refuses it; the options a live server cannot take,
+    // each named; what the kernel's FUSE connection was made with.
+    for (extra, named) in [
+        ("size=1m", "size"),
+        ("noatime", "noatime"),
+        ("cache=never,mode=700", "mode=700"),
+        ("user_id=4242", "user_id=4242"),
+    ] {
+        let out = remount(&h, src, extra);
+        assert_eq!(out.code(), Some(2), "{}", out.describe(extra));
+        assert!(out.stderr.contains(named), "{}", out.describe(extra));
+    }
+    let st = ok!(sys::statfs(&h.mnt));
+    assert_eq!(
+        st.f_blocks * st.f_bsize as u64,
+        16 << 20,
+        "a refusal changes nothing"
+    );
+    assert_eq!(ok!(fs::read(h.mnt.join("f"))), b"before");
+    memofs(&["umount", h.mnt()]).assert_success();
+}
+
+/// mount(8)'s defaults: a helper mount covers what is mounted there (as every mount(8)
+/// mount does), and root's mount serves device nodes unless `nodev` says otherwise.
+#[test]
+fn helper_mounts_stack_and_serve_devices_to_root() {
+    require_mount!();
+    let h = Helper::new();
+    h.run("mount.memofs", &["memofs:below", h.mnt(), "-o", "size=4m"])
+        .assert_success();
+    ok!(fs::write(h.mnt.join("below"), b"x"));
+    h.run("mount.memofs", &["memofs:above", h.mnt(), "-o", "size=4m"])
+        .assert_success();
+    assert_eq!(
+        mountinfo_for(&h.mnt).expect("mounted").source,
+        "memofs:above"
+    );
+    assert!(
+        !h.mnt.join("below").exists(),
+        "the new mount covers the old"
+    );
+    if memofs_e2e::is_root() {
+        let null = h.mnt.join("null");
+        ok!(sys::mknod(&null, libc::S_IFCHR | 0o666, sys::makedev(1, 3)));
+        ok!(fs::write(&null, b"into /dev/null"));
+    }
+    memofs(&["umount", h.mnt()]).assert_success();
+    assert_eq!(
+        mountinfo_for(&h.mnt).expect("still mounted").source,
+        "memofs:below"
+    );
+    assert!(h.mnt.join("below").exists());
+    if memofs_e2e::is_root() {
+        h.run(
+            "mount.memofs",
+            &["memofs:nodev", h.mnt(), "-o", "size=4m,nodev"],
+        )
+        .assert_success();
+        let null = h.mnt.join("null");
+        ok!(sys::mknod(&null, libc::S_IFCHR | 0o666, sys::makedev(1, 3)));
+        let e = fs::write(&null, b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "nodev: {e}");
+        memofs(&["umount", h.mnt()]).assert_success();
+    }
+    memofs(&["umount", h.mnt()]).assert_success();
+}

@@ -87,3 +87,31 @@ fn times_reach_the_host_through_passthrough() {
         "the host file's atime"
     );
 }
+
+/// A new file's four times come from one clock reading: its birth time is no later than its
+/// atime, mtime and ctime (xfstests' generic/423), in both data modes (kernel-backed data
+/// takes atime and mtime from its data file, stamped by the kernel's coarser clock).
+#[test]
+fn birth_is_no_later_than_the_other_times() {
+    memofs_e2e::require_mount!();
+    for opts in [&["size=16m"][..], &["size=16m", "passthrough=off"]] {
+        let m = Mount::mem(opts);
+        for i in 0..50 {
+            let path = m.join(format!("f{i}"));
+            ok!(fs::write(&path, b"x"));
+            let born = ok!(sys::btime(&path)).expect("statx reports a birth time");
+            let st = ok!(fs::metadata(&path));
+            let born = (born.0, born.1 as i64);
+            for (what, t) in [
+                ("atime", (st.atime(), st.atime_nsec())),
+                ("mtime", (st.mtime(), st.mtime_nsec())),
+                ("ctime", (st.ctime(), st.ctime_nsec())),
+            ] {
+                assert!(
+                    born <= t,
+                    "{opts:?} f{i}: btime {born:?} after {what} {t:?}"
+                );
+            }
+        }
+    }
+}

@@ -217,6 +217,7 @@ fn serve<B: Backend + 'static>(
         usage: Box::new(move || backend.usage()),
         settings,
         send_ahead: send_ahead(&device),
+        remount: None,
     };
     // `memofs stats SOCKET` reaches the device through a control socket named after the
     // vhost-user socket file (none for an inherited --fd, which has no file to name).

@@ -172,8 +172,8 @@ pub struct MountOptions {
     pub gid: Option<u32>,
     /// Let other users access the mount.
     pub allow_other: bool,
-    /// The source name shown in `/proc/mounts`.
-    pub fsname: String,
+    /// The source name shown in `/proc/mounts`; `None`: the mount's SOURCE.
+    pub fsname: Option<String>,
     /// Kernel cache timeouts.
     pub cache: CachePolicy,
     /// Whether `cache=` or a timeout was given (else the backend may choose the preset).
@@ -467,6 +467,7 @@ mod tests {
             "mounting user",
             "mounting group",
             "CPUs (at least 2)",
+            "SOURCE",
         ];
         for d in option_docs() {
             let first = d.name.split([',', '|']).next().unwrap().trim();

@@ -85,7 +85,7 @@ impl Parsing {
                 uid: None,
                 gid: None,
                 allow_other: false,
-                fsname: DEFAULT_FSNAME.into(),
+                fsname: None,
                 cache: CachePolicy::default(),
                 cache_given: false,
                 atime: AtimePolicy {
@@ -134,9 +134,6 @@ impl Parsing {
         Ok(self.o)
     }
 }
-
-/// Default `fsname=`.
-const DEFAULT_FSNAME: &str = "memofs";
 
 /// One option's declaration.
 pub(super) struct Spec {
@@ -314,8 +311,8 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         virtio: |_| Some("a guest's mount table shows the tag as the source (QEMU's tag=, or --tag)"),
-        default: || DEFAULT_FSNAME.into(),
-        help: "source name shown in /proc/mounts",
+        default: || "SOURCE".into(),
+        help: "source name shown in /proc/mounts (default: the SOURCE given, the export's path, or memofs)",
         apply: |p, g| {
             let v = g.need()?;
             if v.is_empty()
@@ -326,7 +323,7 @@ pub(super) static OPTIONS: &[Spec] = &[
                     "fsname must be non-empty, without spaces or commas",
                 ));
             }
-            p.o.fsname = v.to_string();
+            p.o.fsname = Some(v.to_string());
             Ok(())
         },
     },
@@ -650,6 +647,21 @@ pub(super) static OPTIONS: &[Spec] = &[
                 p.o.kernel_flags.push(f);
             }
             Ok(())
+        },
+    },
+    Spec {
+        syntax: "remount",
+        names: &["remount"],
+        prefixes: &[],
+        scope: Scope::Any,
+        virtio: |_| Some("a guest remounts its own mount (mount -o remount TAG)"),
+        default: || "-".into(),
+        help: "change a live mount (mount -o remount,OPTS DIR): its kernel flags (ro, rw, nosuid, nodev, noexec, sync, dirsync), size= and nr_inodes=; any other option must keep its value",
+        apply: |_, g| {
+            Err(err(
+                g.text,
+                "remount changes a live memofs mount: mount -o remount,OPTS DIR",
+            ))
         },
     },
     Spec {

@@ -28,7 +28,11 @@ impl<B: Backend> Server<B> {
                 out.attr(&self.shown_attr(&a), self.attr_timeout(&a))
             }),
             Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
-                out.statx(&self.shown_attr(&a), self.attr_timeout(&a))
+                let iflags = match a.kind {
+                    FileKind::Regular | FileKind::Directory => b.get_flags(ino).ok(),
+                    _ => None,
+                };
+                out.statx(&self.shown_attr(&a), iflags, self.attr_timeout(&a))
             }),
             Op::Setattr {
                 ref set,

@@ -59,9 +59,17 @@ impl<B: Backend> Server<B> {
             Op::Flush { .. } if self.granted.writeback && self.plan.sole_writer => {
                 answer(out, Err(Errno::ENOSYS), |_, ()| {})
             }
-            Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),
+            Op::Flush { fh } => {
+                if self.backings.is_writer(ino, fh) {
+                    self.mapped_writes_seen(ino);
+                }
+                answer(out, b.flush(ino, fh), |out, ()| out.empty())
+            }
             Op::Release { fh } => {
                 self.running.released(ino, fh);
+                if self.backings.writer_released(ino, fh) {
+                    self.mapped_writes_seen(ino);
+                }
                 answer(out, self.release(ino, fh), |out, ()| out.empty())
             }
             Op::Opendir { flags } => self.opendir(caller, ino, flags, out),
@@ -104,9 +112,20 @@ impl<B: Backend> Server<B> {
             }
             Err(e) => {
                 // The kernel never sees this open: nothing may stay open for it.
+                self.backings.writer_released(ino, o.fh);
                 let _ = self.release(ino, o.fh);
                 out.error(e);
             }
+        }
+    }
+
+    /// The close (FLUSH) or last unmapping (RELEASE) of a passthrough open that writes: what
+    /// it wrote through a shared mapping moved the backing file's mtime and ctime, which the
+    /// kernel learns only at its next GETATTR, so the attributes it caches go now. The close
+    /// waits for its FLUSH, so a `stat` after it sees the new times.
+    fn mapped_writes_seen(&self, ino: Ino) {
+        if let Some(inv) = &self.invalidator {
+            inv.attrs_now(ino);
         }
     }
 
@@ -166,6 +185,11 @@ impl<B: Backend> Server<B> {
         let backing_id = backing_id.inspect_err(|_| {
             let _ = self.backend.release(ino, fh);
         })?;
+        // A writer through a backing file gets its FLUSH (see `mapped_writes_seen`).
+        let passthrough_writer = backing_id.is_some() && writing;
+        if passthrough_writer {
+            self.backings.writer_opened(ino, fh);
+        }
         let append_writer = opened.append_only && writing;
         let direct_io = backing_id.is_none()
             && (self.plan.direct_io == DirectIo::All || append_writer || direct);
@@ -175,7 +199,7 @@ impl<B: Backend> Server<B> {
             && self.keep(ino, false);
         Ok(OpenOut {
             fh,
-            noflush: !opened.flush,
+            noflush: !opened.flush && !passthrough_writer,
             direct_io,
             keep_cache,
             backing_id,

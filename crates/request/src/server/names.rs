@@ -1,6 +1,7 @@
 //! Names: looking them up, making, removing, renaming and linking them.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::{Attr, Backend, Caller, Errno, Ino, Result};
 
@@ -75,6 +76,11 @@ impl<B: Backend> Server<B> {
             Err(_) => Event::LookupMiss,
         });
         match r {
+            // `.` and `..` of a node id: the kernel finding a file by its handle. A node that
+            // is gone is a stale handle, never a name to remember as missing.
+            Err(Errno::ENOENT | Errno::ESTALE) if matches!(name.as_bytes(), b"." | b"..") => {
+                out.error(Errno::ESTALE)
+            }
             Err(Errno::ENOENT) => match self.plan.cache.negative() {
                 Some(neg) if self.backend.miss_may_be_kept(parent, name) => {
                     self.stats.event(Event::NegativeReply);

@@ -450,7 +450,7 @@ impl ReplyOut for Recorder {
     fn attr(&mut self, a: &Attr, ttl: Duration) {
         self.replies.push(Reply::Attr(*a, ttl));
     }
-    fn statx(&mut self, a: &Attr, ttl: Duration) {
+    fn statx(&mut self, a: &Attr, _iflags: Option<u32>, ttl: Duration) {
         self.replies.push(Reply::Attr(*a, ttl));
     }
     fn opened(&mut self, o: &OpenOut) {

@@ -1,0 +1,281 @@
+//! `mount -o remount,OPTS DIR` of a memofs mount. mount(8) runs the helper with `remount`
+//! among the options and the mount's current flags merged in (`ro,nosuid,relatime,remount,
+//! user_id=0,...`), so the options say the whole state wanted, not a change.
+//!
+//! What each kind of option does:
+//! - the kernel's flags (`ro`/`rw`, `nosuid`, `nodev`, `noexec`, `sync`, `dirsync`) change
+//!   the kernel's mount (`mount(2)` with `MS_REMOUNT`, which takes root);
+//! - the atime rule (`strictatime`, `relatime`, `noatime`, `nodiratime`) is the server's
+//!   (the kernel leaves atime to FUSE servers) and the mount's flags show it;
+//! - `size=` and `nr_inodes=` change on the live server (the mem backend's limits);
+//! - what the kernel shows of the FUSE connection (`user_id=`, `group_id=`,
+//!   `default_permissions`, `allow_other`, ...) and mount(8)'s own options must stay as
+//!   they are, as must every other option: each one that would change is refused by name.
+//!
+//! The server is asked first, so a refusal leaves the mount as it was.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use memofs_control::{RemountDoc, REMOUNT};
+use memofs_core::options::{parse_options, MountOptions};
+use memofs_core::Backend;
+
+use crate::cli::MountArgs;
+use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
+
+/// The kernel's flags a remount sets, with the `mount(2)` bit each sets (`clears`: the word
+/// clears it).
+const FLAGS: [(&str, libc::c_ulong, bool); 11] = [
+    ("ro", libc::MS_RDONLY, false),
+    ("rw", libc::MS_RDONLY, true),
+    ("nosuid", libc::MS_NOSUID, false),
+    ("suid", libc::MS_NOSUID, true),
+    ("nodev", libc::MS_NODEV, false),
+    ("dev", libc::MS_NODEV, true),
+    ("noexec", libc::MS_NOEXEC, false),
+    ("exec", libc::MS_NOEXEC, true),
+    ("sync", libc::MS_SYNCHRONOUS, false),
+    ("async", libc::MS_SYNCHRONOUS, true),
+    ("dirsync", libc::MS_DIRSYNC, false),
+];
+
+/// The atime words, as the kernel's mount flags show the server's rule.
+const ATIME: [(&str, libc::c_ulong); 4] = [
+    ("strictatime", libc::MS_STRICTATIME),
+    ("relatime", libc::MS_RELATIME),
+    ("noatime", libc::MS_NOATIME),
+    ("nodiratime", libc::MS_NODIRATIME),
+];
+
+/// What the kernel shows of a FUSE connection among the mount's options: fixed for its life.
+const CONNECTION: [&str; 6] = [
+    "user_id",
+    "group_id",
+    "default_permissions",
+    "allow_other",
+    "max_read",
+    "blksize",
+];
+
+/// Whether the options ask for a remount.
+pub fn asked(options: &[String]) -> bool {
+    words(options).any(|w| w == "remount")
+}
+
+fn words(options: &[String]) -> impl Iterator<Item = &str> {
+    options
+        .iter()
+        .flat_map(|l| l.split(','))
+        .filter(|w| !w.is_empty())
+}
+
+/// The kernel's flags after `words`, starting from `flags`.
+fn kernel_flags(mut flags: libc::c_ulong, words: &[&str]) -> libc::c_ulong {
+    const ATIME_MODES: libc::c_ulong = libc::MS_STRICTATIME | libc::MS_RELATIME | libc::MS_NOATIME;
+    for w in words {
+        if let Some((_, bit, clears)) = FLAGS.iter().find(|(n, ..)| n == w) {
+            flags = if *clears { flags & !bit } else { flags | bit };
+        } else if let Some((_, bit)) = ATIME.iter().find(|(n, _)| n == w) {
+            if *bit & ATIME_MODES != 0 {
+                flags &= !ATIME_MODES;
+            }
+            flags |= bit;
+        }
+    }
+    flags
+}
+
+/// `memofs mount -o remount,OPTS [SOURCE] DIR` (mount(8)'s helper call).
+pub fn main(args: &MountArgs) -> ExitCode {
+    let (_, dir) = args.source_and_mountpoint();
+    let path = match dir.canonicalize() {
+        Ok(p) => p,
+        Err(e) => return fail(EXIT_FAILURE, format!("{}: {e}", dir.display())),
+    };
+    let mount = memofs_core::mountinfo::mounts()
+        .ok()
+        .and_then(|all| all.into_iter().rev().find(|m| m.mount_point == path));
+    let mount = match mount {
+        Some(m) if m.fstype == format!("fuse.{}", memofs_fuse::mount::SUBTYPE) => m,
+        _ => {
+            return fail(
+                EXIT_FAILURE,
+                format!("remount: {} is not a memofs mount", path.display()),
+            )
+        }
+    };
+    let words: Vec<&str> = words(&args.options).collect();
+    let now = kernel_flags(0, &mount.options.split(',').collect::<Vec<_>>());
+    let wanted = kernel_flags(now, &words);
+    // The mount's flags show the server's atime rule, and mount(8) hands them back: they
+    // go to the server only where they would change it.
+    let atime_changes = (now ^ wanted) & ATIME.iter().fold(0, |m, (_, bit)| m | bit) != 0;
+    let mut server = Vec::new();
+    for w in &words {
+        let key = w.split('=').next().unwrap_or(w);
+        if CONNECTION.contains(&key) {
+            let shown = mount.super_options.split(',').any(|o| o == *w);
+            if !shown {
+                return fail(
+                    EXIT_USAGE,
+                    format!("remount: '{w}' cannot change on a live mount (it is set when the kernel's FUSE connection is made)"),
+                );
+            }
+        } else if ATIME.iter().any(|(n, _)| n == w) {
+            if atime_changes {
+                server.push(*w);
+            }
+        } else if *w != "remount" && !FLAGS.iter().any(|(n, ..)| n == w) {
+            server.push(*w);
+        }
+    }
+    if !server.is_empty() {
+        let command = format!("{REMOUNT} {}", server.join(","));
+        let answer = memofs_control::request(mount.dev, &path, &command)
+            .map_err(|e| format!("cannot reach the server of {}: {e}", path.display()))
+            .and_then(|a| match serde_json::from_str::<RemountDoc>(&a) {
+                Ok(_) => Ok(()),
+                Err(_) => {
+                    Err(serde_json::from_str::<memofs_control::ErrorDoc>(&a).map_or(a, |e| e.error))
+                }
+            });
+        if let Err(e) = answer {
+            return fail(EXIT_USAGE, format!("remount of {}: {e}", path.display()));
+        }
+    }
+    if wanted == now {
+        return ExitCode::SUCCESS;
+    }
+    match remount_kernel(&path, wanted) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(
+            EXIT_FAILURE,
+            format!(
+                "remount of {}: the kernel refused the mount's new flags: {e}",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// `mount(2)` with `MS_REMOUNT` and the whole set of flags wanted (those left out clear).
+fn remount_kernel(path: &Path, flags: libc::c_ulong) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `target` is a live NUL-terminated string; the other pointers may be null for
+    // a remount.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REMOUNT | flags,
+            std::ptr::null(),
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// The server's side of `remount`: the options the mount was made with, and those of each
+/// remount since, as one list (later ones win, as in a first mount).
+pub struct Live<B: Backend> {
+    backend: Arc<B>,
+    options: Mutex<Vec<String>>,
+    ram: u64,
+}
+
+impl<B: Backend> Live<B> {
+    pub fn new(backend: Arc<B>, options: Vec<String>, ram: u64) -> Live<B> {
+        Live {
+            backend,
+            options: Mutex::new(options),
+            ram,
+        }
+    }
+
+    fn parse(&self, lists: &[String]) -> Result<MountOptions, String> {
+        parse_options(lists, self.ram).map_err(|e| e.to_string())
+    }
+
+    /// Takes `opts` (comma-separated) if everything they change may change live: what
+    /// changed, as options.
+    pub fn remount(&self, opts: &str) -> Result<String, String> {
+        let mut current = self.options.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.parse(&current)?;
+        let mut lists = current.clone();
+        lists.push(opts.to_string());
+        let new = self.parse(&lists)?;
+        let refused: Vec<&str> = opts
+            .split(',')
+            .filter(|w| {
+                let mut one = current.clone();
+                one.push(w.to_string());
+                self.parse(&one).is_ok_and(|o| !same_but_live(&now, &o))
+            })
+            .collect();
+        if !refused.is_empty() {
+            return Err(format!(
+                "{} cannot change on a live mount (size=, nr_inodes= and the kernel's flags can): unmount and mount again",
+                refused.join(", ")
+            ));
+        }
+        let mut changed = Vec::new();
+        if (new.size, new.nr_inodes) != (now.size, now.nr_inodes) {
+            self.backend.set_limits(new.size, new.nr_inodes)?;
+            changed.push(format!("size={},nr_inodes={}", new.size, new.nr_inodes));
+        }
+        current.push(opts.to_string());
+        Ok(changed.join(","))
+    }
+}
+
+/// Whether `new` differs from `now` in nothing but what a remount changes live. An option
+/// given again with its value is no change.
+fn same_but_live(now: &MountOptions, new: &MountOptions) -> bool {
+    let mut probe = new.clone();
+    probe.size = now.size;
+    probe.nr_inodes = now.nr_inodes;
+    probe.kernel_flags = now.kernel_flags.clone();
+    probe.atime_given = now.atime_given;
+    probe.cache_given = now.cache_given;
+    &probe == now
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_the_whole_state_wanted() {
+        let now = kernel_flags(0, &["rw", "nosuid", "relatime"]);
+        assert_eq!(now, libc::MS_NOSUID | libc::MS_RELATIME);
+        let ro = kernel_flags(now, &["ro", "nosuid", "remount", "user_id=0"]);
+        assert_eq!(ro, libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_RELATIME);
+        let back = kernel_flags(ro, &["rw", "suid", "noatime"]);
+        assert_eq!(back, libc::MS_NOATIME);
+        assert_eq!(
+            kernel_flags(back, &["strictatime", "nodiratime"]),
+            libc::MS_STRICTATIME | libc::MS_NODIRATIME
+        );
+    }
+
+    #[test]
+    fn only_live_options_change() {
+        let o = |s: &str| parse_options(&["size=1g", s], 1 << 34).unwrap();
+        let now = o("");
+        assert!(same_but_live(&now, &o("size=2g,nr_inodes=10,ro,nosuid")));
+        assert!(
+            same_but_live(&now, &o("relatime")),
+            "the rule in force, said again"
+        );
+        assert!(!same_but_live(&now, &o("noatime")));
+        assert!(!same_but_live(&now, &o("cache=never")));
+        assert!(!same_but_live(&now, &o("mode=700")));
+    }
+}
