@@ -256,7 +256,8 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench run stat-missing loopdd lat-mmap --targets '$(URING_UNCACHED)' $(URING_PARAMS) --out $(REPORTS)/uring-uncached
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run stat-missing loopdd tree coherence --targets '$(PT_TARGETS)' --reps 3 --out $(REPORTS)/passthrough
-	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
+	bash scripts/xfstests/build.sh
+	PATH=$(CURDIR)/target/xfstests/src/ltp:$$PATH MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run memory --targets '$(MEM_TARGETS)' --reps 3 --out $(REPORTS)/memory
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run loopdd lat-mmap create --targets '$(ROOTLESS_TARGETS)' -p loopdd.size=512M -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3 --reps 3 --out $(REPORTS)/rootless
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --targets '$(ROOTLESS_REAL)' --out $(REPORTS)/rootless-real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run loopdd bigfile --targets '$(ROOTLESS_DIRECT)' -p loopdd.size=512M --reps 3 --out $(REPORTS)/rootless-direct

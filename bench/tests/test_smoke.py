@@ -51,10 +51,11 @@ def samples(doc, key):
     return [s for s in doc["samples"] if s["metric"] == key]
 
 
-# Parts whose tool scripts/setup.sh cannot install (it is built from a network checkout, which
-# a fresh machine cannot reach): missing there, they are reported as skipped, never as passed.
+# Parts whose tool is not on PATH unless installed by hand or put there by `make
+# bench-reports`: missing, they are reported as skipped, never as passed.
 NOT_INSTALLABLE = {("memory", "fsstress"): "xfstests' fsstress has no Debian package "
-                                           "(bench/fsstress-build.sh builds it from a checkout)"}
+                                           "(bench/fsstress-build.sh installs it from "
+                                           "third_party/xfstests)"}
 
 
 def missing_parts(doc, name):

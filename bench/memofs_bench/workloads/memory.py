@@ -4,7 +4,8 @@ and what data written sparsely costs against what was written: SPARSE_PERCENT of
 pages of a SPARSE_SIZE file written at random offsets (a database-like file), and SMALL_FILES
 files of a few KiB each (a source tree); and what xfstests' fsstress leaves (FSSTRESS_OPS
 operations in 4 processes, seed 1234: files of every size, holes, links, xattrs), when fsstress
-is installed (bench/fsstress-build.sh builds it; without it the part is noted as skipped).
+is on PATH (`make bench-reports` puts the one scripts/xfstests/build.sh builds there,
+bench/fsstress-build.sh installs it; without it the part is noted as skipped).
 
 Server RSS is summed over the processes serving the mount (none for kernel tmpfs); Shmem is
 the system-wide /proc/meminfo figure, so run nothing else meanwhile. The sparse and small-file

@@ -34,7 +34,8 @@ pub fn main(args: &MountArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(EXIT_USAGE, e),
     };
-    let (source, mountpoint) = args.source_and_mountpoint();
+    let (given, mountpoint) = args.source_and_mountpoint();
+    let source = opts.source.as_deref().or(given);
     if let Some(msg) = backends::foreign_option(&args.options, source.is_some()) {
         return fail(EXIT_USAGE, msg);
     }
@@ -74,7 +75,8 @@ pub fn main(args: &MountArgs) -> ExitCode {
     };
     let mut plan = MountPlan::new(&opts, kind, privileged);
     if opts.fsname.is_none() {
-        plan.fsname = shown_source(args, export.as_deref());
+        let export = export.as_deref().filter(|_| opts.source.is_none());
+        plan.fsname = shown_source(args, export);
     }
     let built = match source {
         Some(src) => {
@@ -92,9 +94,10 @@ pub fn main(args: &MountArgs) -> ExitCode {
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
 }
 
-/// What the mount table shows as the source without `fsname=`: the export's path, or the
-/// in-memory SOURCE as given (`memofs`, `none`, `memofs:NAME`), as kernel filesystems show
-/// theirs; `memofs` where that cannot be an option's value.
+/// What the mount table shows as the source without `fsname=`: the export's path (`export`,
+/// `None` where `source=` gave it), or the SOURCE argument as given (`memofs`, `none`,
+/// `memofs:NAME`, the name of a `source=` export), as kernel filesystems show theirs;
+/// `memofs` where that cannot be an option's value.
 fn shown_source(args: &MountArgs, export: Option<&Path>) -> String {
     let given = match (export, args.paths.as_slice()) {
         (Some(path), _) => path.to_string_lossy().into_owned(),

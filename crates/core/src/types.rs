@@ -144,6 +144,29 @@ impl Caller {
         gid: 0,
         pid: 0,
     };
+
+    /// Whether the caller counts as a member of group `gid` where Linux asks
+    /// `in_group_or_capable` (keeping the set-group-id bit: `posix_acl_update_mode`,
+    /// `setattr_should_drop_sgid`): root (taken as holding `CAP_FSETID`), the caller's own
+    /// group, or one of the supplementary groups the kernel lists for the calling thread.
+    /// FUSE does not send supplementary groups, so they are read from `/proc/<pid>/status`;
+    /// a caller whose process cannot be read there (pid 0, from another pid namespace)
+    /// counts as no member, as the kernel's default is to clear.
+    pub fn in_group(&self, gid: u32) -> bool {
+        if self.uid == 0 || self.gid == gid {
+            return true;
+        }
+        if self.pid == 0 {
+            return false;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
+    }
 }
 
 /// A time to set with `utimensat`.

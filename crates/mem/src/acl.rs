@@ -279,28 +279,6 @@ pub fn inherit(parent_default: Option<&[u8]>, mode: u32, umask: u32) -> Result<I
     })
 }
 
-/// Whether `caller` counts as a member of group `gid` for `posix_acl_update_mode` (which
-/// clears the set-group-id bit when an access ACL is set by someone else): root (taken as
-/// holding `CAP_FSETID`), the caller's own group, or one of the supplementary groups the
-/// kernel lists for the calling thread. FUSE does not send supplementary groups, so they
-/// are read from `/proc/<pid>/status`; a caller whose process cannot be read there (pid 0,
-/// from another pid namespace) counts as no member, as the kernel's default is to clear.
-pub fn caller_in_group(caller: &memofs_core::Caller, gid: u32) -> bool {
-    if caller.uid == 0 || caller.gid == gid {
-        return true;
-    }
-    if caller.pid == 0 {
-        return false;
-    }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", caller.pid)) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .is_some_and(|groups| groups.split_whitespace().any(|g| g.parse() == Ok(gid)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

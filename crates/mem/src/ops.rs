@@ -112,7 +112,7 @@ impl MemFs {
         inode.check_changeable()?;
         let in_group = ty == AclType::Default || {
             let gid = inode.meta.lock().gid;
-            acl::caller_in_group(caller, gid)
+            caller.in_group(gid)
         };
         let mut meta = inode.meta.lock();
         let mut mode = meta.mode;

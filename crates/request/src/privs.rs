@@ -20,11 +20,13 @@ pub fn privileged(caller: &Caller) -> bool {
     caller.uid == 0
 }
 
-/// The mode a write or truncate leaves: setuid cleared, and setgid when group-executable
-/// (setgid without group execute marks mandatory locking, which a write keeps).
-pub fn killed_mode(mode: u32) -> u32 {
+/// The mode a write, truncate or fallocate by a caller without `CAP_FSETID` leaves, by
+/// Linux's `setattr_should_drop_suidgid`: setuid cleared; setgid cleared where the file is
+/// group-executable, or where the caller is not in the file's group (`in_group`, asked only
+/// when it decides).
+pub fn killed_mode(mode: u32, in_group: impl FnOnce() -> bool) -> u32 {
     let mut new = mode & !libc::S_ISUID;
-    if mode & libc::S_IXGRP != 0 {
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group()) {
         new &= !libc::S_ISGID;
     }
     new
@@ -57,7 +59,7 @@ pub fn kill_privs<B: Backend>(
 ) -> Result<bool> {
     let ino = attr.ino;
     let mode = attr.perm as u32;
-    let new = killed_mode(mode);
+    let new = killed_mode(mode, || caller.in_group(attr.gid));
     let mut changed = false;
     if new != mode {
         let set = SetAttr {
@@ -88,9 +90,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn setgid_goes_only_with_group_execute() {
-        assert_eq!(killed_mode(0o6755), 0o0755);
-        assert_eq!(killed_mode(0o6745), 0o2745);
-        assert_eq!(killed_mode(0o0644), 0o0644);
+    fn setgid_goes_with_group_execute_or_for_others() {
+        let member = || true;
+        let other = || false;
+        assert_eq!(killed_mode(0o6755, member), 0o0755);
+        assert_eq!(killed_mode(0o6745, member), 0o2745);
+        assert_eq!(killed_mode(0o6745, other), 0o0745);
+        assert_eq!(killed_mode(0o0644, other), 0o0644);
     }
 }

@@ -174,6 +174,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// The source name shown in `/proc/mounts`; `None`: the mount's SOURCE.
     pub fsname: Option<String>,
+    /// The directory to export (`source=`, as libfuse's passthrough examples take it); the
+    /// SOURCE argument then only names the mount.
+    pub source: Option<std::path::PathBuf>,
     /// Kernel cache timeouts.
     pub cache: CachePolicy,
     /// Whether `cache=` or a timeout was given (else the backend may choose the preset).

@@ -86,6 +86,7 @@ impl Parsing {
                 gid: None,
                 allow_other: false,
                 fsname: None,
+                source: None,
                 cache: CachePolicy::default(),
                 cache_given: false,
                 atime: AtimePolicy {
@@ -324,6 +325,23 @@ pub(super) static OPTIONS: &[Spec] = &[
                 ));
             }
             p.o.fsname = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Spec {
+        syntax: "source=DIR",
+        names: &["source"],
+        prefixes: &[],
+        scope: Scope::Any,
+        virtio: |_| Some("the shared directory is --shared-dir"),
+        default: || "-".into(),
+        help: "export DIR (passthrough backend); the SOURCE argument then only names the mount, as for libfuse's passthrough servers",
+        apply: |p, g| {
+            let v = g.need()?;
+            if v.is_empty() {
+                return Err(err(g.text, "source= needs a directory"));
+            }
+            p.o.source = Some(v.into());
             Ok(())
         },
     },

@@ -80,11 +80,14 @@ impl<B: Backend> Server<B> {
                 cmd: crate::ioctl::CONTROL_ADDRESS,
                 ..
             } => answer(out, self.control_address(caller), |out, a| out.ioctl(0, &a)),
-            Op::Ioctl { cmd, input, .. } => answer(
-                out,
-                crate::ioctl::ioctl(b, caller, ino, cmd, input),
-                |out, v| out.ioctl(0, &v),
-            ),
+            Op::Ioctl { cmd, input, .. } => {
+                let r = crate::ioctl::ioctl(b, caller, ino, cmd, input);
+                if r.is_ok() && crate::ioctl::modifies(cmd) {
+                    // chattr moved ctime, which nothing the kernel does on an ioctl tells it.
+                    self.attrs_changed(ino);
+                }
+                answer(out, r, |out, v| out.ioctl(0, &v))
+            }
             Op::Fallocate {
                 fh,
                 offset,

@@ -61,14 +61,14 @@ impl<B: Backend> Server<B> {
             }
             Op::Flush { fh } => {
                 if self.backings.is_writer(ino, fh) {
-                    self.mapped_writes_seen(ino);
+                    self.attrs_changed(ino);
                 }
                 answer(out, b.flush(ino, fh), |out, ()| out.empty())
             }
             Op::Release { fh } => {
                 self.running.released(ino, fh);
                 if self.backings.writer_released(ino, fh) {
-                    self.mapped_writes_seen(ino);
+                    self.attrs_changed(ino);
                 }
                 answer(out, self.release(ino, fh), |out, ()| out.empty())
             }
@@ -119,11 +119,12 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    /// The close (FLUSH) or last unmapping (RELEASE) of a passthrough open that writes: what
-    /// it wrote through a shared mapping moved the backing file's mtime and ctime, which the
-    /// kernel learns only at its next GETATTR, so the attributes it caches go now. The close
-    /// waits for its FLUSH, so a `stat` after it sees the new times.
-    fn mapped_writes_seen(&self, ino: Ino) {
+    /// `ino`'s attributes changed in a way the kernel does not learn from the request: the
+    /// attributes it caches go now, before the reply. The close (FLUSH) or last unmapping
+    /// (RELEASE) of a passthrough open that writes: what it wrote through a shared mapping
+    /// moved the backing file's mtime and ctime (the close waits for its FLUSH, so a `stat`
+    /// after it sees the new times); an ioctl that set inode flags moved ctime.
+    pub(super) fn attrs_changed(&self, ino: Ino) {
         if let Some(inv) = &self.invalidator {
             inv.attrs_now(ino);
         }
@@ -185,7 +186,7 @@ impl<B: Backend> Server<B> {
         let backing_id = backing_id.inspect_err(|_| {
             let _ = self.backend.release(ino, fh);
         })?;
-        // A writer through a backing file gets its FLUSH (see `mapped_writes_seen`).
+        // A writer through a backing file gets its FLUSH (see `attrs_changed`).
         let passthrough_writer = backing_id.is_some() && writing;
         if passthrough_writer {
             self.backings.writer_opened(ino, fh);
