@@ -21,12 +21,13 @@ pkgs=(fuse3 gcc libc6-dev make)
 # podman, runc, uidmap: the rootless-container test (with the user made below);
 # procps: pgrep and pkill, which tests use to find and end what they started;
 # fio: the benchmark's guest-fio workload copies it, with its libraries, into the guest;
-# xfslibs-dev ... psmisc: what xfstests' README lists for building and running it
-# (scripts/xfstests/build.sh; fsstress and fsx come from the same build).
+# xfslibs-dev ... psmisc: what xfstests' README lists for building and running it, and
+# patch for this project's changes to it (scripts/xfstests/build.sh, which also needs
+# pkg-config and xz-utils from above; fsstress and fsx come from the same build).
 [ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
     podman runc uidmap procps fio \
-    xfslibs-dev uuid-dev libtool-bin automake quota libaio-dev xfsprogs libgdbm-dev gawk uuid-runtime libcap-dev bc psmisc)
+    xfslibs-dev uuid-dev libtool-bin automake quota libaio-dev xfsprogs libgdbm-dev gawk uuid-runtime libcap-dev bc psmisc patch)
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done

@@ -54,7 +54,10 @@ mkdir -p "$work/test" "$work/scratch" "$results"
 chmod 755 "$work"
 
 # The mount(8) helper the suite's `mount -t fuse.NAME` runs, kept aside if one is there.
+# One run at a time uses a helper name (a second waits here until the first is done).
 install_helper() {
+    exec 8>"/run/lock/memofs-xfstests-$1.lock"
+    flock 8
     helper=/sbin/mount.fuse.$1
     if [ -e "$helper" ] || [ -L "$helper" ]; then
         helper_was="$work/helper-was"
@@ -118,7 +121,8 @@ passthrough_ll)
     # As the suite's README.fuse: the device name becomes the mount's fsname.
     install_helper passthrough_ll <<EOF
 #!/bin/sh
-ulimit -n 1048576
+# As many descriptors as allowed (README.fuse asks for 1048576, which takes CAP_SYS_RESOURCE).
+ulimit -n 1048576 2>/dev/null || ulimit -n "\$(ulimit -Hn)"
 exec $ll -ofsname="\$@"
 EOF
     cat >>"$cfg" <<EOF

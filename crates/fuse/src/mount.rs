@@ -279,7 +279,15 @@ mod tests {
         );
         assert_eq!(
             flag_options(&p),
-            ["ro", "nosuid", "dev", "noexec", "async", "noatime", "nodiratime"]
+            [
+                "ro",
+                "nosuid",
+                "dev",
+                "noexec",
+                "async",
+                "noatime",
+                "nodiratime"
+            ]
         );
     }
 }

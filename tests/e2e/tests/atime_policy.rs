@@ -120,3 +120,31 @@ fn unlinked_open_files_never_update_atime() {
         "an unlinked file's atime changed on read"
     );
 }
+
+/// An export under `noatime` moves no host file's atime, whether a file is read or mapped
+/// (the kernel's passthrough would read the host file with the opener's flags, which carry
+/// no `O_NOATIME`; such a mount serves its files through the server instead).
+#[test]
+fn noatime_export_leaves_host_atime_alone() {
+    require_mount!();
+    if !memofs_e2e::is_root() {
+        memofs_e2e::skip!(Root, "the export's host tmpfs needs root");
+    }
+    let (host, m) = memofs_e2e::checks::export_tmpfs("export", &["size=16m"], &["noatime"]);
+    let on_host = host.join("export/f");
+    ok!(fs::write(&on_host, b"read me"));
+    // An atime older than mtime: the host's relatime would move it at the next read.
+    ok!(utimensat(
+        &on_host,
+        Ts::At(now_s() - 7200, 0),
+        Ts::At(now_s() - 3600, 0),
+        0
+    ));
+    let before = atime(&on_host);
+    read_through(&m.join("f"));
+    let f = ok!(fs::File::open(m.join("f")));
+    let map = ok!(memofs_e2e::map::Map::private(&f, 0, 4096));
+    drop(map);
+    drop(f);
+    assert_eq!(atime(&on_host), before, "the host file's atime moved");
+}

@@ -140,7 +140,13 @@ fn stat_times(p: &std::path::Path) -> ((i64, u32), (i64, u32)) {
             st.as_mut_ptr(),
         )
     };
-    assert_eq!(r, 0, "statx {}: {}", p.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "statx {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
     // SAFETY: statx succeeded and filled `st`.
     let st = unsafe { st.assume_init() };
     let t = |t: libc::statx_timestamp| (t.tv_sec, t.tv_nsec);

@@ -128,7 +128,10 @@ fn mount_fuse3_form_mounts_both_backends() {
     // (umount(8) finds it by that name).
     let source = format!("source={},allow_other", src.display());
     memofs(&["e2e-named-export", h.mnt(), "-o", &source]).assert_success();
-    assert_eq!(mountinfo_for(&h.mnt).expect("mounted").source, "e2e-named-export");
+    assert_eq!(
+        mountinfo_for(&h.mnt).expect("mounted").source,
+        "e2e-named-export"
+    );
     assert_eq!(ok!(fs::read(h.mnt.join("exported"))), b"x");
     memofs(&["umount", h.mnt()]).assert_success();
 }

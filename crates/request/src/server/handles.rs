@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use memofs_core::cache::DIRECT_READ_SIZE;
 use memofs_core::options::DirectIo;
+use memofs_core::plan::BackendKind;
 use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Invalidator, Result};
 
 use super::{answer, Server};
@@ -175,7 +176,7 @@ impl<B: Backend> Server<B> {
     ) -> Result<OpenOut> {
         let fh = opened.fh;
         let backing_id = match self.kernel.as_deref() {
-            Some(_) if opened.append_only => Ok(None),
+            Some(_) if opened.append_only || self.backing_moves_atime() => Ok(None),
             Some(k) => {
                 let writes = self.backing_writes(caller);
                 self.backings
@@ -206,6 +207,15 @@ impl<B: Backend> Server<B> {
             backing_id,
             ..OpenOut::default()
         })
+    }
+
+    /// Whether a backing file would move atime that the mount's rule keeps still: the kernel
+    /// opens an export's backing file with the opener's flags, not the server's `O_NOATIME`,
+    /// and its reads and mappings then touch the host file's atime by the host mount's rules.
+    /// Under `noatime` an export's files are served through the server instead. (The mem
+    /// backend's private tmpfs is mounted with the mount's rule.)
+    fn backing_moves_atime(&self) -> bool {
+        self.plan.backend == BackendKind::Passthrough && self.plan.atime.never(false)
     }
 
     /// `direct_io=large`: whether an OPEN with `flags` of `ino` bypasses the page cache. Only
