@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 
+use memofs_core::plan::BackendKind;
 use memofs_core::{Attr, Backend, Caller, Errno, FileKind, Ino, Result, SetAttr, TimeSet};
 
 use super::{answer, Server};
@@ -28,8 +29,15 @@ impl<B: Backend> Server<B> {
                 out.attr(&self.shown_attr(&a), self.attr_timeout(&a))
             }),
             Op::Statx { .. } => answer(out, b.getattr(ino), |out, a| {
+                // The mem backend keeps the flags with the inode; an export would open the
+                // host file to ask, for attributes Linux does not pass on yet (see
+                // `memofs_proto::encode`).
                 let iflags = match a.kind {
-                    FileKind::Regular | FileKind::Directory => b.get_flags(ino).ok(),
+                    FileKind::Regular | FileKind::Directory
+                        if self.plan.backend == BackendKind::Mem =>
+                    {
+                        b.get_flags(ino).ok()
+                    }
                     _ => None,
                 };
                 out.statx(&self.shown_attr(&a), iflags, self.attr_timeout(&a))
