@@ -27,7 +27,7 @@
 //! are called with the map locked: an open and a release of one inode never interleave).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use memofs_core::{Backend, Errno, Ino};
 use parking_lot::Mutex;
@@ -103,9 +103,11 @@ pub(crate) struct Backings {
     map: Mutex<Map>,
     /// Passthrough opens for writing, as (inode, handle). A write through a shared mapping of
     /// one reaches the backing file and moves its times without the kernel dropping the
-    /// attributes it caches (a write(2) drops them, a mapped write does not), so their FLUSH
-    /// and RELEASE do.
+    /// attributes it caches (a write(2) drops them, a mapped write does not), so while one
+    /// is open the inode's attributes are given with no validity (see `Server::entry`).
     writers: Mutex<HashSet<(Ino, u64)>>,
+    /// How many there are: the common case, none, is one load.
+    writer_count: AtomicUsize,
 }
 
 impl Backings {
@@ -223,17 +225,24 @@ impl Backings {
 
     /// `fh`, a passthrough open of `ino`, writes.
     pub(crate) fn writer_opened(&self, ino: Ino, fh: u64) {
-        self.writers.lock().insert((ino, fh));
+        if self.writers.lock().insert((ino, fh)) {
+            self.writer_count.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
-    /// Whether `fh` is a passthrough open of `ino` that writes.
-    pub(crate) fn is_writer(&self, ino: Ino, fh: u64) -> bool {
-        self.writers.lock().contains(&(ino, fh))
+    /// Whether a passthrough open of `ino` writes (and may write through a mapping).
+    pub(crate) fn has_writer(&self, ino: Ino) -> bool {
+        self.writer_count.load(Ordering::Acquire) != 0
+            && self.writers.lock().iter().any(|(i, _)| *i == ino)
     }
 
     /// `fh` of `ino` was released: whether it was a passthrough open that writes.
     pub(crate) fn writer_released(&self, ino: Ino, fh: u64) -> bool {
-        self.writers.lock().remove(&(ino, fh))
+        let was = self.writers.lock().remove(&(ino, fh));
+        if was {
+            self.writer_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        was
     }
 
     /// The kernel forgot `ino` (after the backend's FORGET): an idle registration closes

@@ -174,6 +174,12 @@ fn mapped_writes_move_mtime_and_ctime_seen_by_stat() {
             let f = rw(&m, "mapped");
             let mut map = ok!(Map::shared(&f, 0, PAGE));
             map.bytes()[0] = 1;
+            // While the mapping lives, as on tmpfs.
+            let (mtime1, _) = stat_times(&path);
+            assert!(
+                mtime1 > mtime,
+                "{opts:?}: mtime stayed {mtime:?} while mapped"
+            );
         }
         let (mtime2, ctime2) = stat_times(&path);
         assert!(mtime2 > mtime, "{opts:?}: mtime stayed {mtime:?}");

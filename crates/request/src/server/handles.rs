@@ -60,12 +60,7 @@ impl<B: Backend> Server<B> {
             Op::Flush { .. } if self.granted.writeback && self.plan.sole_writer => {
                 answer(out, Err(Errno::ENOSYS), |_, ()| {})
             }
-            Op::Flush { fh } => {
-                if self.backings.is_writer(ino, fh) {
-                    self.attrs_changed(ino);
-                }
-                answer(out, b.flush(ino, fh), |out, ()| out.empty())
-            }
+            Op::Flush { fh } => answer(out, b.flush(ino, fh), |out, ()| out.empty()),
             Op::Release { fh } => {
                 self.running.released(ino, fh);
                 if self.backings.writer_released(ino, fh) {
@@ -120,11 +115,12 @@ impl<B: Backend> Server<B> {
         }
     }
 
-    /// `ino`'s attributes changed in a way the kernel does not learn from the request: the
-    /// attributes it caches go now, before the reply. The close (FLUSH) or last unmapping
-    /// (RELEASE) of a passthrough open that writes: what it wrote through a shared mapping
-    /// moved the backing file's mtime and ctime (the close waits for its FLUSH, so a `stat`
-    /// after it sees the new times); an ioctl that set inode flags moved ctime.
+    /// `ino`'s attributes changed, or may change, in a way the kernel does not learn from the
+    /// request: the attributes it caches go now, before the reply. A passthrough open that
+    /// writes, at its OPEN and its RELEASE: what it writes through a shared mapping moves the
+    /// backing file's mtime and ctime, and attributes given meanwhile have no validity (see
+    /// `Server::entry`), so a `stat` during or after it asks afresh; an ioctl that set inode
+    /// flags moved ctime.
     pub(super) fn attrs_changed(&self, ino: Ino) {
         if let Some(inv) = &self.invalidator {
             inv.attrs_now(ino);
@@ -187,10 +183,10 @@ impl<B: Backend> Server<B> {
         let backing_id = backing_id.inspect_err(|_| {
             let _ = self.backend.release(ino, fh);
         })?;
-        // A writer through a backing file gets its FLUSH (see `attrs_changed`).
-        let passthrough_writer = backing_id.is_some() && writing;
-        if passthrough_writer {
+        // See `attrs_changed`.
+        if backing_id.is_some() && writing {
             self.backings.writer_opened(ino, fh);
+            self.attrs_changed(ino);
         }
         let append_writer = opened.append_only && writing;
         let direct_io = backing_id.is_none()
@@ -201,7 +197,7 @@ impl<B: Backend> Server<B> {
             && self.keep(ino, false);
         Ok(OpenOut {
             fh,
-            noflush: !opened.flush && !passthrough_writer,
+            noflush: !opened.flush,
             direct_io,
             keep_cache,
             backing_id,

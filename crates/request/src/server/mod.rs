@@ -244,7 +244,7 @@ impl<B: Backend> Server<B> {
     /// [`Server::entry`] for a reply that may yet not carry it (a READDIRPLUS entry that
     /// may not fit): the caller tells the backend once it does.
     fn entry_unsent(&self, attr: Attr) -> Entry {
-        let unseen = self.backend.attr_unseen_changes(&attr);
+        let unseen = self.unseen_changes(&attr);
         let mut e = self.plan.cache.entry(attr, unseen);
         e.attr = e.attr.map(|a| self.shown_attr(&a));
         e
@@ -253,8 +253,14 @@ impl<B: Backend> Server<B> {
     /// How long the kernel may keep `attr` (which a reply is about to give it).
     fn attr_timeout(&self, attr: &Attr) -> Duration {
         self.backend.attr_sent(attr);
-        let unseen = self.backend.attr_unseen_changes(attr);
+        let unseen = self.unseen_changes(attr);
         self.plan.cache.attr_timeout_for(attr, unseen)
+    }
+
+    /// Whether `attr` may change without the kernel hearing of it: the backend says so, or
+    /// a passthrough open writes the file (through a mapping, the kernel learns nothing).
+    fn unseen_changes(&self, attr: &Attr) -> bool {
+        self.backend.attr_unseen_changes(attr) || self.backings.has_writer(attr.ino)
     }
 
     fn entry_reply(&self, out: &mut dyn ReplyOut, r: Result<Attr>) {
