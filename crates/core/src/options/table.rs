@@ -334,7 +334,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         prefixes: &[],
         scope: Scope::Any,
         virtio: |_| Some("the shared directory is --shared-dir"),
-        default: || "-".into(),
+        default: || "SOURCE".into(),
         help: "export DIR (passthrough backend); the SOURCE argument then only names the mount, as for libfuse's passthrough servers",
         apply: |p, g| {
             let v = g.need()?;
