@@ -101,13 +101,20 @@ pub(crate) struct Backings {
     /// Set once INIT granted passthrough; cleared if the kernel refuses a backing fd.
     enabled: AtomicBool,
     map: Mutex<Map>,
-    /// Passthrough opens for writing, as (inode, handle). A write through a shared mapping of
-    /// one reaches the backing file and moves its times without the kernel dropping the
-    /// attributes it caches (a write(2) drops them, a mapped write does not), so while one
-    /// is open the inode's attributes are given with no validity (see `Server::entry`).
-    writers: Mutex<HashSet<(Ino, u64)>>,
+    /// Passthrough opens for writing. A write through a shared mapping of one reaches the
+    /// backing file and moves its times without the kernel dropping the attributes it caches
+    /// (a write(2) drops them, a mapped write does not), so while one is open the inode's
+    /// attributes are given with no validity (see `Server::entry`).
+    writers: Mutex<Writers>,
     /// How many there are: the common case, none, is one load.
     writer_count: AtomicUsize,
+}
+
+/// The passthrough opens that write: each by (inode, handle), and how many each inode has.
+#[derive(Default)]
+struct Writers {
+    opens: HashSet<(Ino, u64)>,
+    per_inode: HashMap<Ino, usize>,
 }
 
 impl Backings {
@@ -225,7 +232,9 @@ impl Backings {
 
     /// `fh`, a passthrough open of `ino`, writes.
     pub(crate) fn writer_opened(&self, ino: Ino, fh: u64) {
-        if self.writers.lock().insert((ino, fh)) {
+        let mut w = self.writers.lock();
+        if w.opens.insert((ino, fh)) {
+            *w.per_inode.entry(ino).or_default() += 1;
             self.writer_count.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -233,16 +242,23 @@ impl Backings {
     /// Whether a passthrough open of `ino` writes (and may write through a mapping).
     pub(crate) fn has_writer(&self, ino: Ino) -> bool {
         self.writer_count.load(Ordering::Acquire) != 0
-            && self.writers.lock().iter().any(|(i, _)| *i == ino)
+            && self.writers.lock().per_inode.contains_key(&ino)
     }
 
     /// `fh` of `ino` was released: whether it was a passthrough open that writes.
     pub(crate) fn writer_released(&self, ino: Ino, fh: u64) -> bool {
-        let was = self.writers.lock().remove(&(ino, fh));
-        if was {
-            self.writer_count.fetch_sub(1, Ordering::AcqRel);
+        let mut w = self.writers.lock();
+        if !w.opens.remove(&(ino, fh)) {
+            return false;
         }
-        was
+        if let Some(n) = w.per_inode.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                w.per_inode.remove(&ino);
+            }
+        }
+        self.writer_count.fetch_sub(1, Ordering::AcqRel);
+        true
     }
 
     /// The kernel forgot `ino` (after the backend's FORGET): an idle registration closes
