@@ -225,13 +225,15 @@ impl<B: Backend> Live<B> {
                 refused.join(", ")
             ));
         }
-        let mut changed = Vec::new();
-        if (new.size, new.nr_inodes) != (now.size, now.nr_inodes) {
-            self.backend.set_limits(new.size, new.nr_inodes)?;
-            changed.push(format!("size={},nr_inodes={}", new.size, new.nr_inodes));
-        }
+        let changed = match (new.size, new.nr_inodes) != (now.size, now.nr_inodes) {
+            true => {
+                self.backend.set_limits(new.size, new.nr_inodes)?;
+                format!("size={},nr_inodes={}", new.size, new.nr_inodes)
+            }
+            false => String::new(),
+        };
         current.push(opts.to_string());
-        Ok(changed.join(","))
+        Ok(changed)
     }
 }
 

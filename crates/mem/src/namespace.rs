@@ -237,20 +237,22 @@ impl MemFs {
     /// close) gives its data back at once, as on tmpfs, rather than when the kernel forgets
     /// the inode: its FORGET comes later, and a `df` right after `rm` would still count it.
     pub(crate) fn free_if_unreachable(&self, inode: &Inode) {
-        if inode.kind() != FileKind::Regular
-            || inode.nlink.load(Ordering::SeqCst) != 0
-            || !inode.unreachable_after_unlink()
-        {
+        let NodeData::File(f) = &inode.data else {
             return;
+        };
+        if inode.nlink.load(Ordering::SeqCst) == 0 && inode.unreachable_after_unlink() {
+            let _ = self.empty_file(inode, f);
         }
-        if let NodeData::File(f) = &inode.data {
-            let old = f.size();
-            // As an O_TRUNC open truncates: the charges go back, and a migration's pre-copy
-            // sends the change.
-            if f.truncate(&self.limits, 0).is_ok() {
-                self.data_changed(inode, 0, old);
-            }
-        }
+    }
+
+    /// Truncates regular file `inode` (its data `f`) to nothing, as an `O_TRUNC` open does:
+    /// the charges go back, and the data counts as changed (its times move, a migration's
+    /// pre-copy sends the change).
+    pub(crate) fn empty_file(&self, inode: &Inode, f: &RegularFile) -> Result<()> {
+        let old = f.size();
+        f.truncate(&self.limits, 0)?;
+        self.data_changed(inode, 0, old);
+        Ok(())
     }
 
     /// Frees `inode` if nothing can reach it any more.

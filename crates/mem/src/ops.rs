@@ -55,12 +55,10 @@ impl MemFs {
         }
         // Linux truncates even for O_RDONLY|O_TRUNC (the kernel checked write permission).
         if flags & libc::O_TRUNC != 0 {
-            let old = file.size();
-            if let Err(e) = file.truncate(&self.limits, 0) {
+            if let Err(e) = self.empty_file(inode, file) {
                 self.table.close(inode);
                 return Err(e);
             }
-            self.data_changed(inode, 0, old);
         }
         if let Some(k) = file.kernel() {
             k.open();
