@@ -150,6 +150,15 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Writes `data` at `offset`; returns bytes written.
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32>;
+    /// [`Backend::write`] of pages the kernel wrote back from its writeback cache. The kernel
+    /// keeps a regular file's mtime and ctime while it caches the file and sends them in a
+    /// SETATTR whenever it moves them, so a backend that keeps its own times leaves them as
+    /// they are: the write-back of data written in the same clock tick as the file's last
+    /// stamp would otherwise give the server a later time than the kernel shows. A backend
+    /// whose files are stamped by something else (a host filesystem) writes as usual.
+    fn write_cached(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write(ino, fh, offset, data)
+    }
     /// WRITE where the data goes to a file the host kernel holds (a host file): `write`
     /// gets its descriptor and `offset`, writes the bytes there from where they lie and
     /// says how many it wrote. `None`: the data goes elsewhere ([`Backend::write`] takes it).

@@ -46,6 +46,30 @@ impl MemFs {
         }
     }
 
+    /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared
+    /// with `fcntl` makes the kernel send other offsets, which tmpfs would have refused at
+    /// the `fcntl`). `stamp`: mtime and ctime become now.
+    fn write_stamped(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        stamp: bool,
+    ) -> Result<u32> {
+        let inode = self.table.get(ino)?;
+        if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
+            return Err(Errno::EPERM);
+        }
+        let n = inode.file()?.write(&self.limits, offset, data)?;
+        let end = offset + u64::from(n);
+        match stamp {
+            true => self.data_changed(&inode, offset, end),
+            false => self.data_dirtied(inode.ino, offset, end),
+        }
+        Ok(n)
+    }
+
     fn open_file(&self, inode: &Arc<Inode>, flags: i32) -> Result<Opened> {
         let file = inode.file()?;
         inode.check_open(flags)?;
@@ -437,17 +461,14 @@ impl Backend for MemFs {
         })
     }
 
-    /// WRITE. Through an open of an append-only file, only at the end (`O_APPEND` cleared
-    /// with `fcntl` makes the kernel send other offsets, which tmpfs would have refused at
-    /// the `fcntl`).
     fn write(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        let inode = self.table.get(ino)?;
-        if fh & APPEND_ONLY_OPEN != 0 && offset != inode.attr().size {
-            return Err(Errno::EPERM);
-        }
-        let n = inode.file()?.write(&self.limits, offset, data)?;
-        self.data_changed(&inode, offset, offset + u64::from(n));
-        Ok(n)
+        self.write_stamped(ino, fh, offset, data, true)
+    }
+
+    /// [`Backend::write`] without moving the page store's times (a kernel-backed file's
+    /// data file stamps itself).
+    fn write_cached(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_stamped(ino, fh, offset, data, false)
     }
 
     /// WRITE into kernel-backed data from where the bytes lie (a guest's memory), with

@@ -133,12 +133,14 @@ impl MemFs {
     /// way sends those chunks again.
     pub(crate) fn data_changed(&self, inode: &crate::inode::Inode, start: u64, end: u64) {
         inode.touch_modified(memofs_core::Timestamp::now());
+        self.data_dirtied(inode.ino, start, end);
+    }
+
+    /// `[start, end)` of `ino` changed, its times stay: a running pre-copy sends it again.
+    pub(crate) fn data_dirtied(&self, ino: Ino, start: u64, end: u64) {
         if self.precopy.active.load(Ordering::Acquire) && start < end {
             let mut dirty = self.precopy.dirty.lock();
-            dirty
-                .entry(inode.ino)
-                .or_default()
-                .extend(chunks(start, end));
+            dirty.entry(ino).or_default().extend(chunks(start, end));
         }
     }
 

@@ -23,10 +23,23 @@ impl<B: Backend> Server<B> {
     /// WRITE's bytes to the backend. Bytes the transport left where the sender put them (a
     /// guest's memory) are written from there straight to the backend's file where it has
     /// one, and copied out first where it has not.
-    fn write(&self, ino: Ino, fh: u64, offset: u64, data: WriteData<'_>) -> Result<u32> {
+    /// `cached`: the kernel's write-back of its cached pages under the writeback cache
+    /// ([`Backend::write_cached`]).
+    fn write(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        data: WriteData<'_>,
+        cached: bool,
+    ) -> Result<u32> {
         let b = &*self.backend;
+        let write = |d: &[u8]| match cached {
+            true => b.write_cached(ino, fh, offset, d),
+            false => b.write(ino, fh, offset, d),
+        };
         let p = match data {
-            WriteData::Bytes(d) => return b.write(ino, fh, offset, d),
+            WriteData::Bytes(d) => return write(d),
             WriteData::Elsewhere(p) => p,
         };
         if let Some(r) = b.write_to_fd(ino, fh, offset, &mut |fd, at| p.write_at(fd, at)) {
@@ -36,7 +49,7 @@ impl<B: Backend> Server<B> {
             let mut buf = buf.borrow_mut();
             buf.clear();
             p.copy_into(&mut buf)?;
-            b.write(ino, fh, offset, &buf)
+            write(&buf)
         })
     }
 
@@ -68,9 +81,12 @@ impl<B: Backend> Server<B> {
                 kill_suidgid,
                 cached,
             } => {
-                let r = self
-                    .kill_privs(kill_suidgid, caller, ino)
-                    .and_then(|()| self.write(ino, fh, offset, data));
+                let r = self.kill_privs(kill_suidgid, caller, ino).and_then(|()| {
+                    // Without the writeback cache, mapped writes arrive as cached pages
+                    // too, and the kernel stamps nothing (S_NOCMTIME).
+                    let keeps_times = cached && self.granted.writeback;
+                    self.write(ino, fh, offset, data, keeps_times)
+                });
                 if cached && r.is_err() {
                     self.writeback_failed(ino);
                 }
