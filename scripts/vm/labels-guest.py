@@ -15,6 +15,8 @@ directories served by `memofs virtiofsd`:
 - `user`: `--security-label` with the labels mapped to `user.` names, which Linux keeps on
   files and directories only: the file is made and labelled, the symlink fails (EPERM) and
   is not left on the host.
+- `chroot`: `labelled` with `--sandbox=chroot`, whose server labels the FIFO and the symlink
+  (which it may not open) through a working directory it borrows for each call.
 Prints PASS/FAIL/SKIP lines and `vm-labels-ID: N passed, N failed, N skipped`; exits 1 when
 anything failed. Environment: CARGO, MEMOFS_VM_CACHE, MEMOFS_VM_REQUIRED.
 """
@@ -43,6 +45,8 @@ SHARES = (
                   "--xattrmap", ":map:security.:trusted.virtiofs.:"]),
     ("plain", ["--modcaps=+sys_admin", "--xattrmap", ":map:security.:trusted.virtiofs.:"]),
     ("user", ["--security-label", "--xattrmap", ":map:security.:user.virtiofs.:"]),
+    ("chroot", ["--security-label", "--modcaps=+sys_admin", "--sandbox=chroot",
+                "--xattrmap", ":map:security.:trusted.virtiofs.:"]),
 )
 # The nodes the guest makes in each share, and how.
 MAKE = "echo data >f && mkdir d && mkfifo p && ln -s f s"
@@ -58,22 +62,22 @@ def host_label(path: Path, name: str) -> bytes | None:
 
 
 def checks(run: Run, g: Guest, shares: Path) -> None:
-    g.check("mkdir -p /mnt/labelled /mnt/plain /mnt/user && "
-            "mount -t virtiofs labelled /mnt/labelled && mount -t virtiofs plain /mnt/plain "
-            "&& mount -t virtiofs user /mnt/user", "mounting")
+    g.check(" && ".join(f"mkdir -p /mnt/{name} && mount -t virtiofs {name} /mnt/{name}"
+                        for name, _ in SHARES), "mounting")
     # SELinux's context of a process before any policy: its initial context's name (another
     # module would say otherwise, AppArmor `unconfined`).
     out = g.check("cat /proc/self/attr/current", "asking the security module")
     run.check("guest-runs-selinux", out.strip().strip("\0") == "kernel", out.strip()[-200:])
-    for share in ("labelled", "plain"):
+    for share in ("labelled", "plain", "chroot"):
         g.check(f"cd /mnt/{share} && {MAKE}", f"making nodes in {share}")
     mapped = "trusted.virtiofs." + LABEL
     for node in ("f", "d", "p", "s"):
-        got = host_label(shares / "labelled" / node, mapped)
-        run.check(f"labelled-{node}", got is not None and got.rstrip(b"\0") != b"",
-                  repr(got))
-        raw = host_label(shares / "labelled" / node, LABEL)
-        run.check(f"labelled-{node}-not-as-security", raw is None, repr(raw))
+        for share in ("labelled", "chroot"):
+            got = host_label(shares / share / node, mapped)
+            run.check(f"{share}-{node}", got is not None and got.rstrip(b"\0") != b"",
+                      repr(got))
+            raw = host_label(shares / share / node, LABEL)
+            run.check(f"{share}-{node}-not-as-security", raw is None, repr(raw))
         plain = host_label(shares / "plain" / node, mapped)
         run.check(f"plain-{node}-unlabelled", plain is None, repr(plain))
     # Linux keeps user. attributes on files and directories only.
@@ -82,7 +86,7 @@ def checks(run: Run, g: Guest, shares: Path) -> None:
     run.check("user-file-labelled",
               host_label(shares / "user" / "f", "user.virtiofs." + LABEL) is not None)
     run.check("user-symlink-not-left", not os.path.lexists(shares / "user" / "s"))
-    g.check("umount /mnt/labelled /mnt/plain /mnt/user", "unmounting")
+    g.check("umount " + " ".join(f"/mnt/{name}" for name, _ in SHARES), "unmounting")
 
 
 def one(kid: str, memofs: str) -> Run:

@@ -13,7 +13,7 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use memofs_core::{Errno, Result};
@@ -136,12 +136,20 @@ impl Drop for CountedFd {
 /// swapped in after the lookup cannot redirect it. Callers re-open only regular files and
 /// directories this way (a device or FIFO must never be opened by the server), and only
 /// descriptors the backend owns.
+///
+/// A sandboxed server ([`ProcSelf::confine`]) has no `/proc` under its root: calls that take
+/// only a path reach `/proc/self/fd` as the working directory, for the length of the call
+/// and under [`ProcSelf::cwd`], and the working directory is the sandbox's root again before
+/// the lock is let go. At rest, nothing `..` leads from is outside the sandbox but this
+/// descriptor itself, which only the backend uses.
 #[derive(Debug)]
 pub(crate) struct ProcSelf {
     fd_dir: OwnedFd,
-    /// The process works in this directory ([`ProcSelf::work_here`]): paths are the bare
-    /// `N`, which is all a server confined to the export (where no `/proc` is) can use.
-    relative: AtomicBool,
+    /// The sandbox's root, once the host's paths are gone.
+    root: OnceLock<OwnedFd>,
+    /// Held while the working directory is `/proc/self/fd` (a leaf lock: see the crate's
+    /// lock order).
+    cwd: parking_lot::Mutex<()>,
 }
 
 impl ProcSelf {
@@ -154,15 +162,19 @@ impl ProcSelf {
         .map_err(std::io::Error::from)?;
         Ok(ProcSelf {
             fd_dir: fd,
-            relative: AtomicBool::new(false),
+            root: OnceLock::new(),
+            cwd: parking_lot::Mutex::new(()),
         })
     }
 
-    /// Makes `/proc/self/fd` the process's working directory, so that calls that take only
-    /// a path name a descriptor `N` as `N` (the process's root may have no `/proc`).
-    pub(crate) fn work_here(&self) -> std::io::Result<()> {
-        sys::io::fchdir(self.fd_dir.as_fd()).map_err(std::io::Error::from)?;
-        self.relative.store(true, Ordering::Release);
+    /// The process's root is now a sandbox's (with no `/proc`), and its working directory
+    /// that root: calls that take only a path go through [`ProcSelf::with_path`]'s
+    /// borrowed working directory from now on.
+    pub(crate) fn confine(&self) -> std::io::Result<()> {
+        let root = sys::at::openat(at_fdcwd(), c"/", libc::O_PATH | libc::O_DIRECTORY)
+            .map_err(std::io::Error::from)?;
+        sys::io::fchdir(root.as_fd()).map_err(std::io::Error::from)?;
+        let _ = self.root.set(root);
         Ok(())
     }
 
@@ -176,14 +188,29 @@ impl ProcSelf {
         CString::new(fd.as_raw_fd().to_string()).expect("digits contain no NUL")
     }
 
-    /// A `/proc/self/fd/N` path of `fd` for calls that take only a path: `N` itself where
-    /// the process works in that directory, else the absolute path.
-    pub(crate) fn path(&self, fd: BorrowedFd<'_>) -> CString {
-        if self.relative.load(Ordering::Acquire) {
-            Self::name(fd)
-        } else {
-            CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL")
+    /// Runs `call` with a path to the inode `fd` pins, for calls that take only a path:
+    /// `/proc/self/fd/N`, or in a sandbox `N` with `/proc/self/fd` the working directory for
+    /// the length of the call (one such call at a time; the sandbox's root is the working
+    /// directory again afterwards).
+    pub(crate) fn with_path<T>(
+        &self,
+        fd: BorrowedFd<'_>,
+        call: impl FnOnce(&std::ffi::CStr) -> Result<T>,
+    ) -> Result<T> {
+        let Some(root) = self.root.get() else {
+            let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+            return call(&path);
+        };
+        let _cwd = self.cwd.lock();
+        sys::io::fchdir(self.dir())?;
+        let done = call(&Self::name(fd));
+        if let Err(e) = sys::io::fchdir(root.as_fd()) {
+            // A working directory left outside the sandbox would outlive this call: a
+            // server that cannot return to its root stops instead.
+            log::error!("passthrough: cannot return to the sandbox's root ({e}): stopping");
+            std::process::abort();
         }
+        done
     }
 
     /// A new descriptor for the inode `fd` pins, opened with `flags`.
@@ -191,25 +218,6 @@ impl ProcSelf {
         // O_NOFOLLOW would stop at the magic link itself; O_CREAT/O_EXCL make no sense here.
         let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
         sys::at::openat(self.dir(), &Self::name(fd), flags)
-    }
-}
-
-/// A `/proc/self/fd/N` path with the descriptor `N` it names, held open while the path is in
-/// use (a closed number could be reused for another file).
-pub(crate) struct HeldPath {
-    _fd: Arc<CountedFd>,
-    path: CString,
-}
-
-impl HeldPath {
-    pub(crate) fn new(proc: &ProcSelf, fd: Arc<CountedFd>) -> HeldPath {
-        let path = proc.path(fd.as_fd());
-        HeldPath { _fd: fd, path }
-    }
-
-    /// The path.
-    pub(crate) fn path(&self) -> &std::ffi::CStr {
-        &self.path
     }
 }
 

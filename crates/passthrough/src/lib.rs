@@ -89,8 +89,9 @@
 //!    and directory handle tables,
 //!    the watcher's invalidator slot, each inode's record of the attributes the kernel was
 //!    given (`Inode::told`), the host filesystems lent no backing files
-//!    (`PassthroughFs::unlendable`), and the reaper's queue (the reaper thread takes its `dropping`
-//!    lock while still holding the queue, and nothing else).
+//!    (`PassthroughFs::unlendable`), the working directory a sandboxed server borrows for a
+//!    call that takes only a path (`ProcSelf::cwd`), and the reaper's queue (the reaper
+//!    thread takes its `dropping` lock while still holding the queue, and nothing else).
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]
@@ -302,13 +303,13 @@ impl PassthroughFs {
         }
     }
 
-    /// The server is about to lose the host's view of the filesystem (a sandbox's root is
-    /// the export itself, or an empty directory): the calls that take only a path reach the
-    /// backend's descriptors through the process's working directory, made
-    /// `/proc/self/fd` here. Everything else already works through descriptors the backend
-    /// opened in [`PassthroughFs::new`].
+    /// The server has lost the host's view of the filesystem (a sandbox's root is the export
+    /// itself, or an empty directory, and the working directory that root): the calls that
+    /// take only a path reach the backend's descriptors through a working directory borrowed
+    /// for each call ([`crate::fd::ProcSelf::with_path`]). Everything else already works
+    /// through descriptors the backend opened in [`PassthroughFs::new`].
     pub fn work_without_host_paths(&self) -> std::io::Result<()> {
-        self.proc.work_here()
+        self.proc.confine()
     }
 
     /// The change feed's command line, if the source has one (`-o changes=`).

@@ -17,12 +17,12 @@
 //! about it could not have found it). With per-directory marks, inotify or no watcher (some
 //! changes could go unseen), every request asks the host.
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, OsStr};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use memofs_core::{Caller, Errno, Ino, Result};
 
-use crate::fd::HeldPath;
 use crate::name;
 use crate::sys;
 use crate::PassthroughFs;
@@ -31,12 +31,15 @@ use crate::PassthroughFs;
 const CAPABILITY: &[u8] = b"security.capability";
 
 impl PassthroughFs {
-    /// The inode `ino` and a `/proc/self/fd` path to it, its descriptor held while the path
-    /// is in use.
-    fn xattr_path(&self, ino: Ino) -> Result<(std::sync::Arc<crate::inode::Inode>, HeldPath)> {
-        let inode = self.table.get(ino)?;
-        let path = HeldPath::new(&self.proc, inode.fd()?);
-        Ok((inode, path))
+    /// Runs `call` with a path to `inode` ([`crate::fd::ProcSelf::with_path`]), its
+    /// descriptor held for the call (a closed number could be reused for another file).
+    fn with_path<T>(
+        &self,
+        inode: &crate::inode::Inode,
+        call: impl FnOnce(&CStr) -> Result<T>,
+    ) -> Result<T> {
+        let fd = inode.fd()?;
+        self.proc.with_path(fd.as_fd(), call)
     }
 
     /// GETXATTR.
@@ -47,8 +50,8 @@ impl PassthroughFs {
             return Err(Errno::ENODATA);
         }
         let snapshot = inode.no_caps.snapshot();
-        let path = HeldPath::new(&self.proc, inode.fd()?);
-        let got = sys::xattr::get(path.path(), &name::c_string(name)?);
+        let name = name::c_string(name)?;
+        let got = self.with_path(&inode, |path| sys::xattr::get(path, &name));
         if caps && got == Err(Errno::ENODATA) {
             inode.no_caps.record(snapshot);
         }
@@ -57,8 +60,8 @@ impl PassthroughFs {
 
     /// LISTXATTR.
     pub(crate) fn list_xattr(&self, ino: Ino) -> Result<Vec<u8>> {
-        let (_inode, path) = self.xattr_path(ino)?;
-        sys::xattr::list(path.path())
+        let inode = self.table.get(ino)?;
+        self.with_path(&inode, sys::xattr::list)
     }
 
     /// SETXATTR, with the caller's credentials: the kernel leaves `system.*` (POSIX ACLs)
@@ -71,20 +74,20 @@ impl PassthroughFs {
         value: &[u8],
         flags: i32,
     ) -> Result<()> {
-        let (inode, path) = self.xattr_path(ino)?;
+        let inode = self.table.get(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        let done = sys::xattr::set(path.path(), &name, value, flags);
+        let done = self.with_path(&inode, |path| sys::xattr::set(path, &name, value, flags));
         inode.no_caps.forget();
         done
     }
 
     /// REMOVEXATTR, with the caller's credentials (as [`PassthroughFs::set_xattr`]).
     pub(crate) fn remove_xattr(&self, caller: &Caller, ino: Ino, name: &OsStr) -> Result<()> {
-        let (inode, path) = self.xattr_path(ino)?;
+        let inode = self.table.get(ino)?;
         let name = name::c_string(name)?;
         let _creds = self.as_caller(caller);
-        let done = sys::xattr::remove(path.path(), &name);
+        let done = self.with_path(&inode, |path| sys::xattr::remove(path, &name));
         inode.no_caps.forget();
         done
     }

@@ -3,7 +3,8 @@
 //! It is a vhost-user frontend (the VMM's side) on the real socket of a real server: it
 //! shares guest memory (a memfd), sets up the queues as QEMU does, and then plays a hostile
 //! guest: requests no kernel sends ([`attacks`]), descriptor chains and rings no driver lays
-//! out, 500 000 READDIRs of the root, and mutated requests by the thousand ([`fuzz`]). After
+//! out, 500 000 READDIRs of the root, and mutated requests by the thousand ([`fuzz`]); and
+//! it looks from the server's root at where the server works ([`confined`]). After
 //! each attack the server must still answer a valid request; at the end its memory must not
 //! have grown past a bound, and a canary file beside the shared directory and a secret
 //! elsewhere must be untouched. The last attack closes the socket in the middle of requests:
@@ -15,6 +16,7 @@
 //! `attack: N passed, N failed`; exits 1 if anything failed.
 
 mod attacks;
+mod confined;
 mod fuzz;
 
 use std::path::{Path, PathBuf};
@@ -154,6 +156,10 @@ fn main() -> ExitCode {
             session(&o, &scene, |g, _| run(g).map(|()| String::new())),
         );
     }
+    report.check(
+        "works-inside-its-sandbox",
+        session(&o, &scene, confined::check),
+    );
     report.check("reboots-leave-nothing-behind", session(&o, &scene, reboots));
     report.check(
         "readdir-at-offset-0-repeated",

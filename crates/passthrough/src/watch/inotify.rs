@@ -48,8 +48,9 @@ struct Shared {
 impl Shared {
     fn watch(&self, dir: &Inode) -> Result<()> {
         let fd = dir.fd_for_hook()?;
-        let path = self.proc.path(fd.as_fd());
-        let wd = sys::notify::inotify_add_watch(self.fd.as_fd(), &path, MASK)?;
+        let wd = self.proc.with_path(fd.as_fd(), |path| {
+            sys::notify::inotify_add_watch(self.fd.as_fd(), path, MASK)
+        })?;
         let mut maps = self.maps.lock();
         maps.by_wd.insert(wd, dir.ino);
         maps.by_ino.insert(dir.ino, wd);
