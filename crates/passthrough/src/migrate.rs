@@ -239,20 +239,37 @@ impl PassthroughFs {
                         e => format!("its file handle: {e}"),
                     })?;
                 let (fd, st) = stat(fd)?;
-                self.handle_inside(&st, path.as_deref())?;
+                self.handle_inside(fd.as_fd(), &st, path.as_deref())?;
                 Ok((fd, st))
             }
             Place::Lost => Err("a migration before this one lost it".into()),
         }
     }
 
-    /// Whether what a file handle opened (attributes `st`) is in the export: anything where
-    /// the export is its whole filesystem; else a file deleted meanwhile, or one whose `path`
-    /// leads to it. A handle found elsewhere on the filesystem is refused, whoever made the
-    /// stream.
-    fn handle_inside(&self, st: &libc::statx, path: Option<&[u8]>) -> Result<(), String> {
-        if self.handles_stay_inside || st.stx_nlink == 0 {
+    /// Whether what a file handle opened (`fd`, attributes `st`) is in the export: anything
+    /// where the export is its whole filesystem; else a file whose `path` leads to it, or a
+    /// deleted file that was in the export when its last name went ([`deleted_inside`]). A
+    /// handle found elsewhere on the filesystem is refused, whoever made the stream.
+    fn handle_inside(
+        &self,
+        fd: BorrowedFd<'_>,
+        st: &libc::statx,
+        path: Option<&[u8]>,
+    ) -> Result<(), String> {
+        if self.handles_stay_inside {
             return Ok(());
+        }
+        if st.stx_nlink == 0 {
+            let root = self.table.root().fd().map_err(|e| e.to_string())?;
+            let shown = (self.shown_path(root.as_fd())?, self.shown_path(fd)?);
+            return match deleted_inside(&shown.0, &shown.1) {
+                true => Ok(()),
+                false => Err(format!(
+                    "its file handle names a deleted file that was not in the shared directory \
+                     (the kernel shows it at {})",
+                    lossy(&shown.1)
+                )),
+            };
         }
         match path.map(|p| self.leads_to(p)) {
             Some(Ok(host)) if host == HostId::of(st) => Ok(()),
@@ -485,10 +502,103 @@ impl Migrate for PassthroughFs {
     }
 }
 
+/// Whether a deleted file, opened by its handle through the export's mount, was in the
+/// export: no name leads to it, but while something holds it open the kernel keeps the
+/// directory it was deleted from, and shows the descriptor at its old place (`shown`, with
+/// " (deleted)") under the export root's own (`root_shown`). A file that was elsewhere on
+/// the filesystem cannot be reached from that mount's root, and is shown as `/` alone.
+fn deleted_inside(root_shown: &[u8], shown: &[u8]) -> bool {
+    let Some(old) = shown.strip_suffix(b" (deleted)") else {
+        return false;
+    };
+    let under = match root_shown {
+        b"/" => old.strip_prefix(b"/"),
+        r => old.strip_prefix(r).and_then(|p| p.strip_prefix(b"/")),
+    };
+    under.is_some_and(|p| !p.is_empty() && !p.split(|&b| b == b'/').any(|c| c == b".."))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    #[test]
+    fn a_deleted_file_is_inside_only_under_the_export_roots_place() {
+        assert!(deleted_inside(b"/", b"/a (deleted)"));
+        assert!(deleted_inside(b"/srv/x", b"/srv/x/d/a (deleted)"));
+        // Unreachable from the export's mount, as the kernel shows it; elsewhere; not deleted.
+        assert!(!deleted_inside(b"/", b"/ (deleted)"));
+        assert!(!deleted_inside(b"/srv/x", b"/ (deleted)"));
+        assert!(!deleted_inside(b"/srv/x", b"/srv/xy/a (deleted)"));
+        assert!(!deleted_inside(b"/srv/x", b"/srv/x/../y (deleted)"));
+        assert!(!deleted_inside(b"/", b"/a"));
+    }
+
+    /// A stream whose node 7 is the file handle of `file`, deleted and held open by the test,
+    /// loaded into a server of `export`.
+    fn load_deleted_by_handle(export: &Path, file: &Path) -> Result<(), String> {
+        let held = std::fs::File::open(file).unwrap();
+        let (handle_type, bytes) = sys::at::file_handle(held.as_fd()).unwrap();
+        std::fs::remove_file(file).unwrap();
+        let fs = PassthroughFs::new(export, crate::PassthroughConfig::default()).unwrap();
+        let stream = stream(&[
+            Record::Fs {
+                inodes: 2,
+                files: 0,
+                dirs: 0,
+                next_file: 1,
+                next_dir: 1,
+            },
+            Record::Inode {
+                ino: ROOT_INO,
+                lookups: 1,
+                kind: libc::S_IFDIR,
+                place: Place::Path {
+                    path: b".".to_vec(),
+                    handle: None,
+                },
+            },
+            Record::Inode {
+                ino: 7,
+                lookups: 1,
+                kind: libc::S_IFREG,
+                place: Place::Handle {
+                    handle_type,
+                    bytes,
+                    path: None,
+                },
+            },
+            Record::End,
+        ]);
+        load(&fs, &stream).map_err(|e| e.to_string())
+    }
+
+    /// A deleted file has no name to check, but the kernel keeps where it was deleted from
+    /// while something holds it: one deleted outside the export is refused, whoever made the
+    /// stream; one deleted inside moves.
+    #[test]
+    fn a_deleted_file_moves_by_handle_only_from_inside_the_export() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: opening file handles takes CAP_DAC_READ_SEARCH");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("memofs-pt-deleted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let export = dir.join("export");
+        std::fs::create_dir_all(&export).unwrap();
+        std::fs::write(dir.join("secret"), b"outside").unwrap();
+        std::fs::write(export.join("held"), b"inside").unwrap();
+        let e = load_deleted_by_handle(&export, &dir.join("secret")).unwrap_err();
+        assert!(
+            e.contains("deleted file that was not in the shared directory"),
+            "{e}"
+        );
+        load_deleted_by_handle(&export, &export.join("held")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A stream written record by record, as a damaged or hostile one could be.
     fn stream(records: &[Record]) -> Vec<u8> {
