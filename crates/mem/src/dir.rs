@@ -1,9 +1,10 @@
 //! Directories: entries with stable readdir offsets.
 //!
-//! Every entry gets a cookie from a per-directory counter when it is inserted; readdir
-//! offsets are cookies, so a listing continues correctly while entries come and go: removed
-//! entries vanish, surviving ones are returned exactly once, and entries added during the
-//! listing appear at most once. Offsets 1 and 2 are `.` and `..`.
+//! Every entry gets a cookie from a per-directory counter when it is inserted, and keeps it
+//! when renamed within its directory; readdir offsets are cookies, so a listing continues
+//! correctly while entries come and go: removed entries vanish, surviving ones are returned
+//! exactly once, and entries added during the listing appear at most once. Offsets 1 and 2
+//! are `.` and `..`.
 
 use std::ffi::OsStr;
 use std::hash::BuildHasher;
@@ -356,6 +357,29 @@ impl Directory {
         }
     }
 
+    /// Renames `from` to `to` (absent) in this directory, keeping the entry's place in the
+    /// listing order: a listing under way that has passed it does not meet it again under
+    /// its new name, and one that has not meets it once, under that name. (A new cookie
+    /// would put it after every other: a program that renames each entry it reads, and back,
+    /// would never reach the end.)
+    pub fn rename_in_place(&mut self, from: &OsStr, to: &OsStr) -> Option<Slot> {
+        debug_assert!(self.find(to).is_none(), "rename over an existing name");
+        let bytes = from.as_bytes();
+        let (entry, _) = self
+            .entries
+            .find_entry(name_hash(bytes), |e| e.name() == bytes)
+            .ok()?
+            .remove();
+        let (cookie, slot) = (entry.cookie(), entry.slot());
+        let hash = name_hash(to.as_bytes());
+        let moved = Entry::new(to.as_bytes(), slot.ino, cookie, slot.kind);
+        self.entries
+            .insert_unique(hash, moved, |e| name_hash(e.name()));
+        let at = self.position(cookie);
+        self.order[at].1 = hash;
+        Some(slot)
+    }
+
     /// Points existing `name` at another inode (rename over, exchange), keeping its place
     /// in the listing order.
     pub fn replace(&mut self, name: &OsStr, ino: Ino, kind: FileKind) -> Option<Slot> {
@@ -439,6 +463,34 @@ mod tests {
         assert!(seen.iter().any(|n| n == "late"));
         assert_eq!(d.subdirs, 1);
         assert_eq!(d.bogo_size(), (d.len() as u64 + 2) * BOGO_DIRENT_SIZE);
+    }
+
+    /// xfstests' generic/736: renaming each entry as it is read, and back, ends the listing
+    /// with each entry read once.
+    #[test]
+    fn renaming_each_entry_read_and_back_ends_the_listing() {
+        let mut d = Directory::new(1);
+        for i in 0..500 {
+            d.insert(&name(i), 10 + i as u64, FileKind::Regular);
+        }
+        let (mut at, mut read) = (0, Vec::new());
+        loop {
+            let next = d.entries_after(at).next();
+            let Some((cookie, n)) = next.map(|(c, n, _)| (c, n.to_os_string())) else {
+                break;
+            };
+            assert!(read.len() < 500, "read past the end: {n:?}");
+            d.rename_in_place(&n, OsStr::new("TEMPFILE")).unwrap();
+            d.rename_in_place(OsStr::new("TEMPFILE"), &n).unwrap();
+            read.push(n);
+            at = cookie;
+        }
+        read.sort();
+        let mut all: Vec<_> = (0..500).map(name).collect();
+        all.sort();
+        assert_eq!(read, all);
+        assert_eq!(d.get(&name(7)).map(|s| s.ino), Some(17));
+        assert!(d.get(OsStr::new("TEMPFILE")).is_none());
     }
 
     #[test]

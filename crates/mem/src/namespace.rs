@@ -563,12 +563,17 @@ impl MemFs {
             victim.set_ctime(r.now);
         }
         let src = r.src;
-        r.pdir.remove(r.name);
-        let target = r.ndir.as_deref_mut().unwrap_or(&mut *r.pdir);
-        if dst.is_some() {
-            target.replace(r.new_name, src.ino, src.kind);
+        if r.ndir.is_none() && dst.is_none() {
+            // Within one directory, to a new name: the entry keeps its place.
+            r.pdir.rename_in_place(r.name, r.new_name);
         } else {
-            target.insert(r.new_name, src.ino, src.kind);
+            r.pdir.remove(r.name);
+            let target = r.ndir.as_deref_mut().unwrap_or(&mut *r.pdir);
+            if dst.is_some() {
+                target.replace(r.new_name, src.ino, src.kind);
+            } else {
+                target.insert(r.new_name, src.ino, src.kind);
+            }
         }
         if let Some(w) = whiteout {
             w.nlink.store(1, Ordering::SeqCst);
