@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
+# The second architecture the lint step checks (Makefile's LINT_TARGET).
+LINT_TARGET=aarch64-unknown-linux-gnu
 case "$what" in
     mount | all) ;;
     *) echo "usage: scripts/setup.sh [mount|all]" >&2; exit 2 ;;
@@ -23,8 +25,10 @@ pkgs=(fuse3 gcc libc6-dev make)
 # fio: the benchmark's guest-fio workload copies it, with its libraries, into the guest;
 # xfslibs-dev ... psmisc: what xfstests' README lists for building and running it, and
 # patch for this project's changes to it (scripts/xfstests/build.sh, which also needs
-# pkg-config and xz-utils from above; fsstress and fsx come from the same build).
-[ "$what" = all ] && pkgs+=(libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
+# pkg-config and xz-utils from above; fsstress and fsx come from the same build);
+# gcc-aarch64-linux-gnu, libc6-dev-arm64-cross: the lint step checks the code for aarch64 too
+# (the C a dependency builds, blake3's, needs that compiler even for cargo check).
+[ "$what" = all ] && pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross libfuse3-dev pkg-config bindfs linux-perf attr acl e2fsprogs git python3-venv valgrind libacl1-dev \
     qemu-system-x86 busybox-static cpio binutils xz-utils zstd meson ninja-build g++ liburing-dev libnuma-dev \
     podman runc uidmap procps fio \
     xfslibs-dev uuid-dev libtool-bin automake quota libaio-dev xfsprogs libgdbm-dev gawk uuid-runtime libcap-dev bc psmisc patch)
@@ -43,11 +47,13 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 
-# The lint step (make test) runs rustfmt and clippy: rustup's minimal profile lacks them.
+# The lint step (make test) runs rustfmt and clippy, for x86-64 and for aarch64 (where many
+# VMs run): rustup's minimal profile lacks the tools and the second target.
 if [ "$what" = all ] && command -v rustup >/dev/null; then
     for c in rustfmt clippy; do
         rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
     done
+    rustup target list --installed 2>/dev/null | grep -qx "$LINT_TARGET" || rustup target add "$LINT_TARGET"
 fi
 
 # The distributed filesystems the cluster tests run memofs over (tests/e2e/tests/dfs.rs):

@@ -9,7 +9,9 @@
 //! installed after setup, before the first request. Calls the server makes for one purpose
 //! are allowed for that one only ([`NARROWED`]): `clone` starts threads and nothing else
 //! (no process, so nothing can be run), `unshare` gives a thread its own filesystem context
-//! (no namespaces), `prctl` names threads. `clone3`, whose flags sit in memory a filter
+//! (no namespaces), `prctl` names threads, `ioctl` takes the few requests the server makes
+//! (inode flags, and the standard library's own). The list is right for x86-64 and aarch64
+//! ([`ALLOWED_ARCH`]; `make lint` checks the code for both). `clone3`, whose flags sit in memory a filter
 //! cannot read, fails with `ENOSYS` (a second filter), so that the C library starts
 //! threads with `clone`, as virtiofsd's filter does.
 
@@ -104,13 +106,10 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_dup,
     libc::SYS_dup3,
     libc::SYS_fcntl,
-    libc::SYS_ioctl,
     libc::SYS_eventfd2,
     libc::SYS_epoll_create1,
     libc::SYS_epoll_ctl,
-    libc::SYS_epoll_wait,
     libc::SYS_epoll_pwait,
-    libc::SYS_poll,
     libc::SYS_ppoll,
     libc::SYS_accept,
     libc::SYS_accept4,
@@ -143,13 +142,12 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_symlinkat,
     libc::SYS_linkat,
     libc::SYS_unlinkat,
-    libc::SYS_unlink,
     libc::SYS_renameat,
     libc::SYS_renameat2,
     libc::SYS_readlinkat,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
-    libc::SYS_fchmodat2,
+    memofs_passthrough::SYS_FCHMODAT2,
     libc::SYS_fchown,
     libc::SYS_fchownat,
     libc::SYS_utimensat,
@@ -177,6 +175,14 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_memfd_create,
 ];
 
+/// Calls of [`ALLOWED`]'s kind that only some architectures have: where x86-64's C library
+/// calls `unlink`, `poll` and `epoll_wait`, aarch64's (whose kernel never had them, as the
+/// generic system call table) calls `unlinkat`, `ppoll` and `epoll_pwait`.
+#[cfg(target_arch = "x86_64")]
+const ALLOWED_ARCH: &[libc::c_long] = &[libc::SYS_unlink, libc::SYS_poll, libc::SYS_epoll_wait];
+#[cfg(not(target_arch = "x86_64"))]
+const ALLOWED_ARCH: &[libc::c_long] = &[];
+
 /// The namespaces `clone` could make: none may be asked for.
 const CLONE_NEW: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUTS
@@ -189,13 +195,14 @@ const CLONE_NEW: u64 = (libc::CLONE_NEWNS
 /// A whole 32-bit argument, as a mask.
 const WHOLE: u64 = u32::MAX as u64;
 
-/// Calls allowed only where their first argument, masked, has one value: the call, the
-/// argument's width, the mask and the value (any of the call's entries).
-const NARROWED: &[(libc::c_long, SeccompCmpArgLen, u64, u64)] = &[
+/// Calls allowed only where one argument, masked, has one value: the call, the argument's
+/// index and width, the mask and the value (any of the call's entries).
+const NARROWED: &[(libc::c_long, u8, SeccompCmpArgLen, u64, u64)] = &[
     // a thread (sharing memory, files and signal handlers) in the same namespaces, never a
     // process
     (
         libc::SYS_clone,
+        0,
         SeccompCmpArgLen::Qword,
         libc::CLONE_THREAD as u64 | CLONE_NEW,
         libc::CLONE_THREAD as u64,
@@ -203,6 +210,7 @@ const NARROWED: &[(libc::c_long, SeccompCmpArgLen, u64, u64)] = &[
     // a thread's own cwd and umask (the passthrough backend's creation context)
     (
         libc::SYS_unshare,
+        0,
         SeccompCmpArgLen::Dword,
         WHOLE,
         libc::CLONE_FS as u64,
@@ -211,23 +219,46 @@ const NARROWED: &[(libc::c_long, SeccompCmpArgLen, u64, u64)] = &[
     // its tunables ask for it)
     (
         libc::SYS_prctl,
+        0,
         SeccompCmpArgLen::Dword,
         WHOLE,
         libc::PR_SET_NAME as u64,
     ),
     (
         libc::SYS_prctl,
+        0,
         SeccompCmpArgLen::Dword,
         WHOLE,
         libc::PR_GET_NAME as u64,
     ),
     (
         libc::SYS_prctl,
+        0,
         SeccompCmpArgLen::Dword,
         WHOLE,
         libc::PR_SET_VMA as u64,
     ),
+    // inode flags of a shared directory's files and the kernel-backed data's (lsattr,
+    // chattr); whether standard error is a terminal (the logger); the standard library's
+    // non-blocking and close-on-exec switches. Nothing else: no terminal input injected
+    // (TIOCSTI), no device driven.
+    ioctl(libc::FS_IOC_GETFLAGS),
+    ioctl(libc::FS_IOC_SETFLAGS),
+    ioctl(libc::TCGETS),
+    ioctl(libc::FIONBIO),
+    ioctl(libc::FIOCLEX),
 ];
+
+/// A [`NARROWED`] entry: `ioctl` with request `request` (an `unsigned int` to the kernel).
+const fn ioctl(request: libc::Ioctl) -> (libc::c_long, u8, SeccompCmpArgLen, u64, u64) {
+    (
+        libc::SYS_ioctl,
+        1,
+        SeccompCmpArgLen::Dword,
+        WHOLE,
+        request & WHOLE,
+    )
+}
 
 /// Allowed only where the server opens file handles (a `--shared-dir` without
 /// `--inode-file-handles=never`): a handle opens any file of its filesystem, inside the
@@ -240,12 +271,13 @@ fn rules(open_handles: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
     let handles = if open_handles { OPEN_HANDLES } else { &[] };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
         .iter()
+        .chain(ALLOWED_ARCH)
         .chain(handles)
         .map(|&n| (n, Vec::new()))
         .collect();
-    for (call, len, mask, value) in NARROWED {
+    for (call, arg, len, mask, value) in NARROWED {
         let op = SeccompCmpOp::MaskedEq(*mask);
-        let condition = SeccompCondition::new(0, len.clone(), op, *value).map_err(refused)?;
+        let condition = SeccompCondition::new(*arg, len.clone(), op, *value).map_err(refused)?;
         rules
             .entry(*call)
             .or_default()
@@ -341,6 +373,7 @@ fn report_sigsys() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn modes_parse_as_virtiofsd_names_them() {
@@ -391,12 +424,65 @@ mod tests {
         let _: BpfProgram = filter.try_into().unwrap();
     }
 
+    /// Runs test `name` of this binary again in a child process with `MEMOFS_SECCOMP_TEST_CHILD`
+    /// set (the filter cannot be undone): the child must be killed by `SIGSYS`, having printed
+    /// `reached` and not `not reached`.
+    fn killed_in_child(name: &str, reached: &str, not_reached: &str) {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSYS),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(reached) && !stdout.contains(not_reached),
+            "{stdout}"
+        );
+    }
+
+    const CHILD: &str = "MEMOFS_SECCOMP_TEST_CHILD";
+
+    /// Under the filter the server's `ioctl` requests pass (inode flags, the terminal test)
+    /// and another one, pushing input into a terminal (`TIOCSTI`), kills the process.
+    #[test]
+    fn only_the_servers_ioctls_pass() {
+        if std::env::var_os(CHILD).is_some() {
+            let file = std::fs::File::open(std::env::current_exe().unwrap()).unwrap();
+            install(SeccompMode::Kill, false).unwrap();
+            let mut flags: libc::c_long = 0;
+            // SAFETY: ioctls with a live out-parameter on open descriptors; their answers
+            // (flags, or ENOTTY where the filesystem or descriptor has none) do not matter.
+            unsafe {
+                libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags);
+                let mut t: libc::termios = std::mem::zeroed();
+                libc::ioctl(2, libc::TCGETS, &mut t);
+            }
+            println!("flags ok");
+            let c = b'x';
+            // SAFETY: TIOCSTI reads one byte; the filter kills the process first.
+            unsafe { libc::ioctl(file.as_raw_fd(), libc::TIOCSTI, &c) };
+            println!("injected");
+            return;
+        }
+        killed_in_child(
+            "seccomp::tests::only_the_servers_ioctls_pass",
+            "flags ok",
+            "injected",
+        );
+    }
+
     /// Under the filter a thread starts (through `clone3`'s `ENOSYS` and `clone`), takes its
     /// own filesystem context and its name, and a process cannot be started: the
     /// process is killed. Run in a child process of the test binary, as it cannot be undone.
     #[test]
     fn threads_start_and_processes_do_not() {
-        const CHILD: &str = "MEMOFS_SECCOMP_TEST_CHILD";
         if std::env::var_os(CHILD).is_some() {
             install(SeccompMode::Kill, false).unwrap();
             let t = std::thread::Builder::new()
@@ -419,26 +505,10 @@ mod tests {
             println!("forked");
             return;
         }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "seccomp::tests::threads_start_and_processes_do_not",
-                "--nocapture",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGSYS),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            stdout.contains("threads ok") && !stdout.contains("forked"),
-            "{stdout}"
+        killed_in_child(
+            "seccomp::tests::threads_start_and_processes_do_not",
+            "threads ok",
+            "forked",
         );
     }
 }

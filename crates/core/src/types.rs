@@ -14,6 +14,17 @@ pub const ROOT_INO: Ino = 1;
 /// Longest file name accepted, as on tmpfs.
 pub const NAME_MAX: usize = 255;
 
+/// The host's page size (`sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64, 4, 16 or 64 KiB on
+/// aarch64), the unit tmpfs allocates in and guest memory is faulted in.
+pub fn page_size() -> u64 {
+    static SIZE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        // SAFETY: sysconf only reads its argument.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+    })
+}
+
 /// Checks that `name` is one ordinary path component a filesystem may hold: not empty, not
 /// `.` or `..`, no `/` or NUL, at most [`NAME_MAX`] bytes (`ENAMETOOLONG`; `EINVAL` for the
 /// rest). Both backends check every name that creates, removes or renames an entry with it.

@@ -34,9 +34,6 @@ use parking_lot::Mutex;
 
 use crate::machine::Machine;
 
-/// Page size of the private tmpfs.
-const PAGE: u64 = 4096;
-
 /// The private tmpfs's root directory, shared by every data file.
 struct StoreRoot {
     fd: OwnedFd,
@@ -235,24 +232,25 @@ impl BackingStore {
     /// when file data already uses the room.
     pub fn set_ballast(&self, bytes: u64) -> Result<()> {
         let mut b = self.ballast.lock();
-        let pages = bytes.div_ceil(PAGE);
+        let page = memofs_core::page_size();
+        let pages = bytes.div_ceil(page);
         if pages > b.1 {
             // SAFETY: plain syscall on an open fd with integer arguments.
             let r = unsafe {
                 libc::fallocate(
                     b.0.as_raw_fd(),
                     0,
-                    (b.1 * PAGE) as i64,
-                    ((pages - b.1) * PAGE) as i64,
+                    (b.1 * page) as i64,
+                    ((pages - b.1) * page) as i64,
                 )
             };
             if r != 0 {
                 let e = Errno::last();
-                let _ = b.0.set_len(b.1 * PAGE);
+                let _ = b.0.set_len(b.1 * page);
                 return Err(e);
             }
         } else if pages < b.1 {
-            b.0.set_len(pages * PAGE)?;
+            b.0.set_len(pages * page)?;
         }
         b.1 = pages;
         Ok(())
@@ -602,8 +600,9 @@ impl KernelFile {
         let file = self.file()?;
         if mode & libc::FALLOC_FL_PUNCH_HOLE == 0 {
             let end = offset.saturating_add(len);
-            let pages = end.div_ceil(PAGE) - offset / PAGE;
-            let need = pages.saturating_mul(PAGE);
+            let page = memofs_core::page_size();
+            let pages = end.div_ceil(page) - offset / page;
+            let need = pages.saturating_mul(page);
             if machine.check(need).is_err() {
                 // Only what is not allocated yet needs room.
                 let held = allocated_in(&file, offset, end)?;

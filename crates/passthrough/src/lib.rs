@@ -132,7 +132,7 @@ pub use crate::config::{FileHandles, PassthroughConfig, WatchMode, DEFAULT_MAX_O
 pub use crate::error::SetupError;
 pub use crate::fd::RESERVED_FDS;
 pub use crate::inode::SPARE_TOP;
-pub use crate::sys::at::make_read_only;
+pub use crate::sys::at::{make_read_only, SYS_FCHMODAT2};
 pub use crate::watch::WatchMechanism;
 
 use crate::creds::AsCaller;

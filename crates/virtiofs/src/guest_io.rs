@@ -16,8 +16,6 @@ use memofs_request::Payload;
 
 /// The most iovecs one `preadv` or `pwritev` takes (Linux's `UIO_MAXIOV`).
 const IOV_MAX: usize = 1024;
-/// The host's page size (x86-64), the step at which guest memory is faulted in.
-const PAGE: usize = 4096;
 
 /// The guest memory of descriptors `descs` (address, length), in order, each checked as
 /// `perm` allows; `None` if any is not guest memory.
@@ -178,8 +176,10 @@ impl<B: BitmapSlice> Payload for GuestPayload<'_, B> {
             .iter()
             .map(|g| (g.as_ptr().cast_mut(), g.len()))
             .collect();
+        // The step at which guest memory is faulted in.
+        let page = memofs_core::page_size() as usize;
         for &(base, len) in &bases {
-            for at in (0..len).step_by(PAGE).chain(len.checked_sub(1)) {
+            for at in (0..len).step_by(page).chain(len.checked_sub(1)) {
                 // SAFETY: `at < len`: inside the part, mapped while `guards` live.
                 unsafe { std::ptr::read_volatile(base.add(at)) };
             }

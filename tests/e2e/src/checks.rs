@@ -328,7 +328,9 @@ pub fn check_tree(root: &Path, verify: &mut ContentCheck) -> Result<TreeSummary,
                 }
                 libc::S_IFREG => {
                     sum.file_names += 1;
-                    let slot = names.entry(st.st_ino).or_insert((st.st_nlink, Vec::new()));
+                    let slot = names
+                        .entry(st.st_ino)
+                        .or_insert((st.st_nlink as u64, Vec::new()));
                     slot.1.push(p.clone());
                     if slot.1.len() > 1 {
                         continue;

@@ -264,6 +264,10 @@ pub(crate) fn chmod_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<()
     check(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode, 0) }).map(drop)
 }
 
+/// `fchmodat2`'s number: one for every architecture, as for every call since Linux 5.1
+/// (`libc` names it on some architectures only).
+pub const SYS_FCHMODAT2: libc::c_long = 452;
+
 /// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)` (Linux 6.6+): the mode of the object an
 /// `O_PATH` descriptor pins, without a path walk. `ENOSYS` or `EINVAL` where the kernel has
 /// no `fchmodat2` or no `AT_EMPTY_PATH` for it.
@@ -272,7 +276,7 @@ pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
     // (int dirfd, const char *path, mode_t mode, unsigned int flags).
     check(unsafe {
         libc::syscall(
-            libc::SYS_fchmodat2,
+            SYS_FCHMODAT2,
             fd.as_raw_fd(),
             EMPTY.as_ptr(),
             mode,
@@ -287,15 +291,7 @@ pub(crate) fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<()> {
 /// without `AT_EMPTY_PATH`; `ENOSYS` without the call; seccomp profiles may answer `EPERM`).
 pub(crate) fn has_chmod_fd() -> bool {
     // SAFETY: no memory is passed but the empty C string; descriptor -1 is never open.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fchmodat2,
-            -1,
-            EMPTY.as_ptr(),
-            0,
-            libc::AT_EMPTY_PATH,
-        )
-    };
+    let r = unsafe { libc::syscall(SYS_FCHMODAT2, -1, EMPTY.as_ptr(), 0, libc::AT_EMPTY_PATH) };
     r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
 }
 
