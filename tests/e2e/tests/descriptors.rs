@@ -103,6 +103,20 @@ fn an_export_serves_a_tree_ten_times_its_descriptor_budget() {
         assert_eq!(got, content(d, f), "{top}/d{d}/f{f}");
     }
     within_budget(&m, pid, "after find -ls and grep -r");
+    // Reads may all come from the kernel's page cache, and a read-only open of a file the
+    // kernel caches needs no host descriptor: open more files for writing than the budget
+    // holds, twice. A writer needs its host file's descriptor, so the second round must open
+    // again some that the first one's later files made room by closing.
+    let writers: Vec<PathBuf> = (0..BUDGET as usize / FILES + 1)
+        .flat_map(|d| (0..FILES).map(move |f| format!("u1/d{d}/f{f}")))
+        .map(|p| m.join(p))
+        .collect();
+    for _ in 0..2 {
+        for p in &writers {
+            ok!(fs::OpenOptions::new().append(true).open(p));
+        }
+    }
+    within_budget(&m, pid, "after opening files to write");
     let usage = stats_usage(m.path()).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         usage.descriptors_reopened > 0,
