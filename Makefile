@@ -122,8 +122,9 @@ conformance:
 	$(CARGO) build -p memofs
 	$(CARGO) test -p memofs-e2e --test conformance
 
+# The harness's own tests; their temporary files stay in target/pytest, not in /tmp.
 pytest:
-	python3 -m pytest bench/tests -q
+	python3 -m pytest bench/tests -q --basetemp=target/pytest
 
 # Guest VMs (QEMU TCG) booted with Debian's kernel packages: the coherence and lookup-cache
 # tests and a slice of the e2e suite on the kernels users run (scripts/vm/run.sh), and memofs

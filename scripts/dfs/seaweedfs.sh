@@ -7,7 +7,7 @@
 #                             then machine A at DIR/a and machine B at DIR/b; waits until both
 #                             are mounted; DIR/pids lists what it started
 #   seaweedfs.sh stop DIR     unmounts both and ends every process start started, even after
-#                             a failed start
+#                             a failed start, and removes what they left in /tmp
 # Servers listen on 127.0.0.1 only, on ports picked free at start (DIR/filer holds the
 # filer's address). Needs root (FUSE mounts with allow_other).
 set -euo pipefail
@@ -49,9 +49,14 @@ start() {
     master=$(free_port)
     volume=$(free_port)
     filer=$(free_port)
-    setsid "$weed" server -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -filer \
+    # Logs to standard error only, and the sockets weed lets us place in DIR; those of the
+    # master's, volume's and filer's gRPC it puts in /tmp, named by port: stop removes them.
+    printf '%s\n' "/tmp/seaweedfs-master-grpc-$((master + 10000)).sock" \
+        "/tmp/seaweedfs-volume-grpc-$((volume + 10000)).sock" \
+        "/tmp/seaweedfs-filer-grpc-$((filer + 10000)).sock" >"$dir/tmp-sockets"
+    setsid "$weed" -logtostderr server -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -filer \
         -master.port="$master" -volume.port="$volume" -filer.port="$filer" -volume.max=8 \
-        >"$dir/server.log" 2>&1 </dev/null &
+        -filer.localSocket="$dir/filer.sock" >"$dir/server.log" 2>&1 </dev/null &
     echo $! >>"$dir/pids"
     echo "127.0.0.1:$filer" >"$dir/filer"
     wait_until 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$filer/', timeout=2)" || {
@@ -60,7 +65,8 @@ start() {
     }
     local m
     for m in a b; do
-        setsid "$weed" mount -filer="127.0.0.1:$filer" -dir="$dir/$m" >"$dir/$m.log" 2>&1 </dev/null &
+        setsid "$weed" -logtostderr mount -filer="127.0.0.1:$filer" -dir="$dir/$m" \
+            -localSocket="$dir/$m.sock" -cacheDir="$dir/cache-$m" >"$dir/$m.log" 2>&1 </dev/null &
         echo $! >>"$dir/pids"
     done
     wait_mounted "$dir" seaweedfs
@@ -69,7 +75,13 @@ start() {
 case "${1:-}" in
 install) install ;;
 start) start "${2:?seaweedfs.sh start DIR}" ;;
-stop) stop_bed "${2:?seaweedfs.sh stop DIR}" ;;
+stop)
+    stop_bed "${2:?seaweedfs.sh stop DIR}"
+    # The sockets weed put in /tmp (see start), once nothing of the bed serves them.
+    if [ -f "$2/tmp-sockets" ]; then
+        while read -r s; do [ -S "$s" ] && rm -f "$s"; done <"$2/tmp-sockets"
+    fi
+    ;;
 *)
     echo "usage: seaweedfs.sh install | start DIR | stop DIR" >&2
     exit 2

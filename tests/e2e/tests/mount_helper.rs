@@ -15,11 +15,11 @@ use memofs_e2e::{
 };
 
 /// A mount point and a directory holding `mount.memofs` and `mount.fuse.memofs` links to
-/// the binary under test; unmounted when dropped.
+/// the binary under test; unmounted when dropped, and then removed (fields drop in order).
 struct Helper {
-    dir: TempDir,
-    mnt: PathBuf,
     _guard: UnmountGuard,
+    mnt: PathBuf,
+    dir: TempDir,
 }
 
 impl Helper {

@@ -173,6 +173,9 @@ fn seaweedfs(path: &Path, mnt_id: Option<u64>) -> Result<FeedSpec, String> {
     Ok(FeedSpec {
         program,
         args: vec![
+            // Its log to standard error (which reaches memofs's log) only: weed would
+            // otherwise leave log files in the temporary directory at every start.
+            "-logtostderr".into(),
             "filer.meta.tail".into(),
             format!("-filer={filer}").into(),
             format!("-pathPrefix={prefix}").into(),
