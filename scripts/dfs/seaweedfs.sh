@@ -79,7 +79,7 @@ stop)
     stop_bed "${2:?seaweedfs.sh stop DIR}"
     # The sockets weed put in /tmp (see start), once nothing of the bed serves them.
     if [ -f "$2/tmp-sockets" ]; then
-        while read -r s; do [ -S "$s" ] && rm -f "$s"; done <"$2/tmp-sockets"
+        while read -r s; do [ ! -S "$s" ] || rm -f "$s"; done <"$2/tmp-sockets"
     fi
     ;;
 *)

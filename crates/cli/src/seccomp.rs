@@ -239,12 +239,15 @@ const NARROWED: &[(libc::c_long, u8, SeccompCmpArgLen, u64, u64)] = &[
         libc::PR_SET_VMA as u64,
     ),
     // inode flags of a shared directory's files and the kernel-backed data's (lsattr,
-    // chattr); whether standard error is a terminal (the logger); the standard library's
+    // chattr); whether standard error is a terminal (the logger; as C libraries ask it:
+    // glibc with TCGETS or, newer, TCGETS2, musl with TIOCGWINSZ); the standard library's
     // non-blocking and close-on-exec switches. Nothing else: no terminal input injected
     // (TIOCSTI), no device driven.
     ioctl(libc::FS_IOC_GETFLAGS),
     ioctl(libc::FS_IOC_SETFLAGS),
     ioctl(libc::TCGETS),
+    ioctl(libc::TCGETS2),
+    ioctl(libc::TIOCGWINSZ),
     ioctl(libc::FIONBIO),
     ioctl(libc::FIOCLEX),
 ];

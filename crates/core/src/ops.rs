@@ -155,7 +155,8 @@ pub trait Backend: Send + Sync + 'static {
     /// SETATTR whenever it moves them, so a backend that keeps its own times leaves them as
     /// they are: the write-back of data written in the same clock tick as the file's last
     /// stamp would otherwise give the server a later time than the kernel shows. A backend
-    /// whose files are stamped by something else (a host filesystem) writes as usual.
+    /// whose files are stamped by something else (a host filesystem, or file data in the
+    /// host kernel's own files, which stamp themselves at every write) writes as usual.
     fn write_cached(&self, ino: Ino, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         self.write(ino, fh, offset, data)
     }

@@ -121,6 +121,9 @@ fn own_fs() -> bool {
         if let Some(done) = own.get() {
             return done;
         }
+        // Not while another thread has borrowed the shared working directory: the copy
+        // would keep it (see `ProcSelf::with_path`).
+        let _cwd = crate::fd::CWD.lock();
         // SAFETY: unshare(CLONE_FS) only copies this thread's fs_struct; no memory is shared
         // with the call.
         let done = unsafe { libc::unshare(libc::CLONE_FS) } == 0;

@@ -139,7 +139,7 @@ impl Drop for CountedFd {
 ///
 /// A sandboxed server ([`ProcSelf::confine`]) has no `/proc` under its root: calls that take
 /// only a path reach `/proc/self/fd` as the working directory, for the length of the call
-/// and under [`ProcSelf::cwd`], and the working directory is the sandbox's root again before
+/// and under [`CWD`], and the working directory is the sandbox's root again before
 /// the lock is let go. At rest, nothing `..` leads from is outside the sandbox but this
 /// descriptor itself, which only the backend uses.
 #[derive(Debug)]
@@ -147,10 +147,13 @@ pub(crate) struct ProcSelf {
     fd_dir: OwnedFd,
     /// The sandbox's root, once the host's paths are gone.
     root: OnceLock<OwnedFd>,
-    /// Held while the working directory is `/proc/self/fd` (a leaf lock: see the crate's
-    /// lock order).
-    cwd: parking_lot::Mutex<()>,
 }
+
+/// Held while a thread has borrowed the process's working directory ([`ProcSelf::with_path`]),
+/// and while a thread takes a copy of it for its own (`unshare(CLONE_FS)`), so that no copy
+/// is taken of a borrowed one. A leaf lock (see the crate's lock order): the working
+/// directory is one per process.
+pub(crate) static CWD: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 impl ProcSelf {
     pub(crate) fn open() -> std::io::Result<ProcSelf> {
@@ -163,7 +166,6 @@ impl ProcSelf {
         Ok(ProcSelf {
             fd_dir: fd,
             root: OnceLock::new(),
-            cwd: parking_lot::Mutex::new(()),
         })
     }
 
@@ -190,8 +192,8 @@ impl ProcSelf {
 
     /// Runs `call` with a path to the inode `fd` pins, for calls that take only a path:
     /// `/proc/self/fd/N`, or in a sandbox `N` with `/proc/self/fd` the working directory for
-    /// the length of the call (one such call at a time; the sandbox's root is the working
-    /// directory again afterwards).
+    /// the length of the call (one such call at a time, under [`CWD`]; the sandbox's root is
+    /// the working directory again afterwards).
     pub(crate) fn with_path<T>(
         &self,
         fd: BorrowedFd<'_>,
@@ -201,16 +203,23 @@ impl ProcSelf {
             let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
             return call(&path);
         };
-        let _cwd = self.cwd.lock();
-        sys::io::fchdir(self.dir())?;
-        let done = call(&Self::name(fd));
-        if let Err(e) = sys::io::fchdir(root.as_fd()) {
-            // A working directory left outside the sandbox would outlive this call: a
-            // server that cannot return to its root stops instead.
-            log::error!("passthrough: cannot return to the sandbox's root ({e}): stopping");
-            std::process::abort();
+        let _cwd = CWD.lock();
+        // With the server's ids: the call may run as a caller who could not enter the root.
+        crate::creds::as_server(|| sys::io::fchdir(self.dir()))?;
+        // Back to the root when the call returns or unwinds.
+        struct Back<'a>(BorrowedFd<'a>);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                if let Err(e) = crate::creds::as_server(|| sys::io::fchdir(self.0)) {
+                    // A working directory left outside the sandbox would outlive this call:
+                    // a server that cannot enter its own root as itself stops instead.
+                    log::error!("passthrough: cannot return to the sandbox's root ({e}): stopping");
+                    std::process::abort();
+                }
+            }
         }
-        done
+        let _back = Back(root.as_fd());
+        call(&Self::name(fd))
     }
 
     /// A new descriptor for the inode `fd` pins, opened with `flags`.

@@ -90,8 +90,9 @@
 //!    the watcher's invalidator slot, each inode's record of the attributes the kernel was
 //!    given (`Inode::told`), the host filesystems lent no backing files
 //!    (`PassthroughFs::unlendable`), the working directory a sandboxed server borrows for a
-//!    call that takes only a path (`ProcSelf::cwd`), and the reaper's queue (the reaper
-//!    thread takes its `dropping` lock while still holding the queue, and nothing else).
+//!    call that takes only a path (`fd::CWD`, also taken while a thread copies it for its
+//!    own), and the reaper's queue (the reaper thread takes its `dropping` lock while still
+//!    holding the queue, and nothing else).
 //!
 //! The watcher thread holds no lock while it calls the invalidator.
 #![deny(missing_docs)]

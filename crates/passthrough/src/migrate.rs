@@ -262,7 +262,10 @@ impl PassthroughFs {
         if st.stx_nlink == 0 {
             let root = self.table.root().fd().map_err(|e| e.to_string())?;
             let shown = (self.shown_path(root.as_fd())?, self.shown_path(fd)?);
-            return match deleted_inside(&shown.0, &shown.1) {
+            // On the host's own mount, from inside a chroot into the export, the root shows
+            // as `/` and a file deleted elsewhere by its whole path: no place tells them apart.
+            let told_apart = self.export.private || shown.0 != b"/";
+            return match told_apart && deleted_inside(&shown.0, &shown.1) {
                 true => Ok(()),
                 false => Err(format!(
                     "its file handle names a deleted file that was not in the shared directory \
@@ -506,7 +509,9 @@ impl Migrate for PassthroughFs {
 /// export: no name leads to it, but while something holds it open the kernel keeps the
 /// directory it was deleted from, and shows the descriptor at its old place (`shown`, with
 /// " (deleted)") under the export root's own (`root_shown`). A file that was elsewhere on
-/// the filesystem cannot be reached from that mount's root, and is shown as `/` alone.
+/// the filesystem cannot be reached from the private mount's root, and is shown as `/`
+/// alone. (A file whose only descriptor was opened by its handle after it lost its
+/// directory, as the descriptor budget's re-opens can, shows as `/` too, and is refused.)
 fn deleted_inside(root_shown: &[u8], shown: &[u8]) -> bool {
     let Some(old) = shown.strip_suffix(b" (deleted)") else {
         return false;

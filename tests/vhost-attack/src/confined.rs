@@ -1,8 +1,8 @@
-//! Whether the server, as the guest's requests leave it, works inside its sandbox: its
-//! working directory is its root, and `..` from there leads nowhere else. Looked at from
-//! outside, as the server itself would resolve it: a child of this program opens the
-//! server's `/proc/PID/cwd` and `/proc/PID/root`, `chroot`s into that root and opens `..`
-//! from that working directory.
+//! Whether the server, as the guest's requests leave it, works inside its sandbox: each of
+//! its threads' working directory is its root, and `..` from there leads nowhere else.
+//! Looked at from outside, as the server itself would resolve it: a child of this program
+//! opens a thread's `/proc/PID/task/TID/cwd` and `root`, `chroot`s into that root and opens
+//! `..` from that working directory.
 
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
@@ -24,9 +24,50 @@ fn serving(pid: u32) -> u32 {
     child.map_or(pid, serving)
 }
 
-/// The check: calls that reach host files by path (GETXATTR, LISTXATTR of the root) first,
-/// so that a server which borrows a working directory for them has done so.
+/// SETATTR of the root's mode, as the guest's root.
+fn chmod_root(g: &mut Guest, mode: u32) -> Result<(), String> {
+    let mut set = abi::fuse_setattr_in::new_zeroed();
+    set.valid = abi::fattr::MODE;
+    set.mode = libc::S_IFDIR | mode;
+    match g.call(opcode::SETATTR, 1, set.as_bytes(), 4096) {
+        Some((0, _)) => Ok(()),
+        other => Err(format!(
+            "chmod {mode:o} of the root: {:?}",
+            other.map(|r| r.0)
+        )),
+    }
+}
+
+/// SETXATTR of the root (mode 0700, the host's root's) by a guest user who may not enter
+/// it: the server runs the call as that user, and must still find its way back to its own
+/// root afterwards (answering, not stopping).
+fn setxattr_as_a_stranger(g: &mut Guest) -> Result<(), String> {
+    chmod_root(g, 0o700)?;
+    let mut body = Vec::new();
+    body.extend_from_slice(&1u32.to_ne_bytes());
+    body.extend_from_slice(&0u32.to_ne_bytes());
+    body.extend_from_slice(b"user.memofs-attack\0x");
+    let mut h = abi::fuse_in_header::new_zeroed();
+    h.len = (std::mem::size_of::<abi::fuse_in_header>() + body.len()) as u32;
+    h.opcode = opcode::SETXATTR;
+    h.unique = g.unique();
+    h.nodeid = 1;
+    (h.uid, h.gid) = (4242, 4242);
+    let mut req = h.as_bytes().to_vec();
+    req.extend_from_slice(&body);
+    let answered = g.request(&req, 4096).is_some();
+    chmod_root(g, 0o755)?;
+    match answered {
+        true => Ok(()),
+        false => Err("no answer to SETXATTR by a user who may not enter the root".into()),
+    }
+}
+
+/// The check: calls that reach host files by path (GETXATTR, LISTXATTR of the root, and a
+/// SETXATTR by another user) first, so that a server which borrows a working directory for
+/// them has done so.
 pub fn check(g: &mut Guest, pid: u32) -> Result<String, String> {
+    setxattr_as_a_stranger(g)?;
     let get = abi::fuse_getxattr_in::new_zeroed();
     let mut body = get.as_bytes().to_vec();
     body.extend_from_slice(b"user.memofs-attack-none\0");
@@ -49,27 +90,42 @@ pub fn check(g: &mut Guest, pid: u32) -> Result<String, String> {
     if unsafe { libc::geteuid() } != 0 {
         return Ok("skipped: looking from the server's root takes chroot, which takes root".into());
     }
-    match from_inside(server) {
-        0 => Ok(format!(
-            "process {server}: working directory is its root, .. too"
-        )),
-        1 => Err(format!(
-            "process {server} works in a directory other than its root ({:?})",
-            std::fs::read_link(format!("/proc/{server}/cwd"))
-        )),
-        2 => Err(format!(
-            "from process {server}'s working directory, .. leads out of its root"
-        )),
-        n => Err(format!("could not look from process {server}'s root ({n})")),
+    // Every thread: one with a working directory of its own (unshare(CLONE_FS)) has its own.
+    let tasks: Vec<u32> = std::fs::read_dir(format!("/proc/{server}/task"))
+        .map_err(|e| format!("/proc/{server}/task: {e}"))?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect();
+    for &tid in &tasks {
+        let at = format!("/proc/{server}/task/{tid}");
+        match from_inside(&at) {
+            0 => {}
+            1 => {
+                return Err(format!(
+                    "thread {tid} of {server} works in a directory other than its root ({:?})",
+                    std::fs::read_link(format!("{at}/cwd"))
+                ))
+            }
+            2 => {
+                return Err(format!(
+                    "from thread {tid} of {server}'s working directory, .. leads out of its root"
+                ))
+            }
+            n => return Err(format!("could not look from thread {tid}'s root ({n})")),
+        }
     }
+    Ok(format!(
+        "{} threads of {server}: working directory is the root, .. too",
+        tasks.len()
+    ))
 }
 
-/// Forks a child that looks as the server would; its exit code: 0 (working directory is
-/// the root and `..` from it the root), 1 (working directory elsewhere), 2 (`..` leads
-/// elsewhere), 3 and up (could not look).
-fn from_inside(server: u32) -> i32 {
-    let cwd = CString::new(format!("/proc/{server}/cwd")).expect("no NUL");
-    let root = CString::new(format!("/proc/{server}/root")).expect("no NUL");
+/// Forks a child that looks as the thread `task` (its `/proc` directory) would; its exit
+/// code: 0 (working directory is the root and `..` from it the root), 1 (working directory
+/// elsewhere), 2 (`..` leads elsewhere), 3 and up (could not look).
+fn from_inside(task: &str) -> i32 {
+    let cwd = CString::new(format!("{task}/cwd")).expect("no NUL");
+    let root = CString::new(format!("{task}/root")).expect("no NUL");
     // SAFETY: the child only makes system calls (no allocation, no locks) and then _exits.
     match unsafe { libc::fork() } {
         0 => {
