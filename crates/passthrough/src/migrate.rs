@@ -541,19 +541,15 @@ mod tests {
         assert!(!deleted_inside(b"/", b"/a"));
     }
 
-    /// A stream whose node 7 is the file handle of `file`, deleted and held open by the test,
-    /// loaded into a server of `export`.
-    fn load_deleted_by_handle(export: &Path, file: &Path) -> Result<(), String> {
-        let held = std::fs::File::open(file).unwrap();
-        let (handle_type, bytes) = sys::at::file_handle(held.as_fd()).unwrap();
-        std::fs::remove_file(file).unwrap();
-        let fs = PassthroughFs::new(export, crate::PassthroughConfig::default()).unwrap();
-        let stream = stream(&[
+    /// A stream's first records: two inodes (the root by its path and one more) and `files`
+    /// open files.
+    fn start(files: u64) -> [Record; 2] {
+        [
             Record::Fs {
                 inodes: 2,
-                files: 0,
+                files,
                 dirs: 0,
-                next_file: 1,
+                next_file: files + 1,
                 next_dir: 1,
             },
             Record::Inode {
@@ -565,6 +561,20 @@ mod tests {
                     handle: None,
                 },
             },
+        ]
+    }
+
+    /// A stream whose node 7 is the file handle of `file`, deleted and held open by the test,
+    /// loaded into a server of `export`.
+    fn load_deleted_by_handle(export: &Path, file: &Path) -> Result<(), String> {
+        let held = std::fs::File::open(file).unwrap();
+        let (handle_type, bytes) = sys::at::file_handle(held.as_fd()).unwrap();
+        std::fs::remove_file(file).unwrap();
+        let fs = PassthroughFs::new(export, crate::PassthroughConfig::default()).unwrap();
+        let [fs_record, root] = start(0);
+        let stream = stream(&[
+            fs_record,
+            root,
             Record::Inode {
                 ino: 7,
                 lookups: 1,
@@ -633,23 +643,10 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let fs = PassthroughFs::new(&dir, crate::PassthroughConfig::default()).unwrap();
+        let [fs_record, root] = start(1);
         let bytes = stream(&[
-            Record::Fs {
-                inodes: 2,
-                files: 1,
-                dirs: 0,
-                next_file: 2,
-                next_dir: 1,
-            },
-            Record::Inode {
-                ino: ROOT_INO,
-                lookups: 1,
-                kind: libc::S_IFDIR,
-                place: Place::Path {
-                    path: b".".to_vec(),
-                    handle: None,
-                },
-            },
+            fs_record,
+            root,
             Record::Inode {
                 ino: 7,
                 lookups: 1,
