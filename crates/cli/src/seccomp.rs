@@ -11,9 +11,9 @@
 //! (no process, so nothing can be run), `unshare` gives a thread its own filesystem context
 //! (no namespaces), `prctl` names threads, `ioctl` takes the few requests the server makes
 //! (inode flags, and the standard library's own). The list is right for x86-64 and aarch64
-//! ([`ALLOWED_ARCH`]; `make lint` checks the code for both). `clone3`, whose flags sit in memory a filter
-//! cannot read, fails with `ENOSYS` (a second filter), so that the C library starts
-//! threads with `clone`, as virtiofsd's filter does.
+//! ([`ALLOWED_ARCH`]; `make lint` checks the code for both). `clone3`, whose flags sit in
+//! memory a filter cannot read, fails with `ENOSYS` (a second filter), so that the C
+//! library starts threads with `clone`, as virtiofsd's filter does.
 
 use std::collections::BTreeMap;
 

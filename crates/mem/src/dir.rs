@@ -275,14 +275,30 @@ impl Directory {
 
     /// Adds `name` at `cookie`, past every cookie in `order`.
     fn push(&mut self, name: &OsStr, slot: Slot, cookie: u64) {
-        let hash = name_hash(name.as_bytes());
-        let entry = Entry::new(name.as_bytes(), slot.ino, cookie, slot.kind);
-        self.entries
-            .insert_unique(hash, entry, |e| name_hash(e.name()));
+        let hash = self.put(name, slot, cookie);
         self.order.push((cookie, hash));
         if slot.kind == FileKind::Directory {
             self.subdirs += 1;
         }
+    }
+
+    /// Puts `name` into `entries` at `cookie` (not into `order`); returns its name's hash.
+    fn put(&mut self, name: &OsStr, slot: Slot, cookie: u64) -> u64 {
+        let hash = name_hash(name.as_bytes());
+        let entry = Entry::new(name.as_bytes(), slot.ino, cookie, slot.kind);
+        self.entries
+            .insert_unique(hash, entry, |e| name_hash(e.name()));
+        hash
+    }
+
+    /// Takes `name` out of `entries` (not out of `order`).
+    fn take(&mut self, name: &OsStr) -> Option<Entry> {
+        let bytes = name.as_bytes();
+        let found = self
+            .entries
+            .find_entry(name_hash(bytes), |e| e.name() == bytes)
+            .ok()?;
+        Some(found.remove().0)
     }
 
     /// Takes on what a state stream says of the directory itself: its parent, the cookie
@@ -320,12 +336,7 @@ impl Directory {
 
     /// Removes `name`, returning its slot.
     pub fn remove(&mut self, name: &OsStr) -> Option<Slot> {
-        let bytes = name.as_bytes();
-        let found = self
-            .entries
-            .find_entry(name_hash(bytes), |e| e.name() == bytes)
-            .ok()?;
-        let (entry, _) = found.remove();
+        let entry = self.take(name)?;
         let at = self.position(entry.cookie());
         self.order[at].0 |= GONE;
         self.gone += 1;
@@ -364,17 +375,9 @@ impl Directory {
     /// would never reach the end.)
     pub fn rename_in_place(&mut self, from: &OsStr, to: &OsStr) -> Option<Slot> {
         debug_assert!(self.find(to).is_none(), "rename over an existing name");
-        let bytes = from.as_bytes();
-        let (entry, _) = self
-            .entries
-            .find_entry(name_hash(bytes), |e| e.name() == bytes)
-            .ok()?
-            .remove();
+        let entry = self.take(from)?;
         let (cookie, slot) = (entry.cookie(), entry.slot());
-        let hash = name_hash(to.as_bytes());
-        let moved = Entry::new(to.as_bytes(), slot.ino, cookie, slot.kind);
-        self.entries
-            .insert_unique(hash, moved, |e| name_hash(e.name()));
+        let hash = self.put(to, slot, cookie);
         let at = self.position(cookie);
         self.order[at].1 = hash;
         Some(slot)

@@ -166,13 +166,7 @@ impl PassthroughFs {
             return Ok(b".".to_vec());
         }
         let shown = self.shown_path(fd)?;
-        let prefix = match root_shown {
-            b"/" => b"/".to_vec(),
-            r => [r, b"/"].concat(),
-        };
-        let path = shown
-            .strip_prefix(prefix.as_slice())
-            .filter(|p| !p.is_empty())
+        let path = under_root(root_shown, &shown)
             .ok_or_else(|| format!("it is not under the export (at {})", lossy(&shown)))?
             .to_vec();
         let gone = || {
@@ -516,11 +510,17 @@ fn deleted_inside(root_shown: &[u8], shown: &[u8]) -> bool {
     let Some(old) = shown.strip_suffix(b" (deleted)") else {
         return false;
     };
-    let under = match root_shown {
-        b"/" => old.strip_prefix(b"/"),
-        r => old.strip_prefix(r).and_then(|p| p.strip_prefix(b"/")),
-    };
-    under.is_some_and(|p| !p.is_empty() && !p.split(|&b| b == b'/').any(|c| c == b".."))
+    under_root(root_shown, old).is_some_and(|p| !p.split(|&b| b == b'/').any(|c| c == b".."))
+}
+
+/// The path of what the kernel shows at `shown` from the export root, shown at
+/// `root_shown`: `None` unless it lies below it.
+fn under_root<'a>(root_shown: &[u8], shown: &'a [u8]) -> Option<&'a [u8]> {
+    match root_shown {
+        b"/" => shown.strip_prefix(b"/"),
+        r => shown.strip_prefix(r).and_then(|p| p.strip_prefix(b"/")),
+    }
+    .filter(|p| !p.is_empty())
 }
 
 #[cfg(test)]

@@ -11,17 +11,12 @@ use memofs_proto::abi::{self, opcode};
 use zerocopy::{FromZeros, IntoBytes};
 
 use memofs_vhost_attack::guest::Guest;
+use memofs_vhost_attack::server::children;
 
 /// The process that serves under `pid`: its deepest descendant (a sandboxed server serves
 /// from a child of the process the VMM started).
 fn serving(pid: u32) -> u32 {
-    let child = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .find_map(|c| c.split_whitespace().find_map(|p| p.parse::<u32>().ok()));
-    child.map_or(pid, serving)
+    children(pid).first().map_or(pid, |&child| serving(child))
 }
 
 /// SETATTR of the root's mode, as the guest's root.
@@ -47,14 +42,7 @@ fn setxattr_as_a_stranger(g: &mut Guest) -> Result<(), String> {
     body.extend_from_slice(&1u32.to_ne_bytes());
     body.extend_from_slice(&0u32.to_ne_bytes());
     body.extend_from_slice(b"user.memofs-attack\0x");
-    let mut h = abi::fuse_in_header::new_zeroed();
-    h.len = (std::mem::size_of::<abi::fuse_in_header>() + body.len()) as u32;
-    h.opcode = opcode::SETXATTR;
-    h.unique = g.unique();
-    h.nodeid = 1;
-    (h.uid, h.gid) = (4242, 4242);
-    let mut req = h.as_bytes().to_vec();
-    req.extend_from_slice(&body);
+    let req = g.fuse_as(opcode::SETXATTR, 1, &body, (4242, 4242));
     let answered = g.request(&req, 4096).is_some();
     chmod_root(g, 0o755)?;
     match answered {

@@ -529,11 +529,17 @@ impl Guest {
 
     /// A FUSE request: header with `opcode`, `nodeid` and a new unique, then `body`.
     pub fn fuse(&mut self, opcode: u32, nodeid: u64, body: &[u8]) -> Vec<u8> {
+        self.fuse_as(opcode, nodeid, body, (0, 0))
+    }
+
+    /// [`Guest::fuse`], sent by the guest's user and group `(uid, gid)`.
+    pub fn fuse_as(&mut self, opcode: u32, nodeid: u64, body: &[u8], ids: (u32, u32)) -> Vec<u8> {
         let mut h = abi::fuse_in_header::new_zeroed();
         h.len = (std::mem::size_of::<abi::fuse_in_header>() + body.len()) as u32;
         h.opcode = opcode;
         h.unique = self.unique();
         h.nodeid = nodeid;
+        (h.uid, h.gid) = ids;
         let mut v = h.as_bytes().to_vec();
         v.extend_from_slice(body);
         v

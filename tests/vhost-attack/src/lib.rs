@@ -41,9 +41,9 @@ pub mod server {
         Ok(child)
     }
 
-    /// `of(pid)` summed over `pid` and its descendants (a sandboxed server serves from a child).
-    pub fn over_tree(pid: u32, of: &dyn Fn(u32) -> u64) -> u64 {
-        let children: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+    /// The child processes of `pid` (of each of its threads).
+    pub fn children(pid: u32) -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
             .flatten()
@@ -53,6 +53,13 @@ pub mod server {
                     .filter_map(|p| p.parse::<u32>().ok())
                     .collect::<Vec<_>>()
             })
+            .collect()
+    }
+
+    /// `of(pid)` summed over `pid` and its descendants (a sandboxed server serves from a child).
+    pub fn over_tree(pid: u32, of: &dyn Fn(u32) -> u64) -> u64 {
+        let children: u64 = children(pid)
+            .into_iter()
             .map(|child| over_tree(child, of))
             .sum();
         of(pid) + children
