@@ -189,11 +189,13 @@ xfstests: build
 	python3 scripts/xfstests/report.py target/xfstests/results $(XFSTESTS_CONFIGS) >target/xfstests/report.md
 	@echo "xfstests: report in target/xfstests/report.md"
 
-# make test's part: fsstress and fsx on each memofs configuration, and the tests listed in
-# scripts/xfstests/subset on the mem backend (every one passes there; under 10 minutes).
+# make test's part: fsstress and fsx on each memofs configuration, the same while `memofs
+# upgrade` replaces the server 20 times, and the tests listed in scripts/xfstests/subset on
+# the mem backend (every one passes there; under 10 minutes).
 xfstests-ci: build
 	bash scripts/xfstests/build.sh
 	bash scripts/xfstests/stress.sh
+	bash scripts/xfstests/upgrade-stress.sh
 	RESULTS=target/xfstests/results/ci bash scripts/xfstests/run.sh mem $$(sed 's/#.*//' scripts/xfstests/subset)
 
 # Live migration of a virtio-fs guest's mem filesystem (10 000 files, 1 GiB) from one

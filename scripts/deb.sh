@@ -43,6 +43,22 @@ Description: fast userspace filesystem server mounted through FUSE
  memofs-virtiofsd (a vhost-user-fs backend taking virtiofsd's command line) it
  serves the same to virtual machines over virtio-fs.
 CONTROL
+# On an upgrade (configure with the version replaced), each live memofs mount's server hands
+# its mount over to the new executable (`memofs upgrade`), so that in-memory files survive
+# `apt upgrade`; a mount that cannot change servers keeps its old one, and says why.
+cat >"$root/DEBIAN/postinst" <<'POSTINST'
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -n "$2" ] && [ -r /proc/self/mountinfo ]; then
+    findmnt -rn -t fuse.memofs -o TARGET 2>/dev/null | while read -r mnt; do
+        mnt=$(printf '%b' "$mnt")
+        /usr/bin/memofs upgrade "$mnt" ||
+            echo "memofs: $mnt is still served by the previous memofs" >&2
+    done
+fi
+exit 0
+POSTINST
+chmod 0755 "$root/DEBIAN/postinst"
 out=target/deb/memofs_${version}_${arch}.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$out" >/dev/null
 echo "$out"

@@ -85,6 +85,16 @@ findmnt -n -o FSTYPE "$m1" | grep -qx fuse.memofs || fail "$m1 is not a fuse.mem
 echo hello >"$m1/greeting"
 [ "$(cat "$m1/greeting")" = hello ] || fail "read back through mount -t memofs"
 /usr/bin/memofs stats "$m1" | grep -q "Requests" || fail "memofs stats on $m1"
+# Installing the package again (as an upgrade does) hands the live mount to the installed
+# executable: the server's process and the file stay.
+before=$(pgrep -f "memofs.* $m1\$" | head -1)
+exec 7<"$m1/greeting"
+t dpkg -i "$deb" >"$work/reinstall.log" 2>&1 || fail "dpkg -i again: $(cat "$work/reinstall.log")"
+grep -q "$m1 is served by /usr/bin/memofs" "$work/reinstall.log" ||
+    fail "the postinst did not upgrade $m1: $(cat "$work/reinstall.log")"
+[ "$(pgrep -f "memofs.* $m1\$" | head -1)" = "$before" ] || fail "the server of $m1 changed process"
+[ "$(cat <&7)" = hello ] && [ "$(cat "$m1/greeting")" = hello ] || fail "$m1/greeting after the upgrade"
+exec 7<&-
 gone_after_umount "$m1"
 
 # mount -t fuse.memofs: mount.fuse3 runs `memofs SOURCE DIR -o OPTS`; a directory SOURCE is
@@ -115,4 +125,4 @@ while read -r f; do
     if [ -f "$f" ] || [ -L "$f" ]; then left+=("$f"); fi
 done <"$work/files"
 ((${#left[@]} == 0)) || fail "files left after purge: ${left[*]}"
-echo "package-test: ok (installed $(basename "$deb"), mounted through mount(8) three ways, purged)"
+echo "package-test: ok (installed $(basename "$deb"), mounted through mount(8) three ways, upgraded a live mount by reinstalling, purged)"

@@ -7,15 +7,9 @@
 # SEED (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bin=$(realpath "${MEMOFS_BIN:-target/release/memofs}")
-src=${XFSTESTS_DIR:-$PWD/target/xfstests/src}
-fsstress=$src/ltp/fsstress
-fsx=$src/ltp/fsx
-[ -x "$fsstress" ] && [ -x "$fsx" ] || { echo "fsstress/fsx are not built: run scripts/xfstests/build.sh" >&2; exit 2; }
-[ -e /dev/fuse ] || { echo "stress: skipped: no /dev/fuse" >&2; exit 0; }
+source scripts/xfstests/tools.sh stress
 ops=${FSSTRESS_OPS:-5000}
 fsx_ops=${FSX_OPS:-50000}
-seed=${SEED:-1}
 
 work=$(mktemp -d /tmp/memofs-stress.XXXXXX)
 mnt=$work/mnt

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use memofs_core::options::{scope_of, MountOptions, Scope, WatchMode};
 use memofs_core::plan::{MountPlan, Passthrough};
 use memofs_core::Backend;
+use memofs_mem::kernel_data::BackingStore;
 use memofs_mem::{MemConfig, MemFs};
 use memofs_passthrough::{PassthroughConfig, PassthroughFs, WatchMechanism};
 
@@ -155,8 +156,13 @@ fn watch_line(asked: WatchMode, used: Option<WatchMechanism>, whole_fs: bool) ->
     format!("{what} ({why})")
 }
 
-/// The mem backend.
-pub fn mem(opts: &MountOptions, plan: &mut MountPlan) -> Built<MemFs> {
+/// The mem backend; `adopt`: on the private tmpfs of file data another server process
+/// handed over (`memofs upgrade`), `None` where that process kept file data itself.
+pub fn mem(
+    opts: &MountOptions,
+    plan: &mut MountPlan,
+    adopt: Option<Option<BackingStore>>,
+) -> Built<MemFs> {
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let config = MemConfig {
@@ -169,7 +175,14 @@ pub fn mem(opts: &MountOptions, plan: &mut MountPlan) -> Built<MemFs> {
         kernel_data: plan.kernel_data,
         huge: plan.huge,
     };
-    let fs = match MemFs::new(config) {
+    let fs = match adopt {
+        Some(Some(store)) => Ok(MemFs::adopting(config, store)),
+        Some(None) if plan.kernel_data => Err(std::io::Error::other(
+            "the server that handed over kept file data itself",
+        )),
+        _ => MemFs::new(config),
+    };
+    let fs = match fs {
         Ok(fs) => fs,
         Err(e) if plan.passthrough == Passthrough::Required => {
             return Err(format!(

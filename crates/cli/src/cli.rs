@@ -52,6 +52,13 @@ pub enum Command {
     /// send the files' data ahead to the destination's server (started with
     /// --migration-listen), so that the VM stops only for what changed since
     Migrate(MigrateArgs),
+    /// Replace a mount's server with a new executable (after installing a new release),
+    /// keeping every file, open file, lookup and lock: the mount pauses for the handover
+    Upgrade(UpgradeArgs),
+    /// Take over a mount from the server process this one replaced (run by that process
+    /// through `memofs upgrade`; not for use by hand)
+    #[command(hide = true)]
+    Resume(ResumeArgs),
     /// Write the man pages, shell completions and option table into DIR (used by `make install`)
     #[command(hide = true)]
     Generate {
@@ -288,6 +295,36 @@ pub struct MigrateArgs {
     pub socket: PathBuf,
     /// Where the destination's server listens (its --migration-listen), HOST:PORT
     pub to: String,
+}
+
+/// `memofs upgrade`.
+#[derive(Args, Debug)]
+pub struct UpgradeArgs {
+    /// The executable to serve the mount from now on (default: this memofs)
+    #[arg(long = "bin", value_name = "PATH")]
+    pub bin: Option<PathBuf>,
+    /// The mount point
+    pub mountpoint: PathBuf,
+}
+
+/// `memofs resume`.
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// The descriptor holding the state the old server wrote
+    #[arg(
+        long = "state-fd",
+        value_name = "FD",
+        required_unless_present = "check"
+    )]
+    pub state_fd: Option<i32>,
+    /// Exit 0 if this executable reads handover states of format N, else say why not
+    #[arg(long = "check", value_name = "N")]
+    pub check: Option<u32>,
+    /// This is the old executable again, because the new one could not take over (why)
+    #[arg(long = "fallback", value_name = "WHY")]
+    pub fallback: Option<String>,
+    /// The mount point the state is of (for the process list: `ps`, `pgrep`)
+    pub mountpoint: Option<PathBuf>,
 }
 
 /// `memofs umount`.

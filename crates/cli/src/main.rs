@@ -8,10 +8,12 @@ mod logging;
 mod migrate;
 mod mount;
 mod remount;
+mod resume;
 mod sandbox;
 mod seccomp;
 mod stats;
 mod umount;
+mod upgrade;
 mod vhost_socket;
 mod virtiofsd;
 
@@ -45,6 +47,8 @@ fn main() -> ExitCode {
         Command::Invalidate(args) => stats::invalidate_main(args),
         Command::Virtiofsd(args) => virtiofsd::main(args),
         Command::Migrate(args) => migrate::main(args),
+        Command::Upgrade(args) => upgrade::main(args),
+        Command::Resume(args) => resume::main(args),
         Command::Generate { dir } => match cli::generate(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(

@@ -2,16 +2,16 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use memofs_control::StatsSource;
 use memofs_core::options::{parse_options, MountOptions};
 use memofs_core::plan::{BackendKind, MountPlan};
-use memofs_core::Backend;
 
 use crate::backends;
 use crate::cli::MountArgs;
 use crate::daemon;
+use crate::upgrade::{HandOver, Handover};
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
 /// Total RAM, for `size=N%` and the tmpfs-like defaults.
@@ -68,30 +68,48 @@ pub fn main(args: &MountArgs) -> ExitCode {
         daemon::detach_session();
     }
     crate::logging::to_stderr(log_level(&opts));
-    let privileged = backends::privileged();
     let kind = match source {
         Some(_) => BackendKind::Passthrough,
         None => BackendKind::Mem,
     };
-    let mut plan = MountPlan::new(&opts, kind, privileged);
-    if opts.fsname.is_none() {
-        let export = export.as_deref().filter(|_| opts.source.is_none());
-        plan.fsname = shown_source(args, export);
-    }
+    let mut plan = plan_for(args, &opts, kind, export.as_deref());
+    let at = (mountpoint.as_path(), args);
     let built = match source {
         Some(src) => {
             backends::passthrough(src, &mut plan, memofs_passthrough::RESERVED_FDS).map(|(b, s)| {
                 let fs = b.clone();
                 let features = Box::new(move || backends::passthrough_features(&fs));
-                serve(b, s, features, plan, (&mountpoint, &args.options), ready_fd)
+                serve(b, s, features, plan, at, Start::Mount(ready_fd))
             })
         }
-        None => backends::mem(&opts, &mut plan).map(|(b, s)| {
-            let at = (mountpoint.as_path(), args.options.as_slice());
-            serve(b, s, Box::new(Vec::new), plan, at, ready_fd)
-        }),
+        None => backends::mem(&opts, &mut plan, None)
+            .map(|(b, s)| serve(b, s, Box::new(Vec::new), plan, at, Start::Mount(ready_fd))),
     };
     built.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
+}
+
+/// The plan of the mount `args` ask for, with `opts` parsed from them, of backend `kind`
+/// (exporting `export`, canonical).
+pub(crate) fn plan_for(
+    args: &MountArgs,
+    opts: &MountOptions,
+    kind: BackendKind,
+    export: Option<&Path>,
+) -> MountPlan {
+    let mut plan = MountPlan::new(opts, kind, backends::privileged());
+    if opts.fsname.is_none() {
+        let export = export.filter(|_| opts.source.is_none());
+        plan.fsname = shown_source(args, export);
+    }
+    plan
+}
+
+/// How a server comes to serve its mount.
+pub(crate) enum Start {
+    /// It mounts; `memofs mount`'s ready pipe, where it waits in the background.
+    Mount(Option<daemon::ReadyPipe>),
+    /// It takes a live mount over from the executable it replaced (`memofs upgrade`).
+    Resume(Box<crate::resume::Taking>),
 }
 
 /// What the mount table shows as the source without `fsname=`: the export's path (`export`,
@@ -122,19 +140,43 @@ pub(crate) fn log_level(opts: &MountOptions) -> &'static str {
 /// Host kernel features a backend uses, for `memofs stats`.
 type BackendFeatures = Box<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
-fn serve<B: Backend>(
+pub(crate) fn serve<B: HandOver>(
     backend: Arc<B>,
     backend_settings: Vec<(String, String)>,
     backend_features: BackendFeatures,
     plan: MountPlan,
-    (mountpoint, options): (&Path, &[String]),
-    ready_fd: Option<daemon::ReadyPipe>,
+    (mountpoint, args): (&Path, &MountArgs),
+    start: Start,
 ) -> ExitCode {
     let cache = plan.cache;
-    let mounted = match memofs_fuse::mount(backend.clone(), mountpoint, plan) {
-        Ok(m) => m,
-        Err(e) => return fail(EXIT_FAILURE, e),
+    let mounted = match &start {
+        Start::Mount(_) => {
+            memofs_fuse::mount(backend.clone(), mountpoint, plan).map_err(|e| e.to_string())
+        }
+        Start::Resume(taking) => taking.connect(backend.clone(), mountpoint, plan),
     };
+    let mounted = match (mounted, start) {
+        (Ok(m), start) => (m, start),
+        (Err(e), Start::Resume(taking)) => return taking.fall_back(e),
+        (Err(e), Start::Mount(_)) => return fail(EXIT_FAILURE, e),
+    };
+    let (mounted, start) = mounted;
+    let live = Arc::new(crate::remount::Live::new(
+        backend.clone(),
+        args.options.clone(),
+        ram_bytes(),
+    ));
+    let handover = Arc::new(Handover {
+        backend: backend.clone(),
+        server: mounted.server().clone(),
+        live: live.clone(),
+        session: match mounted.session() {
+            Ok(s) => s,
+            Err(e) => return fail(EXIT_FAILURE, format!("cannot keep the connection: {e}")),
+        },
+        paths: args.paths.clone(),
+        pause: OnceLock::new(),
+    });
     // The control socket, removed when the server ends.
     let mut control = None;
     if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
@@ -145,7 +187,6 @@ fn serve<B: Backend>(
             granted.passthrough.to_string(),
         ));
         settings.extend(backend_settings);
-        let live = crate::remount::Live::new(backend.clone(), options.to_vec(), ram_bytes());
         let invalidator = mounted.invalidator();
         let notify = invalidator.clone();
         let transport = mounted.features();
@@ -163,6 +204,10 @@ fn serve<B: Backend>(
             settings,
             send_ahead: None,
             remount: Some(Box::new(move |opts| live.remount(opts))),
+            upgrade: Some(Box::new({
+                let handover = handover.clone();
+                move |conn, exe| handover.run(conn, exe)
+            })),
         };
         match memofs_control::serve(dev, source) {
             Ok(c) => {
@@ -183,14 +228,17 @@ fn serve<B: Backend>(
             return fail(EXIT_FAILURE, format!("cannot serve the mount: {e}"));
         }
     };
-    if let Some(pipe) = ready_fd {
-        pipe.report();
-    } else {
-        eprintln!(
+    if let Some(pause) = serving.pause() {
+        let _ = handover.pause.set(pause);
+    }
+    match start {
+        Start::Mount(Some(pipe)) => pipe.report(),
+        Start::Mount(None) => eprintln!(
             "memofs: mounted at {} (unmount with: memofs umount {})",
             mountpoint.display(),
             mountpoint.display()
-        );
+        ),
+        Start::Resume(taking) => taking.report(),
     }
     let result = serving.wait();
     drop(control);

@@ -199,6 +199,14 @@ impl<B: Backend> Live<B> {
         }
     }
 
+    /// The options in effect: the mount's, then each remount's.
+    pub fn options(&self) -> Vec<String> {
+        self.options
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn parse(&self, lists: &[String]) -> Result<MountOptions, String> {
         parse_options(lists, self.ram).map_err(|e| e.to_string())
     }

@@ -20,13 +20,23 @@ const FIRST_ROUND: Duration = Duration::from_secs(3600);
 /// Hands `channel` to the virtio-fs device listening on `vhost_socket` and waits for its
 /// answer: once every file's data went once, the bytes sent (JSON), or why not.
 pub fn send_ahead(vhost_socket: &Path, channel: BorrowedFd<'_>) -> io::Result<String> {
-    let mut conn = crate::device_connection(vhost_socket)?;
-    conn.set_read_timeout(Some(FIRST_ROUND))?;
-    let fds = [channel.as_raw_fd()];
+    let conn = crate::device_connection(vhost_socket)?;
+    exchange_with_fd(conn, COMMAND, channel, FIRST_ROUND)
+}
+
+/// Sends `command` with `fd` on `conn`, and waits up to `wait` for the whole answer.
+pub(crate) fn exchange_with_fd(
+    mut conn: UnixStream,
+    command: &str,
+    fd: BorrowedFd<'_>,
+    wait: Duration,
+) -> io::Result<String> {
+    conn.set_read_timeout(Some(wait))?;
+    let fds = [fd.as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
     sendmsg::<()>(
         conn.as_raw_fd(),
-        &[IoSlice::new(COMMAND.as_bytes())],
+        &[IoSlice::new(command.as_bytes())],
         &cmsg,
         MsgFlags::empty(),
         None,

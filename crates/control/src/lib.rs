@@ -201,6 +201,44 @@ pub struct StatsSource {
     /// What `remount OPTS` runs: the server takes the options that change on a live
     /// mount (`mount -o remount,...`), or says why not.
     pub remount: Option<Remount>,
+    /// What `upgrade` runs with the client's connection and the new server's executable:
+    /// hands the mount to it (the answer then comes from the new server), or says why not.
+    pub upgrade: Option<Upgrade>,
+}
+
+/// Hands a mount over to the executable given (`memofs upgrade`); returns only on failure,
+/// with the reason.
+pub type Upgrade = Box<dyn Fn(&UnixStream, OwnedFd) -> String + Send + Sync>;
+
+/// The command that hands a mount to a new server process.
+pub const UPGRADE: &str = "upgrade";
+
+/// How long `memofs upgrade` waits for the new server's answer (the old server writes its
+/// whole state first: all file data, where the data is the server's own).
+const UPGRADE_WAIT: Duration = Duration::from_secs(600);
+
+/// The answer to `upgrade`, from the new server.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpgradedDoc {
+    /// The serving process (the same process id: the new executable replaced the old).
+    pub pid: u32,
+    /// The new server's version.
+    pub version: String,
+    /// How long requests waited, from the old server's pause to the new one's first read,
+    /// in milliseconds.
+    pub pause_ms: f64,
+    /// Bytes of state handed over.
+    pub state_bytes: u64,
+}
+
+/// Asks the server of the mount at `mountpoint` (device `dev`) to hand it over to the
+/// executable `exe`; the answer (JSON: [`UpgradedDoc`] or an error).
+pub fn upgrade(
+    dev: u64,
+    mountpoint: &Path,
+    exe: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<String> {
+    ahead::exchange_with_fd(connect(dev, mountpoint)?, UPGRADE, exe, UPGRADE_WAIT)
 }
 
 /// Takes the options of a `remount` (comma-separated); what changed, or why not.
@@ -388,9 +426,21 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
 impl StatsSource {
     /// The answer to one command from a client with uid `peer`, with the descriptors it
     /// sent.
-    fn answer(&self, command: &str, peer: Option<u32>, mut fds: Vec<OwnedFd>) -> String {
+    fn answer(
+        &self,
+        conn: &UnixStream,
+        command: &str,
+        peer: Option<u32>,
+        mut fds: Vec<OwnedFd>,
+    ) -> String {
         let error = |error: String| to_json(&ErrorDoc { error });
         match command.trim() {
+            UPGRADE => match (&self.upgrade, root_or_own(peer), fds.pop()) {
+                (None, ..) => error("this server cannot hand its mount over".into()),
+                (Some(_), false, _) => error("only root or the server's owner may".into()),
+                (Some(_), true, None) => error("no executable came with the command".into()),
+                (Some(upgrade), true, Some(exe)) => error(upgrade(conn, exe)),
+            },
             ahead::COMMAND => match (&self.send_ahead, root_or_own(peer), fds.pop()) {
                 (None, ..) => error("this server sends no data ahead".into()),
                 (Some(_), false, _) => error("only root or the server's owner may".into()),
@@ -622,7 +672,8 @@ fn answer_on(listener: UnixListener, source: StatsSource) -> io::Result<()> {
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
                 let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
                 let (command, fds) = ahead::read_command(&conn);
-                let _ = conn.write_all(source.answer(&command, peer, fds).as_bytes());
+                let answer = source.answer(&conn, &command, peer, fds);
+                let _ = conn.write_all(answer.as_bytes());
             }
         })?;
     Ok(())
@@ -741,6 +792,7 @@ mod tests {
             settings: vec![("fsname".into(), "a\"b".into())],
             send_ahead: None,
             remount: None,
+            upgrade: None,
         };
         src.stats
             .record(memofs_request::Kind::Lookup, std::time::Instant::now());
@@ -773,6 +825,7 @@ mod tests {
             settings: vec![],
             send_ahead: None,
             remount: None,
+            upgrade: None,
         };
         let control = serve(dev, src).unwrap();
         let Listening::File(path, _) = &control.at else {

@@ -149,11 +149,28 @@ pub struct KernelMount<B: Backend> {
     poll: Arc<BusyPoll>,
     latency: Arc<CpuLatency>,
     mountpoint: PathBuf,
+    /// The kernel's INIT arguments, and the reply they got.
+    init: (Vec<u8>, Vec<u8>),
+}
+
+/// What another server process needs to take a live connection over (`memofs upgrade`):
+/// the connection, and the INIT it was established with.
+pub struct Session {
+    /// The connection (`/dev/fuse`).
+    pub fd: OwnedFd,
+    /// The kernel's INIT arguments (the request's body).
+    pub init: Vec<u8>,
+    /// The reply INIT got: the new server must arrive at the same one.
+    pub reply: Vec<u8>,
 }
 
 /// Reads the kernel's INIT from `fd` and answers it as `plan` says (with `io_uring=auto`
-/// turned off where this process may not create io_uring instances).
-fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, MountError> {
+/// turned off where this process may not create io_uring instances); returns what was
+/// agreed and INIT's arguments.
+fn handshake(
+    fd: &OwnedFd,
+    plan: &mut MountPlan,
+) -> Result<(init::Negotiated, Vec<u8>), MountError> {
     let mut buf = vec![0u64; 64 * 1024];
     let init_err = |e: io::Error| MountError::Init(e.to_string());
     // SAFETY: reads into a live buffer of the stated length.
@@ -179,30 +196,38 @@ fn handshake(fd: &OwnedFd, plan: &mut MountPlan) -> Result<init::Negotiated, Mou
     }
     let i = init::init_in(body);
     let mut sink = FdSink(fd.as_fd());
-    if plan.io_uring != Want::Off {
-        if let Some(e) = uring::rings_refused() {
-            if plan.io_uring == Want::On {
-                sink.send(h.unique, -libc::EPROTO, &[]);
-                return Err(MountError::Init(format!(
-                    "io_uring=on, but this process may not create io_uring instances ({e}; a \
-                     container's seccomp profile commonly refuses them): mount with \
-                     io_uring=auto or off"
-                )));
-            }
-            log::info!("requests through /dev/fuse: io_uring instances are refused here ({e})");
-            plan.io_uring = Want::Off;
-        }
-    }
-    match init::negotiate(&i, plan) {
+    let negotiated = rings_allowed(plan)
+        .and_then(|()| init::negotiate(&i, plan).map_err(|e| MountError::Init(e.to_string())));
+    match negotiated {
         Ok(n) => {
             sink.send(h.unique, 0, &[&n.reply]);
-            Ok(n)
+            Ok((n, body.to_vec()))
         }
         Err(e) => {
             sink.send(h.unique, -libc::EPROTO, &[]);
-            Err(MountError::Init(e.to_string()))
+            Err(e)
         }
     }
+}
+
+/// Turns `io_uring=auto` off where this process may not create io_uring instances; an
+/// error for `io_uring=on` there.
+fn rings_allowed(plan: &mut MountPlan) -> Result<(), MountError> {
+    if plan.io_uring == Want::Off {
+        return Ok(());
+    }
+    if let Some(e) = uring::rings_refused() {
+        if plan.io_uring == Want::On {
+            return Err(MountError::Init(format!(
+                "io_uring=on, but this process may not create io_uring instances ({e}; a \
+                 container's seccomp profile commonly refuses them): mount with \
+                 io_uring=auto or off"
+            )));
+        }
+        log::info!("requests through /dev/fuse: io_uring instances are refused here ({e})");
+        plan.io_uring = Want::Off;
+    }
+    Ok(())
 }
 
 /// The kernel features INIT found, each with what memofs does without it.
@@ -266,7 +291,53 @@ fn start<B: Backend>(
     mut plan: MountPlan,
     fd: OwnedFd,
 ) -> Result<KernelMount<B>, MountError> {
-    let negotiated = handshake(&fd, &mut plan)?;
+    let (negotiated, init) = handshake(&fd, &mut plan)?;
+    established(backend, mountpoint, plan, fd, negotiated, init)
+}
+
+/// Takes over the live connection of `session` (handed over by the server that made it,
+/// which answers no more requests): `plan` must arrive at the reply INIT got, else nothing
+/// is taken.
+pub fn resume<B: Backend>(
+    backend: Arc<B>,
+    mountpoint: &Path,
+    mut plan: MountPlan,
+    session: Session,
+) -> Result<KernelMount<B>, MountError> {
+    rings_allowed(&mut plan)?;
+    let negotiated = init::negotiate(&init::init_in(&session.init), &plan)
+        .map_err(|e| MountError::Init(e.to_string()))?;
+    if negotiated.reply != session.reply {
+        return Err(MountError::Init(
+            "this server would answer the mount's INIT otherwise than the server it takes \
+             over from did (another version's choices): the connection cannot change hands"
+                .into(),
+        ));
+    }
+    if negotiated.uring {
+        return Err(MountError::Init(
+            "the mount's requests come through io_uring rings, which cannot change hands".into(),
+        ));
+    }
+    established(
+        backend,
+        mountpoint,
+        plan,
+        session.fd,
+        negotiated,
+        session.init,
+    )
+}
+
+/// A connection whose INIT (arguments `init`) was answered as `negotiated` says.
+fn established<B: Backend>(
+    backend: Arc<B>,
+    mountpoint: &Path,
+    plan: MountPlan,
+    fd: OwnedFd,
+    negotiated: init::Negotiated,
+    init: Vec<u8>,
+) -> Result<KernelMount<B>, MountError> {
     let setup = MountError::Mount;
     let kernel = Arc::new(Connection::new(fd.as_fd()).map_err(setup)?);
     let stats = Arc::new(Stats::new());
@@ -287,6 +358,7 @@ fn start<B: Backend>(
         poll,
         latency: Arc::new(latency),
         mountpoint: mountpoint.to_path_buf(),
+        init: (init, negotiated.reply),
     })
 }
 
@@ -372,6 +444,24 @@ impl<B: Backend> KernelMount<B> {
         self.server.granted()
     }
 
+    /// The request layer.
+    pub fn server(&self) -> &Arc<Server<B>> {
+        &self.server
+    }
+
+    /// What another process needs to take this connection over; `None` where requests
+    /// come through io_uring rings (their queues are the ring's, and cannot change hands).
+    pub fn session(&self) -> io::Result<Option<Session>> {
+        if self.uring {
+            return Ok(None);
+        }
+        Ok(Some(Session {
+            fd: self.fd.try_clone()?,
+            init: self.init.0.clone(),
+            reply: self.init.1.clone(),
+        }))
+    }
+
     /// Something that unmounts the filesystem from another thread.
     pub fn unmounter(&self) -> Unmounter {
         Unmounter(self.mountpoint.clone())
@@ -408,6 +498,9 @@ impl<B: Backend> KernelMount<B> {
             self.latency,
         ));
         let mut serving = channel.start(self.fd, threads)?;
+        if !ring.is_empty() {
+            serving.1 = None;
+        }
         serving.0.extend(ring);
         std::fs::metadata(&self.mountpoint)?;
         if let Some(invalidator) = invalidator {

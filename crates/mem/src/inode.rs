@@ -388,6 +388,14 @@ impl InodeTable {
         }
     }
 
+    /// Makes room for about `n` more inodes at once (a load that knows how many come).
+    pub(crate) fn reserve(&self, n: usize) {
+        let each = n / self.shards.len() + 1;
+        for shard in self.shards.iter() {
+            shard.write().reserve(each, |i| ino_hash(i.ino));
+        }
+    }
+
     fn shard(&self, ino: Ino) -> &Shard {
         &self.shards[(ino as usize) % SHARDS]
     }

@@ -145,6 +145,49 @@ impl BackingStore {
         })
     }
 
+    /// What another server process needs to take this store over ([`BackingStore::adopt`]):
+    /// its root, the next data file's number, and up to when data-file ctimes stand for a
+    /// load.
+    pub fn handover(&self) -> io::Result<(OwnedFd, u64, Timestamp)> {
+        Ok((
+            self.root.fd.try_clone()?,
+            self.next_name.load(Ordering::Relaxed),
+            self.root.loaded_until.load(),
+        ))
+    }
+
+    /// The store another server process handed over ([`BackingStore::handover`]): `root`
+    /// must be the root of a private tmpfs with its ballast, as [`BackingStore::new`] made it.
+    pub fn adopt(root: OwnedFd, next_name: u64, loaded_until: Timestamp) -> io::Result<Self> {
+        let ballast = open_at(&root, &cstr(b"ballast"), 0).map_err(io::Error::from)?;
+        let pages = ballast.metadata()?.len().div_ceil(memofs_core::page_size());
+        Ok(BackingStore {
+            root: Arc::new(StoreRoot {
+                fd: root,
+                loaded_until: AtomicTimestamp::new(loaded_until),
+            }),
+            next_name: AtomicU64::new(next_name),
+            ballast: Mutex::new((ballast, pages)),
+        })
+    }
+
+    /// The existing data file number `id` (named by a handed-over state); `EINVAL` for a
+    /// number this store never gave. The file is not looked at until it is used (a
+    /// handover of many files would stat each): it is opened as every data file is, by
+    /// name without following links, in a tmpfs only the server reaches.
+    pub fn existing_file(&self, id: u64) -> Result<KernelFile> {
+        if id >= self.next_name.load(Ordering::Relaxed) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(KernelFile {
+            root: self.root.clone(),
+            open: Mutex::new(Open {
+                id_count: id,
+                held: None,
+            }),
+        })
+    }
+
     /// Gives the private tmpfs new limits (0 = unlimited), as `mount -o remount,size=`
     /// would: the kernel refuses them below what is in use. The mount is detached, which
     /// only the new mount API reconfigures (`fspick` on its root, `fsconfig`).
@@ -357,6 +400,11 @@ impl Drop for KernelFile {
 impl KernelFile {
     fn name(&self) -> DataName {
         DataName::new(self.open.lock().id())
+    }
+
+    /// The data file's number in its store.
+    pub fn number(&self) -> u64 {
+        self.open.lock().id()
     }
 
     /// The memofs file was opened: a descriptor of the data file, once one is needed,

@@ -108,7 +108,6 @@ impl MemFs {
     /// if the private tmpfs for file data cannot be mounted (needs root).
     pub fn new(config: MemConfig) -> std::io::Result<MemFs> {
         let inode_limit = config.inode_limit;
-        crate::reclaim::tune_allocator();
         let store = match config.kernel_data {
             // The server enforces nr_inodes; the private tmpfs needs room for its own root
             // and the ballast besides the data files.
@@ -120,6 +119,27 @@ impl MemFs {
             )?),
             false => None,
         };
+        Ok(MemFs::with_store(config, store))
+    }
+
+    /// An empty filesystem (only its root) whose file data is in `store`, the private tmpfs
+    /// another server process handed over ([`BackingStore::adopt`]), to load that process's
+    /// state into ([`MemFs::load_handover`]).
+    pub fn adopting(config: MemConfig, store: BackingStore) -> MemFs {
+        MemFs::with_store(config, Some(store))
+    }
+
+    /// What another server process needs to take the private tmpfs over
+    /// ([`BackingStore::handover`]); `None` where file data is in the server.
+    pub fn store_handover(
+        &self,
+    ) -> Option<std::io::Result<(std::os::fd::OwnedFd, u64, Timestamp)>> {
+        self.store.as_ref().map(BackingStore::handover)
+    }
+
+    fn with_store(config: MemConfig, store: Option<BackingStore>) -> MemFs {
+        let inode_limit = config.inode_limit;
+        crate::reclaim::tune_allocator();
         let fs = MemFs {
             table: InodeTable::new(),
             limits: Limits::new(config.size_limit, inode_limit),
@@ -140,7 +160,7 @@ impl MemFs {
             Timestamp::now(),
         );
         debug_assert_eq!(root.ino, memofs_core::ROOT_INO);
-        Ok(fs)
+        fs
     }
 
     /// True if regular files keep their data in the kernel (FUSE passthrough possible).

@@ -28,6 +28,12 @@ use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::MemFs;
 
+/// The room a load makes at once for the inodes a stream says it holds (past it, the tables
+/// grow as they fill: a stream's word is not memory to hand out).
+fn reserved(inodes: u64) -> usize {
+    inodes.min(1 << 22) as usize
+}
+
 /// Open counts past this are a corrupt stream (each costs the reader a step).
 const MAX_OPENS: u32 = 1 << 20;
 
@@ -74,6 +80,9 @@ enum Record {
     Clear { offset: u64, len: u64 },
     /// The end: what the reader must have arrived at.
     End { inodes: u64, bytes: u64 },
+    /// The current inode, a regular file, has `[offset, offset + len)` allocated past its
+    /// end (`fallocate` keeping the size): zeros that count against `size=`.
+    Allocated { offset: u64, len: u64 },
 }
 
 /// What an inode's kind keeps besides data and entries.
@@ -93,6 +102,12 @@ enum Kind {
     /// FIFO, socket or device node (the kind is in the mode).
     Special {
         rdev: u32,
+    },
+    /// A regular file whose data stays where it is: the data file of this number in the
+    /// private tmpfs handed over with the state (a handover between two server processes on
+    /// one machine, [`MemFs::save_handover`]; refused in any other stream).
+    Adopted {
+        data: u64,
     },
 }
 
@@ -115,7 +130,39 @@ fn errno(what: &str, e: Errno) -> io::Error {
 
 impl Migrate for MemFs {
     fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
-        let precopy = self.take_precopy();
+        self.save_stream(out, false)
+    }
+
+    fn load(&self, input: &mut FrameReader<'_>) -> io::Result<()> {
+        self.load_stream(input, false)
+    }
+
+    fn precopy(&self) -> Option<&dyn memofs_core::migrate::Precopy> {
+        Some(self)
+    }
+}
+
+impl MemFs {
+    /// Writes the state for another server process on this machine that takes over the
+    /// private tmpfs too ([`kernel_data::BackingStore::handover`]): kernel-backed files are
+    /// named by their data file's number instead of carrying their data.
+    ///
+    /// [`kernel_data::BackingStore::handover`]: crate::kernel_data::BackingStore::handover
+    pub fn save_handover(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
+        self.save_stream(out, true)
+    }
+
+    /// Reads what [`MemFs::save_handover`] wrote, into a new filesystem on the handed-over
+    /// store ([`MemFs::adopting`]).
+    pub fn load_handover(&self, input: &mut FrameReader<'_>) -> io::Result<()> {
+        self.load_stream(input, true)
+    }
+
+    fn save_stream(&self, out: &mut FrameWriter<'_>, by_number: bool) -> io::Result<()> {
+        let precopy = match by_number {
+            true => None,
+            false => self.take_precopy(),
+        };
         let mut inodes = self.table.all();
         inodes.sort_unstable_by_key(|i| i.ino);
         let mut buf = Vec::new();
@@ -129,7 +176,7 @@ impl Migrate for MemFs {
         put(out, &fs, &mut buf)?;
         let left = precopy.as_ref().map(|(_, dirty)| dirty);
         for inode in &inodes {
-            self.save_inode(inode, left, out, &mut buf)?;
+            self.save_inode(inode, (left, by_number), out, &mut buf)?;
         }
         let end = Record::End {
             inodes: self.limits.inodes(),
@@ -139,7 +186,7 @@ impl Migrate for MemFs {
         out.flush()
     }
 
-    fn load(&self, input: &mut FrameReader<'_>) -> io::Result<()> {
+    fn load_stream(&self, input: &mut FrameReader<'_>, by_number: bool) -> io::Result<()> {
         if self.table.len() != 1
             || !self
                 .table
@@ -165,21 +212,20 @@ impl Migrate for MemFs {
                 digest,
             })?;
         }
+        self.table.reserve(reserved(inodes));
         let mut loader = Loader {
             fs: self,
             current: None,
-            names: Names::default(),
+            names: Names::with_capacity(reserved(inodes)),
             inodes: 0,
             data_ctime: Timestamp::default(),
             staged: precopy.is_some(),
+            by_number,
+            past_end: Vec::new(),
         };
         let loaded = loader.load(input, inodes, next_ino);
         self.drop_staged();
         loaded
-    }
-
-    fn precopy(&self) -> Option<&dyn memofs_core::migrate::Precopy> {
-        Some(self)
     }
 }
 
@@ -196,8 +242,10 @@ impl Loader<'_> {
                     // What a pre-copy sent of files deleted since is not theirs to count.
                     self.fs.drop_staged();
                     self.check(inodes, want_inodes, bytes)?;
-                    if let Some(store) = &self.fs.store {
-                        store.loaded(self.data_ctime);
+                    match &self.fs.store {
+                        // A handed-over store keeps what its first server loaded.
+                        Some(store) if !self.by_number => store.loaded(self.data_ctime),
+                        _ => {}
                     }
                     self.fs.table.skip_to(next_ino);
                     return Ok(());
@@ -207,6 +255,13 @@ impl Loader<'_> {
                     self.data(offset, data)?;
                 }
                 Record::Clear { offset, len } => self.clear(offset, len)?,
+                Record::Allocated { offset, len } => {
+                    self.current("an allocated range")?;
+                    if self.past_end.len() >= MAX_PAST_END {
+                        return Err(invalid("too many ranges allocated past an end"));
+                    }
+                    self.past_end.push((offset, len));
+                }
                 r => self.record(r)?,
             }
         }
@@ -216,22 +271,30 @@ impl Loader<'_> {
 impl MemFs {
     /// Writes one inode's records.
     /// `left`: after a pre-copy, the chunks of each file it did not carry (only those are
-    /// written).
+    /// written); `by_number`: kernel-backed files are named by their data file's number.
     fn save_inode(
         &self,
         inode: &Inode,
-        left: Option<&HashMap<Ino, BTreeSet<u64>>>,
+        (left, by_number): (Option<&HashMap<Ino, BTreeSet<u64>>>, bool),
         out: &mut FrameWriter<'_>,
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
         let s = inode.saved();
-        let attr = inode.attr();
         let mut times = s.times.map(|t| t.0);
-        if inode.kernel_file().is_some() {
-            // Kernel-backed data keeps its own atime and mtime (and the ctime of its data).
-            times[0] = attr.atime.0;
-            times[1] = attr.mtime.0;
-            times[2] = attr.ctime.0;
+        // A file's size and, kernel-backed, the times its data file keeps (atime, mtime,
+        // the ctime of its data), which a stream carrying the data sets on the new one; a
+        // handed-over data file keeps them itself (and asking costs a stat of it).
+        let mut size = 0;
+        if let NodeData::File(f) = &inode.data {
+            if !(by_number && f.kernel().is_some()) {
+                let attr = inode.attr();
+                size = attr.size;
+                if f.kernel().is_some() {
+                    times[0] = attr.atime.0;
+                    times[1] = attr.mtime.0;
+                    times[2] = attr.ctime.0;
+                }
+            }
         }
         let kind = match &inode.data {
             NodeData::Dir(d) => {
@@ -242,7 +305,10 @@ impl MemFs {
                     removed: d.removed,
                 }
             }
-            NodeData::File(_) => Kind::File { size: attr.size },
+            NodeData::File(f) => match f.kernel() {
+                Some(k) if by_number => Kind::Adopted { data: k.number() },
+                _ => Kind::File { size },
+            },
             NodeData::Symlink(l) => Kind::Symlink {
                 target: l.target().to_vec(),
             },
@@ -286,20 +352,26 @@ impl MemFs {
                 }
                 Ok(())
             }
-            NodeData::File(f) => match left {
-                None => save_data(f, 0, attr.size, out, buf),
-                Some(left) => {
-                    let Some(chunks) = left.get(&inode.ino) else {
-                        return Ok(());
-                    };
-                    for (chunk, pieces) in chunk_extents(f, chunks)? {
-                        let (offset, len) = (chunk * CHUNK, CHUNK);
-                        put(out, &Record::Clear { offset, len }, buf)?;
-                        save_pieces(f, &pieces, out, buf)?;
-                    }
-                    Ok(())
+            NodeData::File(f) if by_number && f.kernel().is_some() => Ok(()),
+            NodeData::File(f) => {
+                for (offset, len) in f.allocated_past_end() {
+                    put(out, &Record::Allocated { offset, len }, buf)?;
                 }
-            },
+                match left {
+                    None => save_data(f, 0, size, out, buf),
+                    Some(left) => {
+                        let Some(chunks) = left.get(&inode.ino) else {
+                            return Ok(());
+                        };
+                        for (chunk, pieces) in chunk_extents(f, chunks)? {
+                            let (offset, len) = (chunk * CHUNK, CHUNK);
+                            put(out, &Record::Clear { offset, len }, buf)?;
+                            save_pieces(f, &pieces, out, buf)?;
+                        }
+                        Ok(())
+                    }
+                }
+            }
             _ => Ok(()),
         }
     }
@@ -352,6 +424,13 @@ struct Names {
 }
 
 impl Names {
+    fn with_capacity(n: usize) -> Names {
+        Names {
+            entries: Vec::with_capacity(n),
+            count: HashMap::with_capacity(n),
+        }
+    }
+
     fn add(&mut self, fs: &MemFs, dir: Ino, ino: Ino, kind: FileKind) -> io::Result<()> {
         let n = self.count.entry(ino).or_default();
         *n += 1;
@@ -468,7 +547,15 @@ struct Loader<'a> {
     data_ctime: Timestamp,
     /// Regular files start from what a pre-copy channel sent (see [`crate::precopy`]).
     staged: bool,
+    /// A handover's state: kernel-backed files are named by their data file's number.
+    by_number: bool,
+    /// The current file's ranges allocated past its end, allocated once its size is set.
+    past_end: Vec<(u64, u64)>,
 }
+
+/// Ranges allocated past one file's end that a stream may name (each costs the reader an
+/// entry until the file is done).
+const MAX_PAST_END: usize = 1 << 16;
 
 impl Loader<'_> {
     fn current(&self, what: &str) -> io::Result<&Arc<Inode>> {
@@ -569,6 +656,14 @@ impl Loader<'_> {
             }
             Kind::Symlink { .. } => return Err(invalid("a symlink target's length")),
             Kind::Special { rdev } => NodeData::Special { kind: want, rdev },
+            Kind::Adopted { data } => match (&fs.store, self.by_number) {
+                (Some(store), true) => NodeData::File(RegularFile::Kernel(
+                    store
+                        .existing_file(data)
+                        .map_err(|e| errno(&format!("data file {data}"), e))?,
+                )),
+                _ => return Err(invalid("a file by data file number outside a handover")),
+            },
         };
         if data.kind() != want {
             return Err(invalid(format!(
@@ -656,8 +751,19 @@ impl Loader<'_> {
         if let (Some(size), Ok(file)) = (size, inode.file()) {
             file.truncate(&self.fs.limits, size)
                 .map_err(|e| errno("setting the size", e))?;
+            for (offset, len) in std::mem::take(&mut self.past_end) {
+                if offset < size {
+                    return Err(invalid("a range allocated past the end starts before it"));
+                }
+                file.fallocate(&self.fs.limits, offset, len, libc::FALLOC_FL_KEEP_SIZE)
+                    .map_err(|e| errno("allocating past the end", e))?;
+            }
         }
-        if let Some(k) = inode.kernel_file() {
+        if !self.past_end.is_empty() {
+            return Err(invalid("a range allocated past the end of no regular file"));
+        }
+        // A file whose data stayed in its data file (`size` is `None`) keeps its times too.
+        if let (Some(k), Some(_)) = (inode.kernel_file(), size) {
             let [atime, mtime, ..] = saved.times;
             k.set_times(Some(atime), Some(mtime))
                 .map_err(|e| errno("setting times", e))?;

@@ -468,7 +468,7 @@ pub(crate) fn chunk_extents(
 }
 
 /// The data of `f` within `[start, end)`, as (start, end) ranges.
-fn data_ranges(f: &RegularFile, start: u64, end: u64) -> io::Result<Vec<(u64, u64)>> {
+pub(crate) fn data_ranges(f: &RegularFile, start: u64, end: u64) -> io::Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     let mut at = start;
     while at < end {

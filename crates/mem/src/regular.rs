@@ -159,6 +159,31 @@ impl RegularFile {
         }
     }
 
+    /// Pages allocated past the end of the file, as (offset, length) ranges (see
+    /// [`PageFile::allocated_past_end`]).
+    ///
+    /// A kernel-backed file's tmpfs tells no place for them (`SEEK_DATA` stops at the end):
+    /// the room its blocks take beyond its data before the end is given as one range just
+    /// past the end, which is what a reader can tell of it (the blocks, the room taken).
+    pub fn allocated_past_end(&self) -> Vec<(u64, u64)> {
+        match self {
+            RegularFile::Pages(p) => p.allocated_past_end(),
+            RegularFile::Kernel(k) => {
+                let (size, blocks) = k.size_and_blocks();
+                let ranges = crate::precopy::data_ranges(self, 0, size).unwrap_or_default();
+                let within: u64 = ranges
+                    .iter()
+                    .map(|&(from, to)| to.div_ceil(PAGE_SIZE) - from / PAGE_SIZE)
+                    .sum::<u64>()
+                    * PAGE_SIZE;
+                match (blocks * 512).checked_sub(within) {
+                    Some(past) if past > 0 => vec![(size.div_ceil(PAGE_SIZE) * PAGE_SIZE, past)],
+                    _ => Vec::new(),
+                }
+            }
+        }
+    }
+
     /// `SEEK_DATA` / `SEEK_HOLE`.
     pub fn seek(&self, offset: u64, whence: i32) -> Result<u64> {
         match self {
@@ -345,6 +370,23 @@ impl PageFile {
             libc::SEEK_HOLE => Ok(d.pages.next_absent(from, last).map_or(d.size, at)),
             _ => Err(Errno::EINVAL),
         }
+    }
+
+    /// The pages allocated past the end of the file (`fallocate` with `FALLOC_FL_KEEP_SIZE`),
+    /// as (offset, length) ranges: they read as nothing, and count against `size=`.
+    pub fn allocated_past_end(&self) -> Vec<(u64, u64)> {
+        let d = self.data.read();
+        let mut out = Vec::new();
+        let mut at = d.size.div_ceil(PAGE_SIZE);
+        while let Some(first) = d.pages.next_present(at, u64::MAX / PAGE_SIZE) {
+            let end = d
+                .pages
+                .next_absent(first, u64::MAX / PAGE_SIZE)
+                .unwrap_or(u64::MAX / PAGE_SIZE);
+            out.push((first * PAGE_SIZE, (end - first) * PAGE_SIZE));
+            at = end;
+        }
+        out
     }
 
     /// Drops every page, returning the bytes freed (the caller uncharges them).

@@ -118,6 +118,9 @@ fn build(fs: &MemFs) -> Vec<u64> {
         ..SetAttr::default()
     };
     fs.setattr(&C, big.ino, &set).unwrap();
+    // Room allocated past the end (zeros that count against size=).
+    fs.fallocate(big.ino, o.fh, 20 << 20, 3 << 12, libc::FALLOC_FL_KEEP_SIZE)
+        .unwrap();
     // A second name: as tmpfs, it counts as an inode.
     fs.link(&C, big.ino, ROOT_INO, n("big-again")).unwrap();
     inos.push(big.ino);
@@ -203,6 +206,47 @@ fn kernel_backed_data_moves_whole_too() {
         return;
     };
     round_trip(src, dst);
+}
+
+#[test]
+fn a_handover_takes_the_data_files_where_they_are() {
+    let Some(src) = kernel_fs(0, AtimeMode::Noatime) else {
+        return;
+    };
+    let inos = build(&src);
+    let before = everything(&src, &inos);
+    let mut bytes = Vec::new();
+    let mut w = FrameWriter::start(&mut bytes).unwrap();
+    src.save_handover(&mut w).unwrap();
+    let (root, next, until) = src.store_handover().unwrap().unwrap();
+    // The data is not in the stream: each file names its data file.
+    assert!(bytes.len() < 64 << 10, "{} bytes", bytes.len());
+    // A plain load takes no file by number.
+    assert!(load(&kernel_fs(0, AtimeMode::Noatime).unwrap(), &bytes).is_err());
+    let store = memofs_mem::kernel_data::BackingStore::adopt(root, next, until).unwrap();
+    let config = memofs_mem::MemConfig {
+        kernel_data: true,
+        atime: memofs_core::AtimePolicy {
+            mode: AtimeMode::Noatime,
+            nodiratime: false,
+        },
+        ..Default::default()
+    };
+    let dst = MemFs::adopting(config, store);
+    let mut input = &bytes[..];
+    let mut r = FrameReader::start(&mut input).unwrap();
+    dst.load_handover(&mut r).unwrap();
+    r.finish().unwrap();
+    // The old server's process ends by executing the new one: nothing of it unlinks data.
+    std::mem::forget(src);
+    let after = everything(&dst, &inos);
+    assert!(after == before, "the handed-over filesystem differs");
+    // New files take data file numbers the old server never gave.
+    let (a, o) = dst
+        .create(&C, ROOT_INO, n("new"), 0o644, 0, libc::O_RDWR)
+        .unwrap();
+    dst.write(a.ino, o.fh, 0, b"new data").unwrap();
+    assert_eq!(read_all(&dst, a.ino), b"new data");
 }
 
 #[test]

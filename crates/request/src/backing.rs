@@ -95,6 +95,20 @@ impl Map {
     }
 }
 
+/// The registrations and the passthrough writers of a mount, as a server process that takes
+/// the connection over from another takes them on (the kernel keeps the ids: they belong
+/// to the connection, not to the process).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackingState {
+    /// Opens may use passthrough (the kernel has refused none for the whole mount).
+    pub enabled: bool,
+    /// (inode, backing id, opens using it): the open ones, then the idle ones (0 opens),
+    /// the longest idle first.
+    pub registrations: Vec<(Ino, u32, usize)>,
+    /// The passthrough opens that write, by (inode, handle).
+    pub writers: Vec<(Ino, u64)>,
+}
+
 /// The backing ids of open files, and of files whose registration is kept.
 #[derive(Default)]
 pub(crate) struct Backings {
@@ -227,6 +241,49 @@ impl Backings {
                 break;
             };
             map.close_locked(kernel, oldest);
+        }
+    }
+
+    /// The registrations and writers, for another server process ([`Backings::restore`]).
+    pub(crate) fn state(&self) -> BackingState {
+        let map = self.map.lock();
+        let open = map.by_ino.iter().filter(|(_, r)| r.opens > 0);
+        let mut registrations: Vec<_> = open.map(|(&ino, r)| (ino, r.id, r.opens)).collect();
+        registrations.extend(
+            map.idle
+                .values()
+                .filter_map(|ino| map.by_ino.get(ino).map(|r| (*ino, r.id, 0))),
+        );
+        BackingState {
+            enabled: self.enabled(),
+            registrations,
+            writers: self.writers.lock().opens.iter().copied().collect(),
+        }
+    }
+
+    /// Takes on what another server process held ([`Backings::state`]); call before the
+    /// first request.
+    pub(crate) fn restore(&self, state: &BackingState) {
+        if !state.enabled {
+            self.enabled.store(false, Ordering::Relaxed);
+        }
+        let mut map = self.map.lock();
+        let map = &mut *map;
+        for &(ino, id, opens) in &state.registrations {
+            let idle_key = map.next_key;
+            if opens == 0 {
+                map.next_key += 1;
+                map.idle.insert(idle_key, ino);
+            }
+            let r = Registration {
+                id,
+                opens,
+                idle_key,
+            };
+            map.by_ino.insert(ino, r);
+        }
+        for &(ino, fh) in &state.writers {
+            self.writer_opened(ino, fh);
         }
     }
 

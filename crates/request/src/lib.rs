@@ -35,6 +35,7 @@ mod server;
 pub mod stats;
 mod xattrs;
 
+pub use backing::BackingState;
 pub use kernel::Kernel;
 pub use reply::{FdSource, OpenOut, ReplyOut};
 pub use request::{Kind, Label, Op, Payload, Request, WriteData};

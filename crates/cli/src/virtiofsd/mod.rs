@@ -109,7 +109,7 @@ pub fn main(args: &VirtiofsdArgs) -> ExitCode {
     let served = match &setup.source {
         Some(src) => confined(&setup, || backends::passthrough(src, &mut plan, VMM_FDS))
             .map(|(b, s)| serve(b, s, plan, sockets, &setup)),
-        None => confined(&setup, || backends::mem(&setup.opts, &mut plan))
+        None => confined(&setup, || backends::mem(&setup.opts, &mut plan, None))
             .map(|(b, s)| serve(b, s, plan, sockets, &setup)),
     };
     served.unwrap_or_else(|e| fail(EXIT_FAILURE, e))
@@ -218,6 +218,7 @@ fn serve<B: Backend + 'static>(
         settings,
         send_ahead: send_ahead(&device),
         remount: None,
+        upgrade: None,
     };
     // `memofs stats SOCKET` reaches the device through a control socket named after the
     // vhost-user socket file (none for an inherited --fd, which has no file to name).

@@ -143,6 +143,18 @@ impl<B: Backend> Server<B> {
         self.running.restore(entries);
     }
 
+    /// The backing registrations and passthrough writers, for a server process that takes
+    /// the connection over ([`Server::restore_backings`]).
+    pub fn backings(&self) -> crate::backing::BackingState {
+        self.backings.state()
+    }
+
+    /// Takes on the backing registrations of the server this one takes over from; after
+    /// [`Server::start`], before the first request.
+    pub fn restore_backings(&self, state: &crate::backing::BackingState) {
+        self.backings.restore(state);
+    }
+
     /// INIT is done: `granted` is what the kernel allowed, `kernel` the connection's
     /// notifications and backing files. Starts the invalidation thread and hands the
     /// backend its invalidator.
