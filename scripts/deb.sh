@@ -50,8 +50,11 @@ cat >"$root/DEBIAN/postinst" <<'POSTINST'
 #!/bin/sh
 set -e
 if [ "$1" = configure ] && [ -n "$2" ] && [ -r /proc/self/mountinfo ]; then
-    findmnt -rn -t fuse.memofs -o TARGET 2>/dev/null | while read -r mnt; do
-        mnt=$(printf '%b' "$mnt")
+    # Field 5 is the mount point (octal escapes: \040 for a space), the field after "-"
+    # the filesystem type.
+    awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "fuse.memofs") print $5; break } }' \
+        /proc/self/mountinfo | while read -r mnt; do
+        mnt=$(printf '%b' "$(printf '%s' "$mnt" | sed 's/\\\([0-7][0-7][0-7]\)/\\0\1/g')")
         /usr/bin/memofs upgrade "$mnt" ||
             echo "memofs: $mnt is still served by the previous memofs" >&2
     done

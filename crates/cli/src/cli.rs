@@ -323,6 +323,9 @@ pub struct ResumeArgs {
     /// This is the old executable again, because the new one could not take over (why)
     #[arg(long = "fallback", value_name = "WHY")]
     pub fallback: Option<String>,
+    /// The old executable, to go back to if the state cannot be read
+    #[arg(long = "old-exe", value_name = "FD")]
+    pub old_exe: Option<i32>,
     /// The mount point the state is of (for the process list: `ps`, `pgrep`)
     pub mountpoint: Option<PathBuf>,
 }

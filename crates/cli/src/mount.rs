@@ -13,6 +13,7 @@ use crate::cli::MountArgs;
 use crate::daemon;
 use crate::upgrade::{HandOver, Handover};
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
+use memofs_core::Backend;
 
 /// Total RAM, for `size=N%` and the tmpfs-like defaults.
 pub(crate) fn ram_bytes() -> u64 {
@@ -155,95 +156,142 @@ pub(crate) fn serve<B: HandOver>(
         }
         Start::Resume(taking) => taking.connect(backend.clone(), mountpoint, plan),
     };
-    let mounted = match (mounted, start) {
-        (Ok(m), start) => (m, start),
-        (Err(e), Start::Resume(taking)) => return taking.fall_back(e),
-        (Err(e), Start::Mount(_)) => return fail(EXIT_FAILURE, e),
+    let mounted = match mounted {
+        Ok(m) => m,
+        Err(e) => return start.failed(e, None),
     };
-    let (mounted, start) = mounted;
     let live = Arc::new(crate::remount::Live::new(
         backend.clone(),
         args.options.clone(),
         ram_bytes(),
     ));
+    let session = match mounted.session() {
+        Ok(s) => s,
+        Err(e) => return start.failed(format!("cannot keep the connection: {e}"), None),
+    };
     let handover = Arc::new(Handover {
         backend: backend.clone(),
         server: mounted.server().clone(),
         live: live.clone(),
-        session: match mounted.session() {
-            Ok(s) => s,
-            Err(e) => return fail(EXIT_FAILURE, format!("cannot keep the connection: {e}")),
-        },
+        session,
         paths: args.paths.clone(),
         pause: OnceLock::new(),
     });
+    let source = control_source(
+        &mounted,
+        backend,
+        (backend_settings, backend_features),
+        cache,
+    );
+    let source = StatsSource {
+        remount: Some(Box::new(move |opts| live.remount(opts))),
+        upgrade: Some(Box::new({
+            let handover = handover.clone();
+            move |conn, exe| handover.run(conn, exe)
+        })),
+        ..source
+    };
     // The control socket, removed when the server ends.
-    let mut control = None;
-    if let Some(dev) = memofs_fuse::mountinfo::dev_of(mountpoint) {
-        let mut settings = backends::plan_settings(mounted.plan());
-        let granted = mounted.granted();
-        settings.push((
-            "passthrough_granted".into(),
-            granted.passthrough.to_string(),
-        ));
-        settings.extend(backend_settings);
-        let invalidator = mounted.invalidator();
-        let notify = invalidator.clone();
-        let transport = mounted.features();
-        let source = StatsSource {
-            invalidate: Box::new(move || invalidator.invalidate_all()),
-            features: Box::new(move || {
-                let mut lines = transport.clone();
-                lines.extend(notify.features());
-                lines.extend(backend_features());
-                lines
-            }),
-            stats: mounted.stats(),
-            policy: cache,
-            usage: Box::new(move || backend.usage()),
-            settings,
-            send_ahead: None,
-            remount: Some(Box::new(move |opts| live.remount(opts))),
-            upgrade: Some(Box::new({
-                let handover = handover.clone();
-                move |conn, exe| handover.run(conn, exe)
-            })),
-        };
-        match memofs_control::serve(dev, source) {
-            Ok(c) => {
-                if let Some(name) = c.abstract_name() {
-                    mounted.set_control_address(name);
-                }
-                control = Some(c);
-            }
-            Err(e) => log::warn!("memofs stats will not work for this mount: {e}"),
-        }
-    }
+    let control = start_control(&mounted, mountpoint, source);
     let unmounter = mounted.unmounter();
     daemon::on_stop_signal(move |_sig| unmounter.unmount());
     let serving = match mounted.serve() {
         Ok(s) => s,
-        Err(e) => {
-            let _ = memofs_fuse::mount::unmount(mountpoint, true);
-            return fail(EXIT_FAILURE, format!("cannot serve the mount: {e}"));
-        }
+        Err(e) => return start.failed(format!("cannot serve the mount: {e}"), Some(mountpoint)),
     };
     if let Some(pause) = serving.pause() {
         let _ = handover.pause.set(pause);
     }
-    match start {
-        Start::Mount(Some(pipe)) => pipe.report(),
-        Start::Mount(None) => eprintln!(
-            "memofs: mounted at {} (unmount with: memofs umount {})",
-            mountpoint.display(),
-            mountpoint.display()
-        ),
-        Start::Resume(taking) => taking.report(),
-    }
+    start.serving(mountpoint);
     let result = serving.wait();
     drop(control);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(EXIT_FAILURE, format!("server stopped: {e}")),
+    }
+}
+
+impl Start {
+    /// The server cannot serve: a new mount ends (unmounted, if `mounted` at), a server
+    /// taking over goes back to the old executable.
+    fn failed(self, why: String, mounted: Option<&Path>) -> ExitCode {
+        match self {
+            Start::Resume(taking) => taking.fall_back(why),
+            Start::Mount(_) => {
+                if let Some(m) = mounted {
+                    let _ = memofs_fuse::mount::unmount(m, true);
+                }
+                fail(EXIT_FAILURE, why)
+            }
+        }
+    }
+
+    /// The mount is served: whoever waits for that is told.
+    fn serving(self, mountpoint: &Path) {
+        match self {
+            Start::Mount(Some(pipe)) => pipe.report(),
+            Start::Mount(None) => eprintln!(
+                "memofs: mounted at {} (unmount with: memofs umount {})",
+                mountpoint.display(),
+                mountpoint.display()
+            ),
+            Start::Resume(taking) => taking.report(),
+        }
+    }
+}
+
+/// What `memofs stats` and `memofs invalidate` read of the mount (no remount, no upgrade).
+fn control_source<B: Backend>(
+    mounted: &memofs_fuse::KernelMount<B>,
+    backend: Arc<B>,
+    (backend_settings, backend_features): (Vec<(String, String)>, BackendFeatures),
+    cache: memofs_core::CachePolicy,
+) -> StatsSource {
+    let mut settings = backends::plan_settings(mounted.plan());
+    let granted = mounted.granted();
+    settings.push((
+        "passthrough_granted".into(),
+        granted.passthrough.to_string(),
+    ));
+    settings.extend(backend_settings);
+    let invalidator = mounted.invalidator();
+    let notify = invalidator.clone();
+    let transport = mounted.features();
+    StatsSource {
+        invalidate: Box::new(move || invalidator.invalidate_all()),
+        features: Box::new(move || {
+            let mut lines = transport.clone();
+            lines.extend(notify.features());
+            lines.extend(backend_features());
+            lines
+        }),
+        stats: mounted.stats(),
+        policy: cache,
+        usage: Box::new(move || backend.usage()),
+        settings,
+        send_ahead: None,
+        remount: None,
+        upgrade: None,
+    }
+}
+
+/// The mount's control socket (`None`, with a warning, where it cannot listen).
+fn start_control<B: Backend>(
+    mounted: &memofs_fuse::KernelMount<B>,
+    mountpoint: &Path,
+    source: StatsSource,
+) -> Option<memofs_control::Control> {
+    let dev = memofs_fuse::mountinfo::dev_of(mountpoint)?;
+    match memofs_control::serve(dev, source) {
+        Ok(c) => {
+            if let Some(name) = c.abstract_name() {
+                mounted.set_control_address(name);
+            }
+            Some(c)
+        }
+        Err(e) => {
+            log::warn!("memofs stats will not work for this mount: {e}");
+            None
+        }
     }
 }

@@ -20,7 +20,7 @@ use memofs_fuse::{KernelMount, Session};
 use memofs_mem::kernel_data::BackingStore;
 
 use crate::cli::{MountArgs, ResumeArgs};
-use crate::upgrade::{monotonic_ns, State, FORMAT};
+use crate::upgrade::{execute, monotonic_ns, Resume, State, FORMAT};
 use crate::{daemon, fail, mount, EXIT_FAILURE, EXIT_USAGE};
 
 /// `memofs resume`.
@@ -43,24 +43,44 @@ pub fn main(args: &ResumeArgs) -> ExitCode {
     daemon::block_stop_signals();
     let (state, file) = match read_state(fd) {
         Ok(s) => s,
-        Err(e) => {
-            return fail(
-                EXIT_USAGE,
-                format!("no handover state in descriptor {fd} ({e}); `memofs resume` is run by `memofs upgrade`"),
-            )
-        }
+        Err(e) => return unreadable(args, fd, e),
     };
     let taking = Taking {
         state,
+        state_fd: fd,
         state_file: file,
         fallback: args.fallback.clone(),
     };
     taking.take_over()
 }
 
-/// The state memfd `fd` (its header read, positioned at the backend's stream).
+/// The state in descriptor `fd` cannot be read: back to the old executable (`--old-exe`),
+/// which wrote it, unless this is it already.
+fn unreadable(args: &ResumeArgs, fd: RawFd, e: io::Error) -> ExitCode {
+    let why = format!("no handover state this memofs reads in descriptor {fd} ({e})");
+    if let (None, Some(old)) = (&args.fallback, args.old_exe) {
+        if let (Ok(old), Ok(_)) = (borrow(old, libc::S_IFREG), borrow(fd, libc::S_IFREG)) {
+            // SAFETY: `fd` is open (just checked) and stays so across the exec.
+            let state = unsafe { BorrowedFd::borrow_raw(fd) };
+            let back = Resume {
+                state,
+                old_exe: None,
+                fallback: Some(&why),
+                mountpoint: args.mountpoint.as_deref(),
+            };
+            let err = execute(old.as_fd(), &back);
+            return fail(EXIT_FAILURE, format!("{why}; the old executable: {err}"));
+        }
+    }
+    fail(
+        EXIT_USAGE,
+        format!("{why}; `memofs resume` is run by `memofs upgrade`"),
+    )
+}
+
+/// The state memfd `fd` (a duplicate: `fd` stays open as it came), its header read.
 fn read_state(fd: RawFd) -> io::Result<(State, std::fs::File)> {
-    let file = std::fs::File::from(claim(fd, libc::S_IFREG)?);
+    let file = std::fs::File::from(borrow(fd, libc::S_IFREG)?);
     let mut input = BufReader::new(&file);
     (&file).rewind()?;
     let mut frames = FrameReader::start(&mut input)?;
@@ -76,8 +96,9 @@ fn claim(fd: RawFd, kind: libc::mode_t) -> io::Result<OwnedFd> {
     if fd < 3 {
         return Err(io::Error::other(format!("descriptor {fd}")));
     }
-    // SAFETY: fstat into a zeroed struct; fails on a closed descriptor.
+    // SAFETY: a plain C struct, all zeroes a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat fills the struct passed; it fails on a closed descriptor.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -103,6 +124,9 @@ fn borrow(fd: RawFd, kind: libc::mode_t) -> io::Result<OwnedFd> {
 /// A handover being taken.
 pub(crate) struct Taking {
     state: State,
+    /// The state's descriptor as handed over (kept open for a fallback).
+    state_fd: RawFd,
+    /// A duplicate to read it through.
     state_file: std::fs::File,
     fallback: Option<String>,
 }
@@ -139,6 +163,9 @@ impl Taking {
             Err(e) => return self.fall_back(e),
         };
         if let Err(e) = self.load(&fs) {
+            // What was loaded stays as it is: a handed-over data file is unlinked when its
+            // inode goes, and the old executable takes them all again.
+            std::mem::forget(fs);
             return self.fall_back(format!("the filesystem's state: {e}"));
         }
         let at = (mountpoint.as_path(), &args);
@@ -204,11 +231,20 @@ impl Taking {
             self.answer(&ErrorDoc { error: msg.clone() });
             return fail(EXIT_FAILURE, msg);
         }
-        let exe = self.state.old_exe_fd;
-        // SAFETY: the descriptor the old server handed over for this; it stays open.
-        let exe = unsafe { BorrowedFd::borrow_raw(exe) };
-        let mountpoint = self.state.paths.last().map(std::path::PathBuf::as_path);
-        let err = crate::upgrade::execute(exe, self.state_file.as_fd(), Some(&why), mountpoint);
+        let err = match borrow(self.state.old_exe_fd, libc::S_IFREG) {
+            Ok(exe) => {
+                // SAFETY: the state's descriptor stays open until the process ends.
+                let state = unsafe { BorrowedFd::borrow_raw(self.state_fd) };
+                let back = Resume {
+                    state,
+                    old_exe: None,
+                    fallback: Some(&why),
+                    mountpoint: self.state.paths.last().map(std::path::PathBuf::as_path),
+                };
+                execute(exe.as_fd(), &back)
+            }
+            Err(e) => e,
+        };
         let msg = format!("the new executable could not take over ({why}), and the old one cannot be executed again ({err})");
         self.answer(&ErrorDoc { error: msg.clone() });
         fail(EXIT_FAILURE, msg)
@@ -233,10 +269,8 @@ impl Taking {
         }
         let s = &self.state;
         let store = s.store.map(|(fd, ..)| fd);
-        for fd in [Some(s.session_fd), Some(s.old_exe_fd), store]
-            .into_iter()
-            .flatten()
-        {
+        let handed = [s.session_fd, s.old_exe_fd, s.new_exe_fd, self.state_fd];
+        for fd in handed.into_iter().chain(store) {
             // SAFETY: handed over for this process; the duplicates serve from now on.
             unsafe { libc::close(fd) };
         }

@@ -11,7 +11,7 @@
 //! 3. writes its state into a memfd ([`State`], then the backend's state stream: the mem
 //!    backend names each kernel-backed file by its data file, which stays where it is, and
 //!    carries the data the server itself holds);
-//! 4. executes the new executable in its own process (`execveat`), handing it across the
+//! 4. executes the new executable in its own process (`execve` of `/proc/self/fd/N`), handing it across the
 //!    exec the `/dev/fuse` connection, the private tmpfs of file data, the state, the
 //!    client's connection and the old executable. The process id stays: `systemd`,
 //!    mount(8)'s bookkeeping and `memofs umount` still find their server.
@@ -58,6 +58,11 @@ pub const FORMAT: u32 = 1;
 /// How long the request threads may take to stop between requests.
 const PAUSE_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long the notifications queued may take to go out once the requests have stopped,
+/// and how many times the pause is tried (see [`Handover::quiesce`]).
+const SETTLE_LIMIT: Duration = Duration::from_millis(100);
+const QUIESCE_TRIES: usize = 20;
+
 /// How long `resume --check` may take.
 const CHECK_LIMIT: Duration = Duration::from_secs(10);
 
@@ -86,6 +91,8 @@ pub(crate) struct State {
     pub reply_fd: RawFd,
     /// The old executable, to go back to.
     pub old_exe_fd: RawFd,
+    /// The new executable (open for a script's interpreter; closed once serving).
+    pub new_exe_fd: RawFd,
     /// `CLOCK_MONOTONIC` when the requests were stopped, in nanoseconds.
     pub paused_at_ns: u64,
 }
@@ -173,6 +180,8 @@ pub(crate) trait HandOver: Backend {
     fn store(&self) -> Result<Option<(OwnedFd, u64, Timestamp)>, String>;
     /// Writes the state stream (every request stopped).
     fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()>;
+    /// Bytes of file data the state copies (data the server holds itself).
+    fn copied(&self) -> u64;
 }
 
 impl HandOver for MemFs {
@@ -185,6 +194,13 @@ impl HandOver for MemFs {
     fn save(&self, out: &mut FrameWriter<'_>) -> io::Result<()> {
         self.save_handover(out)
     }
+
+    fn copied(&self) -> u64 {
+        match self.kernel_data() {
+            true => 0,
+            false => self.usage().bytes_used,
+        }
+    }
 }
 
 impl HandOver for PassthroughFs {
@@ -194,6 +210,33 @@ impl HandOver for PassthroughFs {
 
     fn save(&self, _: &mut FrameWriter<'_>) -> io::Result<()> {
         Err(io::Error::other("an export is not handed over"))
+    }
+
+    fn copied(&self) -> u64 {
+        0
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Whether the machine has room for a second copy of `bytes` of file data (the state holds
+/// one while the new server loads another): with an eighth and 64 MiB to spare.
+fn room_for(bytes: u64) -> Result<(), String> {
+    let need = bytes + bytes / 8 + (64 << 20);
+    match mem_available() {
+        Some(avail) if bytes > 0 && avail < need => Err(format!(
+            "the handover copies the {} MiB of file data this server holds, and the machine has {} MiB available (it needs {} MiB): free memory first",
+            bytes >> 20,
+            avail >> 20,
+            need >> 20
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -228,7 +271,11 @@ impl<B: HandOver> Handover<B> {
             return "the mount's requests come through io_uring rings, which cannot change hands: mount with io_uring=off to upgrade live".into();
         };
         // Refused before anything stops (an export says why).
-        if let Err(e) = self.backend.store() {
+        if let Err(e) = self
+            .backend
+            .store()
+            .and_then(|_| room_for(self.backend.copied()))
+        {
             return e;
         }
         // An executable script is run by its interpreter, which opens it by the
@@ -242,8 +289,8 @@ impl<B: HandOver> Handover<B> {
             return "the mount is not serving yet".into();
         };
         let paused_at_ns = monotonic_ns();
-        if let Err(e) = pause.stop(PAUSE_LIMIT) {
-            return format!("the requests in progress did not end ({e}); try again");
+        if let Err(e) = self.quiesce(pause) {
+            return e;
         }
         // Taken with every request stopped: no data file is made after it.
         let handed = self
@@ -256,6 +303,25 @@ impl<B: HandOver> Handover<B> {
         };
         pause.resume();
         why
+    }
+
+    /// Stops the request threads with every notification queued before sent: a notification
+    /// the kernel holds back for a request still queued would hold up the exec (the kernel
+    /// waits for every other thread to end) with nobody left to answer that request. While
+    /// one waits, the request threads serve on for a moment and the pause is tried again.
+    fn quiesce(&self, pause: &Pause) -> Result<(), String> {
+        for _ in 0..QUIESCE_TRIES {
+            if let Err(e) = pause.stop(PAUSE_LIMIT) {
+                return Err(format!(
+                    "the requests in progress did not end ({e}); try again"
+                ));
+            }
+            match self.server.invalidator() {
+                Some(inv) if !inv.settled(SETTLE_LIMIT) => pause.resume(),
+                _ => return Ok(()),
+            }
+        }
+        Err("notifications to the kernel kept waiting for requests; try again".into())
     }
 
     /// Writes the state and executes `exe`; returns only on failure.
@@ -301,13 +367,19 @@ impl<B: HandOver> Handover<B> {
             session_fd: session_fd.as_raw_fd(),
             reply_fd: reply_fd.as_raw_fd(),
             old_exe_fd: old_exe_fd.as_raw_fd(),
+            new_exe_fd: exe.as_raw_fd(),
             paused_at_ns,
         };
         let memfd = self
             .write_state(&state)
             .map_err(|e| format!("cannot write the state: {e}"))?;
-        let mountpoint = self.paths.last().map(PathBuf::as_path);
-        let err = execute(exe.as_fd(), memfd.as_fd(), None, mountpoint);
+        let how = Resume {
+            state: memfd.as_fd(),
+            old_exe: Some(old_exe_fd.as_raw_fd()),
+            fallback: None,
+            mountpoint: self.paths.last().map(PathBuf::as_path),
+        };
+        let err = execute(exe.as_fd(), &how);
         Err(format!("cannot execute the new executable: {err}"))
     }
 
@@ -371,40 +443,52 @@ fn check(exe: &OwnedFd) -> Result<(), String> {
     if let Some(mut err) = child.stderr.take() {
         let _ = io::Read::read_to_string(&mut err, &mut said);
     }
-    Err(match status.code() {
-        Some(0) => "the new executable is not a memofs that can take a mount over".into(),
-        Some(2) if said.contains("resume") => {
-            "the new executable cannot take a mount over (a memofs without `memofs resume`)".into()
-        }
-        _ => format!(
-            "the new executable cannot read this server's state (format {FORMAT}): {}",
-            said.trim()
+    let said = said.trim();
+    Err(match said.contains(&format!("format {FORMAT}")) {
+        // A memofs of another handover format says which it reads.
+        true => format!("the new executable cannot take this mount over: {said}"),
+        false => format!(
+            "the new executable is not a memofs that can take a mount over (`resume --check {FORMAT}`: {status}{}{said})",
+            if said.is_empty() { "" } else { ", " }
         ),
     })
 }
 
-/// Executes `exe` as `memofs resume --state-fd STATE [--fallback WHY] [MOUNTPOINT]` (with
-/// `--fallback`: the old executable again); returns only on failure.
-pub(crate) fn execute(
-    exe: BorrowedFd<'_>,
-    state: BorrowedFd<'_>,
-    fallback: Option<&str>,
-    mountpoint: Option<&std::path::Path>,
-) -> io::Error {
+/// How a `memofs resume` is run: `memofs resume --state-fd STATE [--old-exe FD] [--fallback
+/// WHY] [-- MOUNTPOINT]`.
+pub(crate) struct Resume<'a> {
+    /// The state (kept open across the exec).
+    pub state: BorrowedFd<'a>,
+    /// The executable to go back to if the state cannot be read (the new one's run).
+    pub old_exe: Option<RawFd>,
+    /// Why the old executable runs again (its run after a failed takeover).
+    pub fallback: Option<&'a str>,
+    /// The mount point, for the process list.
+    pub mountpoint: Option<&'a std::path::Path>,
+}
+
+/// Executes `exe` as `how` says; returns only on failure.
+pub(crate) fn execute(exe: BorrowedFd<'_>, how: &Resume<'_>) -> io::Error {
     let mut args = vec![
         "memofs".to_string(),
         "resume".into(),
         "--state-fd".into(),
-        state.as_raw_fd().to_string(),
+        how.state.as_raw_fd().to_string(),
     ];
-    if let Some(why) = fallback {
+    if let Some(fd) = how.old_exe {
+        args.extend(["--old-exe".into(), fd.to_string()]);
+    }
+    if let Some(why) = how.fallback {
         args.extend(["--fallback".into(), why.replace('\0', " ")]);
     }
     let mut args: Vec<CString> = args
         .into_iter()
         .map(|a| CString::new(a).expect("no NUL"))
         .collect();
-    if let Some(m) = mountpoint.and_then(|m| CString::new(m.as_os_str().as_bytes()).ok()) {
+    if let Some(m) = how
+        .mountpoint
+        .and_then(|m| CString::new(m.as_os_str().as_bytes()).ok())
+    {
         args.extend([CString::from(c"--"), m]);
     }
     let env: Vec<CString> = std::env::vars_os()
@@ -419,17 +503,31 @@ pub(crate) fn execute(
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    // SAFETY: `exe` is open; the path is empty with AT_EMPTY_PATH; argv and envp are
-    // NULL-terminated arrays of NUL-terminated strings alive for the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_execveat,
-            exe.as_raw_fd(),
-            c"".as_ptr(),
-            argv.as_ptr(),
-            envp.as_ptr(),
-            libc::AT_EMPTY_PATH,
-        )
-    };
+    // By its name in /proc rather than `execveat(AT_EMPTY_PATH)`: a script's interpreter is
+    // given that name to open, and /proc is there wherever memofs runs (`/dev/fd` may not be).
+    let path = CString::new(format!("/proc/self/fd/{}", exe.as_raw_fd())).expect("no NUL");
+    // SAFETY: `path`, argv and envp are NUL-terminated strings (the arrays NULL-terminated)
+    // alive for the call; execve returns only on failure.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     io::Error::last_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_the_machine_has_no_room_to_copy_is_refused_first() {
+        assert!(room_for(0).is_ok(), "nothing copied needs no room");
+        assert!(room_for(1 << 20).is_ok(), "a MiB fits");
+        let e = room_for(1 << 60).unwrap_err();
+        assert!(e.contains("free memory first"), "{e}");
+    }
+
+    #[test]
+    fn only_what_prints_the_format_line_is_a_memofs_that_takes_over() {
+        let exe = OwnedFd::from(std::fs::File::open("/bin/true").unwrap());
+        let e = check(&exe).unwrap_err();
+        assert!(e.contains("not a memofs"), "{e}");
+    }
 }

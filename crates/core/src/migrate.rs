@@ -12,8 +12,12 @@ use std::sync::atomic::AtomicBool;
 
 /// The first bytes of every state stream.
 pub const MAGIC: &[u8; 12] = b"memofs-state";
-/// The stream format; a reader refuses any other.
-pub const VERSION: u32 = 1;
+/// The stream format this memofs writes; a reader refuses what it does not read (an older
+/// reader, a newer stream).
+pub const VERSION: u32 = 2;
+/// The oldest format this memofs reads: format 1 lacks only records format 2 added (a mem
+/// file's pages allocated past its end).
+pub const OLDEST_VERSION: u32 = 1;
 /// The largest frame: a 1 MiB chunk of file data with room to spare.
 pub const MAX_FRAME: usize = 2 << 20;
 
@@ -163,9 +167,9 @@ impl<'a> FrameReader<'a> {
             return Err(invalid("not a memofs state stream"));
         }
         let version = u32::from_le_bytes(head[MAGIC.len()..].try_into().expect("4 bytes"));
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(invalid(format!(
-                "format {version}, this memofs reads format {VERSION}"
+                "format {version}, this memofs reads formats {OLDEST_VERSION} to {VERSION}"
             )));
         }
         Ok(FrameReader {

@@ -11,7 +11,7 @@
 //! [`CHUNK`]); last [`Record::End`] with the totals the reader checks. Only holes are left
 //! out, so the destination holds what the source held, no more.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -27,6 +27,7 @@ use crate::precopy::{chunk_extents, extents, CHUNK};
 use crate::regular::RegularFile;
 use crate::symlink::Symlink;
 use crate::MemFs;
+use names::Names;
 
 /// The room a load makes at once for the inodes a stream says it holds (past it, the tables
 /// grow as they fill: a stream's word is not memory to hand out).
@@ -280,40 +281,7 @@ impl MemFs {
         buf: &mut Vec<u8>,
     ) -> io::Result<()> {
         let s = inode.saved();
-        let mut times = s.times.map(|t| t.0);
-        // A file's size and, kernel-backed, the times its data file keeps (atime, mtime,
-        // the ctime of its data), which a stream carrying the data sets on the new one; a
-        // handed-over data file keeps them itself (and asking costs a stat of it).
-        let mut size = 0;
-        if let NodeData::File(f) = &inode.data {
-            if !(by_number && f.kernel().is_some()) {
-                let attr = inode.attr();
-                size = attr.size;
-                if f.kernel().is_some() {
-                    times[0] = attr.atime.0;
-                    times[1] = attr.mtime.0;
-                    times[2] = attr.ctime.0;
-                }
-            }
-        }
-        let kind = match &inode.data {
-            NodeData::Dir(d) => {
-                let d = d.read();
-                Kind::Dir {
-                    parent: d.parent,
-                    next_cookie: d.next_cookie(),
-                    removed: d.removed,
-                }
-            }
-            NodeData::File(f) => match f.kernel() {
-                Some(k) if by_number => Kind::Adopted { data: k.number() },
-                _ => Kind::File { size },
-            },
-            NodeData::Symlink(l) => Kind::Symlink {
-                target: l.target().to_vec(),
-            },
-            NodeData::Special { rdev, .. } => Kind::Special { rdev: *rdev },
-        };
+        let (kind, times, size) = kind_of(inode, &s, by_number);
         let record = Record::Inode {
             ino: s.ino,
             mode: s.meta.mode,
@@ -377,6 +345,44 @@ impl MemFs {
     }
 }
 
+/// What an inode's record says of its kind, its times and (a file) its size.
+///
+/// A kernel-backed file's data file keeps its times (atime, mtime, the ctime of its data),
+/// which a stream carrying the data sets on the new data file; with `by_number` the data
+/// file is handed over and keeps them itself (asking would cost a stat of it).
+fn kind_of(inode: &Inode, s: &Saved, by_number: bool) -> (Kind, [i128; 4], u64) {
+    let mut times = s.times.map(|t| t.0);
+    let kind = match &inode.data {
+        NodeData::Dir(d) => {
+            let d = d.read();
+            Kind::Dir {
+                parent: d.parent,
+                next_cookie: d.next_cookie(),
+                removed: d.removed,
+            }
+        }
+        NodeData::File(f) => match f.kernel() {
+            Some(k) if by_number => Kind::Adopted { data: k.number() },
+            kernel => {
+                let attr = inode.attr();
+                if kernel.is_some() {
+                    times[..3].copy_from_slice(&[attr.atime.0, attr.mtime.0, attr.ctime.0]);
+                }
+                Kind::File { size: attr.size }
+            }
+        },
+        NodeData::Symlink(l) => Kind::Symlink {
+            target: l.target().to_vec(),
+        },
+        NodeData::Special { rdev, .. } => Kind::Special { rdev: *rdev },
+    };
+    let size = match kind {
+        Kind::File { size } => size,
+        _ => 0,
+    };
+    (kind, times, size)
+}
+
 /// Writes the data of `f` in `[start, end)`, extent by extent (holes left out).
 fn save_data(
     f: &RegularFile,
@@ -406,131 +412,6 @@ fn save_pieces(
         put(out, &Record::Data { offset }, buf)?;
         out.frame(&data)?;
     }
-    Ok(())
-}
-
-/// What a stream's entries say of the inodes they name, checked against what the inodes say
-/// once every record is in: each names an inode of its kind; a directory has one name (none
-/// once removed), in the directory its `..` says, and leads up to the root; every link
-/// count is what the names make it (as tmpfs: 2 and a directory's subdirectories, a file's
-/// names). Every name past a file's first is charged as an inode as it arrives (as tmpfs),
-/// so that a stream cannot make more names than the limits allow.
-#[derive(Default)]
-struct Names {
-    /// Each entry's directory, target and the kind the entry says.
-    entries: Vec<(Ino, Ino, FileKind)>,
-    /// Names per inode.
-    count: HashMap<Ino, u32>,
-}
-
-impl Names {
-    fn with_capacity(n: usize) -> Names {
-        Names {
-            entries: Vec::with_capacity(n),
-            count: HashMap::with_capacity(n),
-        }
-    }
-
-    fn add(&mut self, fs: &MemFs, dir: Ino, ino: Ino, kind: FileKind) -> io::Result<()> {
-        let n = self.count.entry(ino).or_default();
-        *n += 1;
-        match (kind, *n) {
-            (FileKind::Directory, 2..) => {
-                return Err(invalid(format!("directory {ino} named twice")))
-            }
-            (FileKind::Directory, _) | (_, 1) => {}
-            _ => fs
-                .limits
-                .charge_inode()
-                .map_err(|e| errno("room for a name", e))?,
-        }
-        self.entries.push((dir, ino, kind));
-        Ok(())
-    }
-
-    fn check(&self, fs: &MemFs) -> io::Result<()> {
-        for &(dir, ino, kind) in &self.entries {
-            let target = fs
-                .table
-                .get(ino)
-                .map_err(|_| invalid(format!("an entry names inode {ino}, which is not there")))?;
-            if target.kind() != kind {
-                return Err(invalid(format!(
-                    "an entry names inode {ino} a {kind:?}, which is a {:?}",
-                    target.kind()
-                )));
-            }
-            if let Ok(d) = target.dir() {
-                let parent = d.read().parent;
-                if parent != dir {
-                    return Err(invalid(format!(
-                        "directory {ino} is named in {dir} and its parent is {parent}"
-                    )));
-                }
-            }
-        }
-        let all = fs.table.all();
-        let mut rooted = HashSet::new();
-        for inode in &all {
-            let names = self.count.get(&inode.ino).copied().unwrap_or(0);
-            let want = match inode.dir() {
-                Ok(d) => {
-                    let d = d.read();
-                    let named = if inode.ino == ROOT_INO || d.removed {
-                        0
-                    } else {
-                        1
-                    };
-                    if names != named {
-                        return Err(invalid(format!(
-                            "directory {} has {names} names",
-                            inode.ino
-                        )));
-                    }
-                    if inode.ino != ROOT_INO && !d.removed {
-                        reaches_root(fs, inode.ino, &mut rooted, all.len())?;
-                    }
-                    if d.removed {
-                        0
-                    } else {
-                        2 + d.subdirs
-                    }
-                }
-                Err(_) => names,
-            };
-            let nlink = inode.nlink.load(std::sync::atomic::Ordering::SeqCst);
-            if nlink != want {
-                return Err(invalid(format!(
-                    "inode {}: {nlink} links, its names make {want}",
-                    inode.ino
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Whether directory `ino` leads up to the root through its parents in at most `steps`;
-/// `rooted` holds the directories known to, each directory's parents being walked once for
-/// all of them (a deep tree costs its size, not its size times its depth).
-fn reaches_root(fs: &MemFs, ino: Ino, rooted: &mut HashSet<Ino>, steps: usize) -> io::Result<()> {
-    let mut walked = Vec::new();
-    let mut at = ino;
-    while at != ROOT_INO && !rooted.contains(&at) {
-        if walked.len() == steps {
-            return Err(invalid(format!(
-                "directory {ino} is in a cycle of directories"
-            )));
-        }
-        walked.push(at);
-        at = fs
-            .table
-            .get(at)
-            .ok()
-            .and_then(|i| i.dir().ok().map(|d| d.read().parent))
-            .ok_or_else(|| invalid(format!("directory {ino}'s parents end at {at}")))?;
-    }
-    rooted.extend(walked);
     Ok(())
 }
 
@@ -637,40 +518,25 @@ impl Loader<'_> {
         let fs = self.fs;
         let want = FileKind::from_mode(saved.meta.mode)
             .ok_or_else(|| invalid(format!("inode {} of mode {:o}", saved.ino, saved.meta.mode)))?;
-        let size = match kind {
-            Kind::File { size } => Some(size),
-            _ => None,
-        };
-        let data = match kind {
-            Kind::Dir { parent, .. } => NodeData::new_dir(parent),
-            Kind::File { .. } => NodeData::File(
-                match self.staged {
-                    true => fs.take_staged(saved.ino),
-                    false => None,
-                }
-                .map_or_else(|| fs.new_regular(saved.opens > 0), Ok)
-                .map_err(|e| errno("a data file", e))?,
-            ),
-            Kind::Symlink { ref target } if !target.is_empty() && target.len() <= 4096 => {
-                NodeData::Symlink(Symlink::new(target))
-            }
-            Kind::Symlink { .. } => return Err(invalid("a symlink target's length")),
-            Kind::Special { rdev } => NodeData::Special { kind: want, rdev },
-            Kind::Adopted { data } => match (&fs.store, self.by_number) {
-                (Some(store), true) => NodeData::File(RegularFile::Kernel(
-                    store
-                        .existing_file(data)
-                        .map_err(|e| errno(&format!("data file {data}"), e))?,
-                )),
-                _ => return Err(invalid("a file by data file number outside a handover")),
+        let stated = match kind {
+            Kind::Dir { .. } => FileKind::Directory,
+            Kind::File { .. } | Kind::Adopted { .. } => FileKind::Regular,
+            Kind::Symlink { .. } => FileKind::Symlink,
+            Kind::Special { .. } => match want {
+                FileKind::Regular | FileKind::Directory | FileKind::Symlink => FileKind::Fifo,
+                special => special,
             },
         };
-        if data.kind() != want {
+        if stated != want {
             return Err(invalid(format!(
                 "inode {}: mode and kind differ",
                 saved.ino
             )));
         }
+        let size = match kind {
+            Kind::File { size } => Some(size),
+            _ => None,
+        };
         let inode = if saved.ino == ROOT_INO {
             if want != FileKind::Directory {
                 return Err(invalid("a root that is no directory"));
@@ -679,15 +545,24 @@ impl Loader<'_> {
             root.restore(&saved);
             root
         } else {
+            // Everything that can fail is checked before the data is taken: a handed-over
+            // data file is unlinked when its inode goes.
+            if fs.table.get(saved.ino).is_ok() {
+                return Err(invalid(format!("inode {} twice", saved.ino)));
+            }
             fs.limits
                 .charge_inode()
                 .map_err(|e| errno("room for an inode", e))?;
-            let sym = match &data {
-                NodeData::Symlink(s) => s.charged_bytes(),
-                _ => 0,
+            let symlink = match &kind {
+                Kind::Symlink { target } if !target.is_empty() && target.len() <= 4096 => {
+                    Some(Symlink::new(target))
+                }
+                Kind::Symlink { .. } => return Err(invalid("a symlink target's length")),
+                _ => None,
             };
-            fs.charge_meta(sym)
+            fs.charge_meta(symlink.as_ref().map_or(0, Symlink::charged_bytes))
                 .map_err(|e| errno("room for a symlink", e))?;
+            let data = self.contents(&saved, &kind, want, symlink)?;
             fs.table
                 .insert_saved(&saved, data)
                 .map_err(|_| invalid(format!("inode {} twice", saved.ino)))?
@@ -714,6 +589,41 @@ impl Loader<'_> {
         self.inodes += 1;
         self.current = Some((inode, saved, size));
         Ok(())
+    }
+
+    /// What an inode of `kind` holds (`symlink`: its target, made already).
+    fn contents(
+        &self,
+        saved: &Saved,
+        kind: &Kind,
+        want: FileKind,
+        symlink: Option<Symlink>,
+    ) -> io::Result<NodeData> {
+        let fs = self.fs;
+        Ok(match *kind {
+            Kind::Dir { parent, .. } => NodeData::new_dir(parent),
+            Kind::File { .. } => NodeData::File(
+                match self.staged {
+                    true => fs.take_staged(saved.ino),
+                    false => None,
+                }
+                .map_or_else(|| fs.new_regular(saved.opens > 0), Ok)
+                .map_err(|e| errno("a data file", e))?,
+            ),
+            Kind::Symlink { .. } => match symlink {
+                Some(s) => NodeData::Symlink(s),
+                None => return Err(invalid("a symlink without its target")),
+            },
+            Kind::Special { rdev } => NodeData::Special { kind: want, rdev },
+            Kind::Adopted { data } => match (&fs.store, self.by_number) {
+                (Some(store), true) => NodeData::File(RegularFile::Kernel(
+                    store
+                        .existing_file(data)
+                        .map_err(|e| errno(&format!("data file {data}"), e))?,
+                )),
+                _ => return Err(invalid("a file by data file number outside a handover")),
+            },
+        })
     }
 
     /// File data for the current inode.
@@ -791,6 +701,9 @@ impl Loader<'_> {
         Ok(())
     }
 }
+
+#[path = "migrate_names.rs"]
+mod names;
 
 #[cfg(test)]
 #[path = "migrate_tests.rs"]

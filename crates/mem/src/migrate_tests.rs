@@ -138,3 +138,46 @@ fn link_counts_the_names_do_not_make_are_refused() {
     );
     assert!(e.contains("5 links, its names make 1"), "{e}");
 }
+
+#[test]
+fn a_device_record_of_a_file_or_directory_mode_is_refused() {
+    for mode in [REG, DIR] {
+        let e = load(
+            vec![
+                dir(ROOT_INO, 2, ROOT_INO),
+                entry(10, "x", 2, mode),
+                inode(2, mode | 0o644, 1, Kind::Special { rdev: 0 }),
+            ],
+            2,
+        );
+        assert!(e.contains("mode and kind differ"), "{mode:o}: {e}");
+    }
+}
+
+#[test]
+fn a_file_by_data_file_number_is_refused_outside_a_handover() {
+    let e = load(
+        vec![
+            dir(ROOT_INO, 2, ROOT_INO),
+            entry(10, "f", 2, REG),
+            inode(2, REG | 0o644, 1, Kind::Adopted { data: 0 }),
+        ],
+        2,
+    );
+    assert!(e.contains("outside a handover"), "{e}");
+}
+
+#[test]
+fn pages_allocated_past_the_end_of_no_file_are_refused() {
+    let e = load(
+        vec![
+            dir(ROOT_INO, 2, ROOT_INO),
+            Record::Allocated {
+                offset: 0,
+                len: 4096,
+            },
+        ],
+        1,
+    );
+    assert!(e.contains("past the end"), "{e}");
+}

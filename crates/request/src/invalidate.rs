@@ -86,6 +86,8 @@ enum Report {
     ReleaseRoot,
     /// `memofs invalidate`: drop everything, and say what was done.
     UserAsked(Sender<Invalidated>),
+    /// Answer once everything reported before is sent.
+    Barrier(Sender<()>),
 }
 
 /// How many misses [`Misses`] remembers; past that it forgets them all and treats every
@@ -315,6 +317,10 @@ impl<K: Kernel + ?Sized> Sending<K> {
                 let done = self.all(now);
                 let _ = reply.send(done);
             }
+            Report::Barrier(reply) => {
+                self.flush();
+                let _ = reply.send(());
+            }
         }
     }
 
@@ -478,6 +484,15 @@ impl NotifyInvalidator {
                 names: 0,
                 not_done: Some("the notification thread did not answer".into()),
             })
+    }
+
+    /// Whether every report made before this call has been sent within `limit` (a
+    /// notification may wait in the kernel for a request the server has not answered: a
+    /// page it must drop is locked for a READ still queued).
+    pub fn settled(&self, limit: Duration) -> bool {
+        let (tx, rx) = channel();
+        self.send(Report::Barrier(tx));
+        rx.recv_timeout(limit).is_ok()
     }
 
     /// `memofs stats` lines for what the kernel was found to do.
