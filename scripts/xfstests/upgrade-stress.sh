@@ -23,7 +23,8 @@ pids=()
 cleanup() {
     set +e
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    mountpoint -q "$mnt" && "$bin" umount "$mnt"
+    # Also a mount whose server died (mountpoint(1) cannot tell it: ENOTCONN).
+    grep -q " $mnt " /proc/self/mountinfo && "$bin" umount "$mnt"
     mountpoint -q "$ref" && umount "$ref"
     rm -rf "$work"
 }

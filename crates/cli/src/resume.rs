@@ -7,7 +7,7 @@
 //! works on duplicates), so the old executable finds them as it left them.
 
 use std::io::{self, BufReader, Seek, Write};
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -59,16 +59,16 @@ pub fn main(args: &ResumeArgs) -> ExitCode {
 fn unreadable(args: &ResumeArgs, fd: RawFd, e: io::Error) -> ExitCode {
     let why = format!("no handover state this memofs reads in descriptor {fd} ({e})");
     if let (None, Some(old)) = (&args.fallback, args.old_exe) {
-        if let (Ok(old), Ok(_)) = (borrow(old, libc::S_IFREG), borrow(fd, libc::S_IFREG)) {
-            // SAFETY: `fd` is open (just checked) and stays so across the exec.
-            let state = unsafe { BorrowedFd::borrow_raw(fd) };
+        if let (Ok(_), Ok(_)) = (borrow(old, libc::S_IFREG), borrow(fd, libc::S_IFREG)) {
+            // SAFETY: both are open (just checked) and stay so across the exec.
+            let (state, old) = unsafe { (BorrowedFd::borrow_raw(fd), BorrowedFd::borrow_raw(old)) };
             let back = Resume {
                 state,
                 old_exe: None,
                 fallback: Some(&why),
                 mountpoint: args.mountpoint.as_deref(),
             };
-            let err = execute(old.as_fd(), &back);
+            let err = execute(old, &back);
             return fail(EXIT_FAILURE, format!("{why}; the old executable: {err}"));
         }
     }
@@ -232,16 +232,22 @@ impl Taking {
             return fail(EXIT_FAILURE, msg);
         }
         let err = match borrow(self.state.old_exe_fd, libc::S_IFREG) {
-            Ok(exe) => {
-                // SAFETY: the state's descriptor stays open until the process ends.
-                let state = unsafe { BorrowedFd::borrow_raw(self.state_fd) };
+            Ok(_) => {
+                // SAFETY: both stay open until the process ends (the old executable's was
+                // just checked), and across the exec.
+                let (state, exe) = unsafe {
+                    (
+                        BorrowedFd::borrow_raw(self.state_fd),
+                        BorrowedFd::borrow_raw(self.state.old_exe_fd),
+                    )
+                };
                 let back = Resume {
                     state,
                     old_exe: None,
                     fallback: Some(&why),
                     mountpoint: self.state.paths.last().map(std::path::PathBuf::as_path),
                 };
-                execute(exe.as_fd(), &back)
+                execute(exe, &back)
             }
             Err(e) => e,
         };

@@ -53,7 +53,7 @@ use crate::remount::Live;
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
 
 /// The handover state's format: `memofs resume --check` says whether it reads it.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// How long the request threads may take to stop between requests.
 const PAUSE_LIMIT: Duration = Duration::from_secs(5);
@@ -317,7 +317,11 @@ impl<B: HandOver> Handover<B> {
                 ));
             }
             match self.server.invalidator() {
-                Some(inv) if !inv.settled(SETTLE_LIMIT) => pause.resume(),
+                Some(inv) if !inv.settled(SETTLE_LIMIT) => {
+                    // The requests it waits for are served; then it goes out.
+                    pause.resume();
+                    inv.settled(SETTLE_LIMIT * 10);
+                }
                 _ => return Ok(()),
             }
         }

@@ -140,11 +140,16 @@ impl Pause {
         }
     }
 
-    /// Lets the request threads read again.
+    /// Lets the request threads read again; returns once they have left the pause (or after
+    /// a second), so that a [`Pause::stop`] right after it finds them serving.
     pub fn resume(&self) {
-        let _state = self.state.lock();
+        let mut state = self.state.lock();
         self.asked.store(false, Ordering::SeqCst);
         self.changed.notify_all();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while state.stopped > 0 && Instant::now() < deadline {
+            self.changed.wait_for(&mut state, Duration::from_millis(10));
+        }
     }
 
     /// A request thread starts serving.
@@ -177,6 +182,7 @@ impl Pause {
             self.changed.wait(&mut state);
         }
         state.stopped -= 1;
+        self.changed.notify_all();
     }
 }
 
@@ -375,6 +381,11 @@ mod tests {
             2
         );
         pause.resume();
+        assert_eq!(
+            pause.state.lock().stopped,
+            0,
+            "resume returns once they serve"
+        );
         drop(w);
         let reads: usize = readers.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(reads, 2);
