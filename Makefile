@@ -262,7 +262,7 @@ MIGRATE_TARGETS := mig-memofs,mig-memofs-ahead,mig-memofs-pt,mig-virtiofsd
 URING_PARAMS := -p stat-missing.loops=10000 -p stat-missing.counts=10000,1000000 -p loopdd.size=256M -p loopdd.bs=1M,4k -p lat-mmap.sizes=64M,256M,1G -p lat-mmap.iters=3
 bench-reports: setup build
 	bench/memofs-bench fetch real
-	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/guest-fio $(REPORTS)/migrate $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs $(REPORTS)/dfs-juicefs
+	rm -rf $(REPORTS)/seeds $(REPORTS)/real $(REPORTS)/guest-fio $(REPORTS)/migrate $(REPORTS)/uring $(REPORTS)/uring-uncached $(REPORTS)/passthrough $(REPORTS)/memory $(REPORTS)/rootless $(REPORTS)/rootless-real $(REPORTS)/rootless-direct $(REPORTS)/dfs $(REPORTS)/dfs-juicefs $(REPORTS)/upgrade
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench seeds --out $(REPORTS)/seeds
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench real --out $(REPORTS)/real
 	MEMOFS_BIN=$(CURDIR)/$(BIN) scripts/with-uring.sh bench/memofs-bench real --targets '$(URING_TARGETS)' --out $(REPORTS)/uring
@@ -278,6 +278,7 @@ bench-reports: setup build
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest --targets '$(GUEST_TARGETS)' --reps 3 --out $(REPORTS)/guest
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run guest-fio --targets '$(FIO_TARGETS)' --reps 3 --out $(REPORTS)/guest-fio
 	MEMOFS_BIN=$(CURDIR)/$(BIN) bench/memofs-bench run migrate --targets '$(MIGRATE_TARGETS)' --reps 4 --out $(REPORTS)/migrate
+	mkdir -p $(REPORTS)/upgrade && python3 bench/upgrade-pause.py $(CURDIR)/$(BIN) | tee $(REPORTS)/upgrade/report.md
 
 # Work in a virtio-fs guest (the guest family), memofs against virtiofsd (VIRTIOFSD, or on
 # PATH: `cargo install virtiofsd`, with libseccomp-dev and libcap-ng-dev).

@@ -502,11 +502,52 @@ impl<B: Backend> KernelMount<B> {
             serving.1 = None;
         }
         serving.0.extend(ring);
-        std::fs::metadata(&self.mountpoint)?;
+        stat_from_outside(&self.mountpoint)?;
         if let Some(invalidator) = invalidator {
             invalidator.release_root();
         }
         Ok(serving)
+    }
+}
+
+/// `stat` of `path` on this process's own mount, from a child process that holds none of
+/// the connection's descriptors: a process killed while its own request waits for an
+/// answer its request threads took would wait for ever (the kernel waits for a request it
+/// sent out without a time limit, and the connection ends only when every descriptor of it
+/// is closed, which the waiting thread keeps open).
+fn stat_from_outside(path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: the child calls only async-signal-safe functions (close_range, stat, _exit)
+    // on memory made before the fork.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: as above; the child ends in _exit.
+        unsafe {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            let mut st: libc::stat = std::mem::zeroed();
+            let code = match libc::stat(path.as_ptr(), &mut st) {
+                0 => 0,
+                _ => *libc::__errno_location(),
+            };
+            libc::_exit(code);
+        }
+    }
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just made, into a live int.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+        (true, 0) => Ok(()),
+        (true, errno) => Err(io::Error::from_raw_os_error(errno)),
+        _ => Err(io::Error::other("the stat of the mount point did not end")),
     }
 }
 
