@@ -59,16 +59,11 @@ pub fn main(args: &ResumeArgs) -> ExitCode {
 fn unreadable(args: &ResumeArgs, fd: RawFd, e: io::Error) -> ExitCode {
     let why = format!("no handover state this memofs reads in descriptor {fd} ({e})");
     if let (None, Some(old)) = (&args.fallback, args.old_exe) {
-        if let (Ok(_), Ok(_)) = (borrow(old, libc::S_IFREG), borrow(fd, libc::S_IFREG)) {
-            // SAFETY: both are open (just checked) and stay so across the exec.
-            let (state, old) = unsafe { (BorrowedFd::borrow_raw(fd), BorrowedFd::borrow_raw(old)) };
-            let back = Resume {
-                state,
-                old_exe: None,
-                fallback: Some(&why),
-                mountpoint: args.mountpoint.as_deref(),
-            };
-            let err = execute(old, &back);
+        if borrow(old, libc::S_IFREG)
+            .and(borrow(fd, libc::S_IFREG))
+            .is_ok()
+        {
+            let err = back_to_old(fd, old, &why, args.mountpoint.as_deref());
             return fail(EXIT_FAILURE, format!("{why}; the old executable: {err}"));
         }
     }
@@ -76,6 +71,28 @@ fn unreadable(args: &ResumeArgs, fd: RawFd, e: io::Error) -> ExitCode {
         EXIT_USAGE,
         format!("{why}; `memofs resume` is run by `memofs upgrade`"),
     )
+}
+
+/// Executes the old executable (inherited descriptor `old`) again with the state in `state`,
+/// saying `why`; returns only on failure.
+fn back_to_old(
+    state: RawFd,
+    old: RawFd,
+    why: &str,
+    mountpoint: Option<&std::path::Path>,
+) -> io::Error {
+    if let Err(e) = borrow(old, libc::S_IFREG).and(borrow(state, libc::S_IFREG)) {
+        return e;
+    }
+    // SAFETY: both are open (just checked) and stay so across the exec.
+    let (state, old) = unsafe { (BorrowedFd::borrow_raw(state), BorrowedFd::borrow_raw(old)) };
+    let back = Resume {
+        state,
+        old_exe: None,
+        fallback: Some(why),
+        mountpoint,
+    };
+    execute(old, &back)
 }
 
 /// The state memfd `fd` (a duplicate: `fd` stays open as it came), its header read.
@@ -231,26 +248,8 @@ impl Taking {
             self.answer(&ErrorDoc { error: msg.clone() });
             return fail(EXIT_FAILURE, msg);
         }
-        let err = match borrow(self.state.old_exe_fd, libc::S_IFREG) {
-            Ok(_) => {
-                // SAFETY: both stay open until the process ends (the old executable's was
-                // just checked), and across the exec.
-                let (state, exe) = unsafe {
-                    (
-                        BorrowedFd::borrow_raw(self.state_fd),
-                        BorrowedFd::borrow_raw(self.state.old_exe_fd),
-                    )
-                };
-                let back = Resume {
-                    state,
-                    old_exe: None,
-                    fallback: Some(&why),
-                    mountpoint: self.state.paths.last().map(std::path::PathBuf::as_path),
-                };
-                execute(exe, &back)
-            }
-            Err(e) => e,
-        };
+        let mountpoint = self.state.paths.last().map(std::path::PathBuf::as_path);
+        let err = back_to_old(self.state_fd, self.state.old_exe_fd, &why, mountpoint);
         let msg = format!("the new executable could not take over ({why}), and the old one cannot be executed again ({err})");
         self.answer(&ErrorDoc { error: msg.clone() });
         fail(EXIT_FAILURE, msg)
