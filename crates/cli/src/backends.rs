@@ -85,6 +85,7 @@ pub fn passthrough(
 ) -> Built<PassthroughFs> {
     let config = PassthroughConfig {
         atime: plan.atime,
+        apply_atime: plan.atime_given(),
         watch: plan.watch,
         changes: plan.changes.clone(),
         reserved_fds,

@@ -161,7 +161,7 @@ pub(crate) fn serve<B: HandOver>(
         Err(e) => return start.failed(e, None),
     };
     let live = Arc::new(crate::remount::Live::new(
-        backend.clone(),
+        mounted.server().clone(),
         args.options.clone(),
         ram_bytes(),
     ));

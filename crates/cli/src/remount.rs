@@ -6,7 +6,10 @@
 //! - the kernel's flags (`ro`/`rw`, `nosuid`, `nodev`, `noexec`, `sync`, `dirsync`) change
 //!   the kernel's mount (`mount(2)` with `MS_REMOUNT`, which takes root);
 //! - the atime rule (`strictatime`, `relatime`, `noatime`, `nodiratime`) is the server's
-//!   (the kernel leaves atime to FUSE servers) and the mount's flags show it;
+//!   (the kernel leaves atime to FUSE servers) and the mount's flags show it: the mem
+//!   backend changes it live, for the server's accesses and for the kernel's to
+//!   kernel-backed data (the private tmpfs's mount flag); a read-only mount moves no atime,
+//!   so `ro` and `rw` reach the server too;
 //! - `size=` and `nr_inodes=` change on the live server (the mem backend's limits);
 //! - what the kernel shows of the FUSE connection (`user_id=`, `group_id=`,
 //!   `default_permissions`, `allow_other`, ...) and mount(8)'s own options must stay as
@@ -19,8 +22,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use memofs_control::{RemountDoc, REMOUNT};
-use memofs_core::options::{parse_options, MountOptions};
+use memofs_core::options::{parse_options, KernelFlag, MountOptions};
 use memofs_core::Backend;
+use memofs_request::Server;
 
 use crate::cli::MountArgs;
 use crate::{fail, EXIT_FAILURE, EXIT_USAGE};
@@ -127,8 +131,14 @@ pub fn main(args: &MountArgs) -> ExitCode {
             if atime_changes {
                 server.push(*w);
             }
-        } else if *w != "remount" && !FLAGS.iter().any(|(n, ..)| n == w) {
-            server.push(*w);
+        } else {
+            // A read-only mount moves no atime: `ro` and `rw` reach the server where they
+            // change the mount.
+            let ro_changes = (*w == "ro" || *w == "rw") && (now ^ wanted) & libc::MS_RDONLY != 0;
+            let kernel_flag = FLAGS.iter().any(|(n, ..)| n == w);
+            if ro_changes || (*w != "remount" && !kernel_flag) {
+                server.push(*w);
+            }
         }
     }
     if !server.is_empty() {
@@ -150,14 +160,34 @@ pub fn main(args: &MountArgs) -> ExitCode {
     }
     match remount_kernel(&path, wanted) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(
-            EXIT_FAILURE,
-            format!(
-                "remount of {}: the kernel refused the mount's new flags: {e}",
-                path.display()
-            ),
-        ),
+        Err(e) => {
+            // The server took the new rule for a mount that stays as it was: give it the
+            // mount's own words back (a server that refuses them keeps the new rule).
+            if server
+                .iter()
+                .any(|w| *w == "ro" || *w == "rw" || ATIME.iter().any(|(n, _)| n == w))
+            {
+                let back = mount_words(&mount.options);
+                let _ = memofs_control::request(mount.dev, &path, &format!("{REMOUNT} {back}"));
+            }
+            fail(
+                EXIT_FAILURE,
+                format!(
+                    "remount of {}: the kernel refused the mount's new flags: {e}",
+                    path.display()
+                ),
+            )
+        }
     }
+}
+
+/// The atime words and `ro`/`rw` of a mount's options as the kernel shows them.
+fn mount_words(options: &str) -> String {
+    let atime = options
+        .split(',')
+        .filter(|w| ATIME.iter().any(|(n, _)| n == w));
+    let ro = options.split(',').filter(|w| *w == "ro" || *w == "rw");
+    ro.chain(atime).collect::<Vec<_>>().join(",")
 }
 
 /// `mount(2)` with `MS_REMOUNT` and the whole set of flags wanted (those left out clear).
@@ -185,15 +215,15 @@ fn remount_kernel(path: &Path, flags: libc::c_ulong) -> std::io::Result<()> {
 /// The server's side of `remount`: the options the mount was made with, and those of each
 /// remount since, as one list (later ones win, as in a first mount).
 pub struct Live<B: Backend> {
-    backend: Arc<B>,
+    server: Arc<Server<B>>,
     options: Mutex<Vec<String>>,
     ram: u64,
 }
 
 impl<B: Backend> Live<B> {
-    pub fn new(backend: Arc<B>, options: Vec<String>, ram: u64) -> Live<B> {
+    pub fn new(server: Arc<Server<B>>, options: Vec<String>, ram: u64) -> Live<B> {
         Live {
-            backend,
+            server,
             options: Mutex::new(options),
             ram,
         }
@@ -229,19 +259,63 @@ impl<B: Backend> Live<B> {
             .collect();
         if !refused.is_empty() {
             return Err(format!(
-                "{} cannot change on a live mount (size=, nr_inodes= and the kernel's flags can): unmount and mount again",
+                "{} cannot change on a live mount (size=, nr_inodes=, the atime rule and the kernel's flags can): unmount and mount again",
                 refused.join(", ")
             ));
         }
-        let changed = match (new.size, new.nr_inodes) != (now.size, now.nr_inodes) {
-            true => {
-                self.backend.set_limits(new.size, new.nr_inodes)?;
-                format!("size={},nr_inodes={}", new.size, new.nr_inodes)
-            }
-            false => String::new(),
-        };
+        let changed = self.apply(&now, &new)?;
         current.push(opts.to_string());
         Ok(changed)
+    }
+}
+
+impl<B: Backend> Live<B> {
+    /// Puts in effect what changes from `now` to `new`: the read-only flag, the atime
+    /// rule, the limits, in that order; a step refused takes back the steps before it.
+    /// What changed, as options.
+    fn apply(&self, now: &MountOptions, new: &MountOptions) -> Result<String, String> {
+        let ro = |o: &MountOptions| o.kernel_flags.contains(&KernelFlag::ReadOnly);
+        let limits = |o: &MountOptions| (o.size, o.nr_inodes);
+        let server = &self.server;
+        let mut undo: Vec<Box<dyn Fn()>> = Vec::new();
+        let mut changed = Vec::new();
+        let mut step = |done: Result<(), String>, what: String, back: Box<dyn Fn()>| match done {
+            Ok(()) => {
+                changed.push(what);
+                undo.push(back);
+                Ok(())
+            }
+            Err(e) => {
+                undo.iter().rev().for_each(|f| f());
+                Err(e)
+            }
+        };
+        if ro(new) != ro(now) {
+            let was = ro(now);
+            let word = if ro(new) { "ro" } else { "rw" };
+            step(
+                server.set_read_only(ro(new)),
+                word.into(),
+                Box::new(move || drop(server.set_read_only(was))),
+            )?;
+        }
+        let atime = new.atime_in_effect();
+        if atime != now.atime_in_effect() {
+            let was = now.atime_in_effect();
+            step(
+                server.set_atime(atime),
+                atime.describe(),
+                Box::new(move || drop(server.set_atime(was))),
+            )?;
+        }
+        if limits(new) != limits(now) {
+            step(
+                server.backend().set_limits(new.size, new.nr_inodes),
+                format!("size={},nr_inodes={}", new.size, new.nr_inodes),
+                Box::new(|| ()),
+            )?;
+        }
+        Ok(changed.join(","))
     }
 }
 
@@ -252,6 +326,7 @@ fn same_but_live(now: &MountOptions, new: &MountOptions) -> bool {
     probe.size = now.size;
     probe.nr_inodes = now.nr_inodes;
     probe.kernel_flags = now.kernel_flags.clone();
+    probe.atime = now.atime;
     probe.atime_given = now.atime_given;
     probe.cache_given = now.cache_given;
     &probe == now
@@ -284,7 +359,7 @@ mod tests {
             same_but_live(&now, &o("relatime")),
             "the rule in force, said again"
         );
-        assert!(!same_but_live(&now, &o("noatime")));
+        assert!(same_but_live(&now, &o("noatime,nodiratime")));
         assert!(!same_but_live(&now, &o("cache=never")));
         assert!(!same_but_live(&now, &o("mode=700")));
     }

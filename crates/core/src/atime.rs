@@ -5,6 +5,8 @@
 //! atime choke point). Inodes with no lookup path never reach it: the backend checks that
 //! first, without reading a clock or taking a lock.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use crate::time::Timestamp;
 
 /// How often atime is updated on read and readdir.
@@ -85,6 +87,47 @@ impl AtimePolicy {
     }
 }
 
+/// A rule that a remount may change while requests read it: one byte, so a reader sees
+/// either the old rule or the new one, never half of each.
+#[derive(Debug)]
+pub struct AtomicAtime(AtomicU8);
+
+impl AtomicAtime {
+    const NODIRATIME: u8 = 0b100;
+
+    fn encode(p: AtimePolicy) -> u8 {
+        let mode = match p.mode {
+            AtimeMode::Strict => 0,
+            AtimeMode::Relatime => 1,
+            AtimeMode::Noatime => 2,
+        };
+        mode | if p.nodiratime { Self::NODIRATIME } else { 0 }
+    }
+
+    /// The rule `p`, changeable.
+    pub fn new(p: AtimePolicy) -> AtomicAtime {
+        AtomicAtime(AtomicU8::new(Self::encode(p)))
+    }
+
+    /// The rule in effect.
+    pub fn load(&self) -> AtimePolicy {
+        let v = self.0.load(Ordering::Relaxed);
+        AtimePolicy {
+            mode: match v & 0b11 {
+                0 => AtimeMode::Strict,
+                2 => AtimeMode::Noatime,
+                _ => AtimeMode::Relatime,
+            },
+            nodiratime: v & Self::NODIRATIME != 0,
+        }
+    }
+
+    /// Puts `p` in effect for the accesses that follow.
+    pub fn store(&self, p: AtimePolicy) {
+        self.0.store(Self::encode(p), Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +174,18 @@ mod tests {
             nodiratime: false,
         };
         assert!(!no.needs_update(false, t, t, t, Timestamp::MAX));
+    }
+
+    #[test]
+    fn a_stored_rule_loads_back_whole() {
+        let live = AtomicAtime::new(AtimePolicy::default());
+        assert_eq!(live.load(), AtimePolicy::default());
+        for mode in [AtimeMode::Strict, AtimeMode::Relatime, AtimeMode::Noatime] {
+            for nodiratime in [false, true] {
+                let p = AtimePolicy { mode, nodiratime };
+                live.store(p);
+                assert_eq!(live.load(), p);
+            }
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod errno;
 pub mod idmap;
 pub mod invalidate;
 pub mod migrate;
+pub mod mount_api;
 pub mod mountinfo;
 pub mod ops;
 pub mod options;
@@ -27,7 +28,7 @@ pub mod time;
 pub mod types;
 pub mod xattrmap;
 
-pub use atime::AtimePolicy;
+pub use atime::{AtimePolicy, AtomicAtime};
 pub use cache::CachePolicy;
 pub use errno::{Errno, Result};
 pub use invalidate::Invalidator;

@@ -269,6 +269,22 @@ pub trait Backend: Send + Sync + 'static {
     fn set_limits(&self, _size: u64, _nr_inodes: u64) -> std::result::Result<(), String> {
         Err("this backend has no size or inode limits".into())
     }
+    /// Puts a new atime rule in effect on the live filesystem (`mount -o
+    /// remount,strictatime`, ...); an error says why not.
+    fn set_atime(&self, _atime: crate::AtimePolicy) -> std::result::Result<(), String> {
+        Err("this backend's atime rule is fixed when it is mounted".into())
+    }
+    /// Makes the live filesystem read-only or writable again (`mount -o remount,ro`); the
+    /// request layer refuses changes itself on a read-only mount, so a backend needs to do
+    /// nothing unless it enforces more.
+    fn set_read_only(&self, _read_only: bool) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    /// The directories the kernel may hold (those it has looked up, and the root), whose
+    /// listings it may keep.
+    fn directories_known(&self) -> Vec<Ino> {
+        vec![crate::ROOT_INO]
+    }
 
     /// The inode flags `FS_IOC_GETFLAGS` reports (`FS_IMMUTABLE_FL`, `FS_APPEND_FL`, ...).
     fn get_flags(&self, _ino: Ino) -> Result<u32> {

@@ -162,16 +162,7 @@ impl MountPlan {
         MountPlan {
             backend,
             cache: opts.cache,
-            // Nothing on a read-only mount changes, atime neither (as the kernel's
-            // `touch_atime` skips read-only mounts).
-            atime: if opts.kernel_flags.contains(&KernelFlag::ReadOnly) {
-                AtimePolicy {
-                    mode: AtimeMode::Noatime,
-                    nodiratime: true,
-                }
-            } else {
-                opts.atime
-            },
+            atime: opts.atime_in_effect(),
             kernel_data,
             huge: opts.huge,
             watch: opts.watch,
@@ -241,6 +232,12 @@ impl MountPlan {
             };
         }
         self.sole_writer = caps.sole_writer;
+    }
+
+    /// Whether the mount's options named an atime rule (else the backend's own rule
+    /// stands: an export keeps its host mount's).
+    pub fn atime_given(&self) -> bool {
+        self.atime_given
     }
 
     /// Whether the kernel may keep file pages and directory listings from one open to the

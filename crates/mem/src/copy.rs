@@ -117,7 +117,7 @@ impl MemFs {
         let result = copy.run();
         let done = copy.pos - offset_in;
         if done > 0 {
-            src.touch_atime(&self.atime);
+            src.touch_atime(&self.atime.load());
             self.data_changed(&dst, offset_out, offset_out + done);
         }
         match result {

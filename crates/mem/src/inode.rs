@@ -293,6 +293,11 @@ impl Inode {
         false
     }
 
+    /// True while the kernel holds a reference (a lookup not yet forgotten).
+    pub fn looked_up(&self) -> bool {
+        self.lookups.load(Ordering::SeqCst) != 0
+    }
+
     /// True when nothing can reach the inode any more: no name, no kernel reference, not
     /// open.
     fn is_dead(&self) -> bool {

@@ -117,22 +117,16 @@ impl BackingStore {
         {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `target` is a valid path; the result is checked before use.
-        let fd = unsafe {
-            libc::open(
-                target.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        let open_err = io::Error::last_os_error();
+        // The server keeps a detached copy of the mount, not the mount itself: a copy belongs
+        // to an anonymous mount namespace, where `mount_setattr` can still change its atime
+        // rule (`set_atime`); a mount detached by `umount2` is in none.
+        let copy = std::fs::File::open(dir)
+            .and_then(|d| memofs_core::mount_api::clone_tree(std::os::fd::AsFd::as_fd(&d), false));
         // SAFETY: `target` is a valid path; MNT_DETACH leaves open descriptors working.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-        if fd < 0 {
-            return Err(open_err);
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = copy?;
         let root = Arc::new(StoreRoot {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
             // No data file is older than 1970: nothing loaded.
             loaded_until: AtomicTimestamp::new(Timestamp::default()),
         });
@@ -186,6 +180,17 @@ impl BackingStore {
                 held: None,
             }),
         })
+    }
+
+    /// Gives the private tmpfs the atime rule `p`, for every data file, open or not: the
+    /// kernel applies a mount's rule at each access.
+    pub fn set_atime(&self, p: AtimePolicy) -> io::Result<()> {
+        memofs_core::mount_api::set_attrs(
+            self.root.fd.as_fd(),
+            memofs_core::mount_api::atime_attrs(p),
+            0,
+            false,
+        )
     }
 
     /// Gives the private tmpfs new limits (0 = unlimited), as `mount -o remount,size=`

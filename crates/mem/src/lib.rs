@@ -46,7 +46,7 @@ pub mod symlink;
 pub mod xattr;
 
 use memofs_core::options::HugeMode;
-use memofs_core::{AtimePolicy, Timestamp};
+use memofs_core::{AtimePolicy, AtomicAtime, Timestamp};
 use parking_lot::Mutex;
 
 use crate::inode::{InodeTable, NodeData, Owner};
@@ -94,7 +94,8 @@ impl Default for MemConfig {
 pub struct MemFs {
     pub(crate) table: InodeTable,
     pub(crate) limits: Limits,
-    pub(crate) atime: AtimePolicy,
+    /// The atime rule: a remount may change it (see [`MemFs::change_atime`]).
+    pub(crate) atime: AtomicAtime,
     /// Lock order 1: serializes operations that lock two directories.
     pub(crate) rename_lock: Mutex<()>,
     /// Where regular files keep their data when it is kernel-backed.
@@ -137,13 +138,37 @@ impl MemFs {
         self.store.as_ref().map(BackingStore::handover)
     }
 
+    /// Puts the atime rule `p` in effect (`mount -o remount,strictatime`, ...): for the
+    /// server's own accesses and, where file data is kernel-backed, for the kernel's, whose
+    /// rule is the private tmpfs mount's flag.
+    pub fn change_atime(&self, p: AtimePolicy) -> std::result::Result<(), String> {
+        if let Some(store) = &self.store {
+            store
+                .set_atime(p)
+                .map_err(|e| format!("the kernel refused the file data's new atime rule: {e}"))?;
+        }
+        self.atime.store(p);
+        Ok(())
+    }
+
+    /// The directories the kernel holds lookups of, and the root.
+    pub fn known_directories(&self) -> Vec<memofs_core::Ino> {
+        let known = |i: &inode::Inode| i.ino == memofs_core::ROOT_INO || i.looked_up();
+        self.table
+            .all()
+            .into_iter()
+            .filter(|i| i.kind() == memofs_core::FileKind::Directory && known(i))
+            .map(|i| i.ino)
+            .collect()
+    }
+
     fn with_store(config: MemConfig, store: Option<BackingStore>) -> MemFs {
         let inode_limit = config.inode_limit;
         crate::reclaim::tune_allocator();
         let fs = MemFs {
             table: InodeTable::new(),
             limits: Limits::new(config.size_limit, inode_limit),
-            atime: config.atime,
+            atime: AtomicAtime::new(config.atime),
             rename_lock: Mutex::new(()),
             store,
             precopy: Default::default(),

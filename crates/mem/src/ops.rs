@@ -413,7 +413,7 @@ impl Backend for MemFs {
         let inode = self.table.get(ino)?;
         inode.file()?.read(offset, size, buf, !moves_atime(fh))?;
         if moves_atime(fh) {
-            inode.touch_atime(&self.atime);
+            inode.touch_atime(&self.atime.load());
         }
         Ok(())
     }
@@ -435,7 +435,7 @@ impl Backend for MemFs {
             .file()?
             .read_with(offset, size, buf, noatime, &mut |parts| {
                 if !noatime {
-                    inode.touch_atime(&self.atime);
+                    inode.touch_atime(&self.atime.load());
                 }
                 send(parts)
             })
@@ -455,7 +455,7 @@ impl Backend for MemFs {
             let r = file.read_from_fd(offset, size, !moves_atime(fh), read)?;
             // atime moves before the reply goes out, as for `read_with`.
             if r.is_ok() && moves_atime(fh) {
-                inode.touch_atime(&self.atime);
+                inode.touch_atime(&self.atime.load());
             }
             Some(r)
         })
@@ -566,7 +566,7 @@ impl Backend for MemFs {
             }
         }
         if moves_atime(fh) {
-            inode.touch_atime(&self.atime);
+            inode.touch_atime(&self.atime.load());
         }
         Ok(())
     }
@@ -748,6 +748,12 @@ impl Backend for MemFs {
         }
     }
 
+    fn set_atime(&self, atime: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
+        self.change_atime(atime)
+    }
+    fn directories_known(&self) -> Vec<Ino> {
+        self.known_directories()
+    }
     fn set_limits(&self, size: u64, nr_inodes: u64) -> std::result::Result<(), String> {
         let old = (self.limits.bytes_limit(), self.limits.inodes_limit());
         self.limits.set_limits(size, nr_inodes)?;

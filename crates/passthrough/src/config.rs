@@ -17,10 +17,15 @@ pub use memofs_core::plan::FileHandles;
 /// Configuration of a [`crate::PassthroughFs`].
 #[derive(Clone, Debug)]
 pub struct PassthroughConfig {
-    /// The atime rule. Only `noatime` (and `nodiratime` for directories) has an effect:
-    /// files are then opened with `O_NOATIME`. Otherwise the host filesystem's own mount
-    /// options decide atime updates for reads the server makes.
+    /// The atime rule: files are opened with `O_NOATIME` where it never moves atime
+    /// (`noatime`, or `nodiratime` for directories). The host kernel moves atime for every
+    /// other read, by the rule of the mount the file was opened through: with
+    /// `apply_atime`, the private copy of the source's mount takes this rule; otherwise the
+    /// host mount's rule applies.
     pub atime: AtimePolicy,
+    /// Give the private copy of the source's mount the rule `atime` (an atime option was
+    /// given), where there is one.
+    pub apply_atime: bool,
     /// Most descriptors kept at once: one per inode the kernel knows plus one per open file
     /// and directory handle. Beyond it, lookups and opens fail with `ENFILE`. Capped at
     /// startup by `RLIMIT_NOFILE` (see [`DEFAULT_MAX_OPEN_FDS`]).
@@ -56,6 +61,7 @@ impl Default for PassthroughConfig {
     fn default() -> Self {
         PassthroughConfig {
             atime: AtimePolicy::default(),
+            apply_atime: false,
             max_open_fds: DEFAULT_MAX_OPEN_FDS,
             cross_mounts: true,
             watch: WatchMode::Auto,

@@ -72,7 +72,7 @@ impl PassthroughFs {
         flags: i32,
         open: impl Fn(i32) -> Result<OwnedFd>,
     ) -> Result<OwnedFd> {
-        if self.config.atime.never(is_dir) {
+        if self.atime.load().never(is_dir) {
             match open(flags | libc::O_NOATIME) {
                 Err(Errno::EPERM) => {}
                 r => return r,

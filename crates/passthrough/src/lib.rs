@@ -53,9 +53,13 @@
 //! `RLIMIT_NOFILE` is raised to the hard limit.
 //!
 //! # atime
-//! The host kernel updates atime for the reads the server makes, by the host mount's rules.
-//! The mount's [`AtimePolicy`](memofs_core::AtimePolicy) only adds `O_NOATIME` when it says
-//! never (`noatime`, or `nodiratime` for directories).
+//! The host kernel updates atime for the reads the server makes and for the kernel's
+//! passthrough I/O, by the rule of the mount the file was opened through: the host's, or,
+//! where the server works on a private copy of the source's mount and an atime option was
+//! given (or a remount changed it, [`PassthroughFs::change_atime`]), the mount's
+//! [`AtimePolicy`](memofs_core::AtimePolicy), set as that copy's flags. Where the rule
+//! says never (`noatime`, or `nodiratime` for directories) files are also opened with
+//! `O_NOATIME`.
 //!
 //! # Host changes
 //! `attach_invalidator` starts a watcher thread ([`WatchMode`] picks the mechanism;
@@ -156,6 +160,8 @@ pub struct PassthroughFs {
     /// Closing and reopening inode descriptors.
     pub(crate) pins: Arc<Pins>,
     pub(crate) config: PassthroughConfig,
+    /// The atime rule in effect (a remount may change it).
+    pub(crate) atime: memofs_core::AtomicAtime,
     /// `RESOLVE_*` flags of every lookup.
     pub(crate) resolve: u64,
     /// Whether this process may switch filesystem ids.
@@ -222,6 +228,11 @@ impl PassthroughFs {
         let alone = source.alone && source.local;
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => {
+                if config.apply_atime {
+                    let attrs = memofs_core::mount_api::atime_attrs(config.atime);
+                    memofs_core::mount_api::set_attrs(clone.as_fd(), attrs, 0, true)
+                        .map_err(SetupError::NoAtimeRule)?;
+                }
                 if config.read_only {
                     if let Err(e) = sys::at::make_read_only(clone.as_fd(), false) {
                         log::warn!(
@@ -275,6 +286,7 @@ impl PassthroughFs {
             dirs: HandleTable::new(),
             proc: Arc::new(proc),
             budget,
+            atime: memofs_core::AtomicAtime::new(config.atime),
             config,
             resolve,
             switch_creds: creds::can_switch(),
@@ -392,6 +404,41 @@ impl PassthroughFs {
     /// ([`crate::xattr`]): the watcher marks the whole filesystem `inode` is on.
     pub(crate) fn caps_cached(&self, inode: &crate::inode::Inode) -> bool {
         self.watching.load(Ordering::Acquire) && self.table.on_root_filesystem(inode)
+    }
+
+    /// Puts the atime rule `p` in effect: the private copy of the source's mount takes it
+    /// as its flags (see the module documentation); an export on the host's own mount has
+    /// the host's rule, and refuses.
+    pub fn change_atime(&self, p: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
+        if !self.export.private {
+            return Err(
+                "this export works on the host's own mount (a private copy takes \
+                        CAP_SYS_ADMIN), whose atime rule the host decides"
+                    .into(),
+            );
+        }
+        let root = self.table.root().fd().map_err(|e| e.to_string())?;
+        let attrs = memofs_core::mount_api::atime_attrs(p);
+        memofs_core::mount_api::set_attrs(root.as_fd(), attrs, 0, true)
+            .map_err(|e| format!("the kernel refused the export's new atime rule: {e}"))?;
+        self.atime.store(p);
+        Ok(())
+    }
+
+    /// Makes the private copy of the source's mount read-only or writable again (a
+    /// remount), as it was made read-only at start for `ro`; without one, the request
+    /// layer's refusals are all there is.
+    pub fn change_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
+        if !self.export.private {
+            return Ok(());
+        }
+        let root = self.table.root().fd().map_err(|e| e.to_string())?;
+        let attrs = match read_only {
+            true => (libc::MOUNT_ATTR_RDONLY, 0),
+            false => (0, libc::MOUNT_ATTR_RDONLY),
+        };
+        memofs_core::mount_api::set_attrs(root.as_fd(), attrs, 0, true)
+            .map_err(|e| format!("the kernel refused to change the export's private mount: {e}"))
     }
 
     /// Whether the server works on a private, detached copy of the source's mount (as

@@ -23,11 +23,12 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use memofs_core::atime::{AtimeMode, RELATIME_MAX_AGE_NS};
-use memofs_core::{AtimePolicy, Attr, FileKind, Ino, Invalidator, Timestamp};
+use memofs_core::{AtimePolicy, AtomicAtime, Attr, FileKind, Ino, Invalidator, Timestamp};
 
 /// Decides which caches may be kept, and drops them when relatime's day is up.
 pub(crate) struct Keeper {
-    policy: AtimePolicy,
+    /// The mount's atime rule; a remount may change it ([`Keeper::set_policy`]).
+    policy: AtomicAtime,
     /// When each kept copy is to be dropped, shared with the refresh thread (started on
     /// first use).
     refresh: Arc<Refresh>,
@@ -111,7 +112,7 @@ impl Due {
 impl Keeper {
     pub(crate) fn new(policy: AtimePolicy) -> Keeper {
         Keeper {
-            policy,
+            policy: AtomicAtime::new(policy),
             refresh: Arc::new(Refresh::default()),
             started: OnceLock::new(),
         }
@@ -121,36 +122,42 @@ impl Keeper {
     /// listing) across opens: no read it serves could move atime now.
     pub(crate) fn may_keep(&self, attr: &Attr) -> bool {
         let dir = attr.kind == FileKind::Directory;
-        match self.policy.mode {
-            _ if self.policy.never(dir) => true,
+        let policy = self.policy.load();
+        match policy.mode {
+            _ if policy.never(dir) => true,
             AtimeMode::Strict => false,
-            _ => {
-                !self
-                    .policy
-                    .needs_update(dir, attr.atime, attr.mtime, attr.ctime, Timestamp::now())
-            }
+            _ => !policy.needs_update(dir, attr.atime, attr.mtime, attr.ctime, Timestamp::now()),
         }
+    }
+
+    /// The rule in effect.
+    pub(crate) fn policy(&self) -> AtimePolicy {
+        self.policy.load()
+    }
+
+    /// Puts the rule `p` in effect for the opens and reads that follow (a remount).
+    pub(crate) fn set_policy(&self, p: AtimePolicy) {
+        self.policy.store(p);
     }
 
     /// Whether the kernel may always keep what it caches of an inode of this kind (a
     /// directory: `dir`): no read of one ever moves atime.
     pub(crate) fn keeps_always(&self, dir: bool) -> bool {
-        self.policy.never(dir)
+        self.policy.load().never(dir)
     }
 
     /// Whether directory listings may live in the kernel at all (no OPENDIR needed to
     /// decide per open).
     pub(crate) fn listings_kept(&self) -> bool {
-        self.policy.mode != AtimeMode::Strict
+        self.policy.load().mode != AtimeMode::Strict
     }
 
     /// The server served a read of the inode with `attr` (after its atime was updated) whose
     /// result the kernel keeps: under relatime, drop the kernel's copy through `inv` when
     /// the day since that atime is up. The same copy served again asks nothing new.
     pub(crate) fn served(&self, attr: &Attr, inv: &Arc<dyn Invalidator>) {
-        if self.policy.mode != AtimeMode::Relatime
-            || self.policy.never(attr.kind == FileKind::Directory)
-        {
+        let policy = self.policy.load();
+        if policy.mode != AtimeMode::Relatime || policy.never(attr.kind == FileKind::Directory) {
             return;
         }
         let age = Timestamp::now().0.saturating_sub(attr.atime.0);

@@ -210,7 +210,6 @@ fn remount_changes_flags_and_limits_and_refuses_the_rest() {
     // each named; what the kernel's FUSE connection was made with.
     for (extra, named) in [
         ("size=1m", "size"),
-        ("noatime", "noatime"),
         ("cache=never,mode=700", "mode=700"),
         ("user_id=4242", "user_id=4242"),
     ] {
@@ -226,6 +225,152 @@ fn remount_changes_flags_and_limits_and_refuses_the_rest() {
     );
     assert_eq!(ok!(fs::read(h.mnt.join("f"))), b"before");
     memofs(&["umount", h.mnt()]).assert_success();
+}
+
+fn atime(p: &Path) -> std::time::SystemTime {
+    ok!(ok!(fs::metadata(p)).accessed())
+}
+
+/// Reads `p` through a new open (as `cat` does).
+fn read(p: &Path) {
+    assert_eq!(ok!(fs::read(p)), b"data");
+}
+
+/// Waits until the clock is past `p`'s atime (a new file's mtime in `dir`, outside the
+/// mount, is later), so that an access that moves atime would show.
+fn clock_past(dir: &Path, p: &Path) {
+    let probe = dir.join(".clock");
+    let before = atime(p);
+    memofs_e2e::checks::eventually("the clock to move", Duration::from_secs(5), || {
+        ok!(fs::write(&probe, b""));
+        let now = ok!(ok!(fs::metadata(&probe)).modified());
+        (now > before, now)
+    });
+    ok!(fs::remove_file(&probe));
+}
+
+/// `mount -o remount` with another atime rule takes effect at once, for files whose data
+/// the kernel serves (the private tmpfs's rule), for the page store (the server's) and for
+/// an export (its private copy of the host mount's), and a read-only mount moves no atime.
+/// Where the kernel keeps every directory listing for good, `strictatime` alone is refused
+/// with the way out.
+#[test]
+fn remount_changes_the_atime_rule_live() {
+    require_mount!();
+    if !memofs_e2e::is_root() {
+        eprintln!("SKIP: a remount of the kernel's flags takes root");
+        return;
+    }
+    for data in ["passthrough=auto", "passthrough=off", "export"] {
+        let h = Helper::new();
+        let (src, opts) = match data {
+            "export" => {
+                let host = h.dir.path().join("host");
+                ok!(fs::create_dir(&host));
+                ("host".to_string(), format!("source={}", host.display()))
+            }
+            _ => ("memofs:e2e-atime".to_string(), format!("size=8m,{data}")),
+        };
+        h.run("mount.memofs", &[&src, h.mnt(), "-o", &opts])
+            .assert_success();
+        let f = h.mnt.join("f");
+        ok!(fs::write(&f, b"data"));
+        // relatime: the first read after the write moves atime, the next does not.
+        clock_past(h.dir.path(), &f);
+        read(&f);
+        let first = atime(&f);
+        assert!(
+            first > ok!(ok!(fs::metadata(&f)).modified()),
+            "{data}: relatime, first read"
+        );
+        clock_past(h.dir.path(), &f);
+        read(&f);
+        assert_eq!(atime(&f), first, "{data}: relatime, second read");
+        if data != "export" {
+            // A listing: the kernel is told it may keep the mem backend's listings for good.
+            ok!(fs::read_dir(&h.mnt)).for_each(drop);
+            let out = remount(&h, &src, "strictatime");
+            assert_eq!(out.code(), Some(2), "{}", out.describe("strictatime"));
+            assert!(
+                out.stderr.contains("nodiratime"),
+                "{}",
+                out.describe("strictatime")
+            );
+        }
+
+        remount(&h, &src, "strictatime,nodiratime").assert_success();
+        let shown = mountinfo_for(&h.mnt).expect("mounted").mount_options;
+        assert!(
+            shown.contains("nodiratime") && !shown.contains("relatime"),
+            "{shown}"
+        );
+        for _ in 0..2 {
+            let before = atime(&f);
+            clock_past(h.dir.path(), &f);
+            read(&f);
+            assert!(
+                atime(&f) > before,
+                "{data}: strictatime, every read moves atime"
+            );
+        }
+
+        remount(&h, &src, "noatime").assert_success();
+        let before = atime(&f);
+        clock_past(h.dir.path(), &f);
+        read(&f);
+        assert_eq!(atime(&f), before, "{data}: noatime");
+
+        remount(&h, &src, "strictatime").assert_success();
+        remount(&h, &src, "ro").assert_success();
+        let before = atime(&f);
+        clock_past(h.dir.path(), &f);
+        read(&f);
+        assert_eq!(
+            atime(&f),
+            before,
+            "{data}: a read-only mount moves no atime"
+        );
+        remount(&h, &src, "rw").assert_success();
+        clock_past(h.dir.path(), &f);
+        read(&f);
+        assert!(atime(&f) > before, "{data}: rw again, strictatime again");
+        memofs(&["umount", h.mnt()]).assert_success();
+    }
+}
+
+/// A mount made read-only takes writes once remounted `rw` (the server refuses changes on
+/// a read-only mount itself, for transports whose kernel is not told), and refuses them
+/// again after `ro`.
+#[test]
+fn a_mount_made_read_only_is_writable_after_remount_rw() {
+    require_mount!();
+    if !memofs_e2e::is_root() {
+        eprintln!("SKIP: a remount of the kernel's flags takes root");
+        return;
+    }
+    for kind in ["mem", "export"] {
+        let h = Helper::new();
+        let (src, opts) = match kind {
+            "export" => {
+                let host = h.dir.path().join("host");
+                ok!(fs::create_dir(&host));
+                ("host".to_string(), format!("ro,source={}", host.display()))
+            }
+            _ => ("memofs:e2e-ro".to_string(), "ro,size=8m".to_string()),
+        };
+        h.run("mount.memofs", &[&src, h.mnt(), "-o", &opts])
+            .assert_success();
+        let f = h.mnt.join("f");
+        let e = fs::write(&f, b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{kind}: {e}");
+        remount(&h, &src, "rw").assert_success();
+        ok!(fs::write(&f, b"data"));
+        assert_eq!(ok!(fs::read(&f)), b"data", "{kind}");
+        remount(&h, &src, "ro").assert_success();
+        let e = fs::write(h.mnt.join("g"), b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{kind}: {e}");
+        memofs(&["umount", h.mnt()]).assert_success();
+    }
 }
 
 /// mount(8)'s defaults: a helper mount covers what is mounted there (as every mount(8)

@@ -674,7 +674,7 @@ pub(super) static OPTIONS: &[Spec] = &[
         scope: Scope::Any,
         virtio: |_| Some("a guest remounts its own mount (mount -o remount TAG)"),
         default: || "-".into(),
-        help: "change a live mount (mount -o remount,OPTS DIR): its kernel flags (ro, rw, nosuid, nodev, noexec, sync, dirsync), size= and nr_inodes=; any other option must keep its value",
+        help: "change a live mount (mount -o remount,OPTS DIR): its kernel flags (ro, rw, nosuid, nodev, noexec, sync, dirsync), the atime rule, size= and nr_inodes=; any other option must keep its value",
         apply: |_, g| {
             Err(err(
                 g.text,

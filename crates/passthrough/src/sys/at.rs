@@ -57,20 +57,11 @@ pub(crate) fn openat2(
     }
 }
 
-/// `OPEN_TREE_CLONE` (missing from libc for glibc targets).
-const OPEN_TREE_CLONE: u32 = 1;
-
 /// `open_tree(dir, "", OPEN_TREE_CLONE | AT_RECURSIVE)`: a detached copy of the mount tree
 /// at `dir` (its submounts included), as an `O_PATH` descriptor of its root. Needs
 /// `CAP_SYS_ADMIN` (Linux 5.2).
 pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
-    let flags = OPEN_TREE_CLONE
-        | libc::O_CLOEXEC as u32
-        | libc::AT_RECURSIVE as u32
-        | libc::AT_EMPTY_PATH as u32;
-    // SAFETY: `EMPTY` is NUL-terminated and `dir` is open; integer flags otherwise.
-    let ret = unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), EMPTY.as_ptr(), flags) };
-    owned_fd(ret)
+    memofs_core::mount_api::clone_tree(dir, true).map_err(Errno::from)
 }
 
 /// `mount_setattr(dir, "", AT_EMPTY_PATH | AT_RECURSIVE)` with `MOUNT_ATTR_RDONLY`: the
@@ -78,26 +69,9 @@ pub(crate) fn clone_mount(dir: BorrowedFd<'_>) -> Result<OwnedFd> {
 /// [`clone_mount`], the copy only), and with `private` no longer receiving mounts made
 /// elsewhere. Needs `CAP_SYS_ADMIN` over the mount (Linux 5.12).
 pub fn make_read_only(dir: BorrowedFd<'_>, private: bool) -> Result<()> {
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: if private { libc::MS_PRIVATE } else { 0 },
-        userns_fd: 0,
-    };
-    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint;
-    // SAFETY: `EMPTY` is NUL-terminated, `dir` is open, and `attr` is a `mount_attr` of the
-    // size passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            dir.as_raw_fd(),
-            EMPTY.as_ptr(),
-            flags,
-            &attr as *const libc::mount_attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    check(ret).map(drop)
+    let propagation = if private { libc::MS_PRIVATE } else { 0 };
+    memofs_core::mount_api::set_attrs(dir, (libc::MOUNT_ATTR_RDONLY, 0), propagation, true)
+        .map_err(Errno::from)
 }
 
 /// The mount `dir` is on (its id, as in `/proc/self/mountinfo`) and whether `dir` is that

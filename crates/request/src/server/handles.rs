@@ -131,6 +131,7 @@ impl<B: Backend> Server<B> {
     /// with the listing kept while no listing could move atime (see `may_keep_listings`).
     fn opendir(&self, caller: &Caller, ino: Ino, flags: i32, out: &mut dyn ReplyOut) {
         if self.declines_opendir() {
+            self.note_opendir_declined();
             return out.error(Errno::ENOSYS);
         }
         let flags = self.noatime_flag(flags);
@@ -211,7 +212,7 @@ impl<B: Backend> Server<B> {
     /// Under `noatime` an export's files are served through the server instead. (The mem
     /// backend's private tmpfs is mounted with the mount's rule.)
     fn backing_moves_atime(&self) -> bool {
-        self.plan.backend == BackendKind::Passthrough && self.plan.atime.never(false)
+        self.plan.backend == BackendKind::Passthrough && self.keeper.policy().never(false)
     }
 
     /// `direct_io=large`: whether an OPEN with `flags` of `ino` bypasses the page cache. Only

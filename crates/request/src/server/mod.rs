@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memofs_core::plan::MountPlan;
-use memofs_core::{Attr, Backend, Caller, Entry, Errno, Ino, Invalidator, Result};
+use memofs_core::{AtimePolicy, Attr, Backend, Caller, Entry, Errno, Ino, Invalidator, Result};
 
 use crate::backing::Backings;
 use crate::invalidate::{Misses, NotifyInvalidator};
@@ -72,6 +72,12 @@ pub struct Server<B: Backend> {
     misses: Arc<Misses>,
     /// Which kernel caches may outlive an open (see [`crate::keep`]).
     keeper: Keeper,
+    /// An OPENDIR was declined: the kernel keeps every directory listing from then on, for
+    /// the connection's life (see `Server::declines_opendir`).
+    opendir_declined: std::sync::atomic::AtomicBool,
+    /// Requests that would change something are refused (`EROFS`): the plan's `ro`, then
+    /// each remount's.
+    read_only: std::sync::atomic::AtomicBool,
     backings: Backings,
     /// The exec opens not yet released (see [`crate::running`]).
     running: Running,
@@ -95,6 +101,7 @@ impl<B: Backend> Server<B> {
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
         let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
         let keeper = Keeper::new(plan.atime);
+        let read_only = plan.read_only();
         let caps = crate::xattrs::caps_name(&plan);
         Server {
             backend,
@@ -105,6 +112,8 @@ impl<B: Backend> Server<B> {
             invalidator: None,
             misses,
             keeper,
+            opendir_declined: Default::default(),
+            read_only: read_only.into(),
             backings: Backings::default(),
             running: Running::default(),
             control_address: std::sync::OnceLock::new(),
@@ -120,6 +129,56 @@ impl<B: Backend> Server<B> {
     /// What INIT granted.
     pub fn granted(&self) -> Granted {
         self.granted
+    }
+
+    /// Puts the atime rule `p` in effect (a remount): in the backend, for the server's own
+    /// accesses and whatever the kernel applies for it, and for what the kernel may keep.
+    /// Listings the kernel kept under the old rule are dropped, so each directory's next
+    /// listing reaches the server. Where the kernel keeps every listing for good (an OPENDIR
+    /// was declined), `strictatime` needs `nodiratime`: a listing served from the kernel's
+    /// copy never reaches the server to move the directory's atime.
+    pub fn set_atime(&self, p: AtimePolicy) -> std::result::Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let declined = self.opendir_declined.load(Ordering::SeqCst);
+        if declined && p.mode == memofs_core::atime::AtimeMode::Strict && !p.nodiratime {
+            return Err(
+                "strictatime needs nodiratime on this mount: the kernel keeps every \
+                        directory listing for the connection's life (it was told so at an \
+                        OPENDIR), so listings would not move directories' atime; remount with \
+                        strictatime,nodiratime, or unmount and mount with strictatime"
+                    .into(),
+            );
+        }
+        self.backend.set_atime(p)?;
+        self.keeper.set_policy(p);
+        if let (true, Some(inv)) = (declined, &self.invalidator) {
+            for ino in self.backend.directories_known() {
+                inv.inode(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the mount read-only or writable again (a remount): the backend first, then the
+    /// request layer's refusals.
+    pub fn set_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
+        self.backend.set_read_only(read_only)?;
+        self.read_only
+            .store(read_only, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether an OPENDIR was declined (see [`Server::set_atime`]).
+    pub fn opendir_declined(&self) -> bool {
+        self.opendir_declined
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Takes over the knowledge that an OPENDIR was declined on this connection (by the
+    /// server process that handed the mount over).
+    pub fn note_opendir_declined(&self) {
+        self.opendir_declined
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The counters.
@@ -321,7 +380,7 @@ impl<B: Backend> Server<B> {
         label: Option<&Label<'_>>,
         out: &mut dyn ReplyOut,
     ) {
-        if self.plan.read_only() && op.modifies() {
+        if self.read_only.load(std::sync::atomic::Ordering::Relaxed) && op.modifies() {
             return out.error(Errno::EROFS);
         }
         match op {
