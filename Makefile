@@ -6,6 +6,7 @@
 #   make vm-test-all                                       ... on every kernel of scripts/vm/kernels.tsv
 #   make vm-steps                                          requests per step of a small workload, per kernel
 #   make xfstests                                          xfstests' quick group on memofs, tmpfs, passthrough_ll
+#   make xfstests-guest [KERNEL=7.3]                       ... inside a guest over virtio-fs, memofs against virtiofsd
 #   make bench-real [OUT=bench/reports/real]               real programs on real trees (fetches inputs once)
 #   make bench-guest                                       work in a virtio-fs guest, memofs against virtiofsd
 #   make bench-reports                                     every family of bench/reports, replaced
@@ -30,7 +31,7 @@ VHOSTUSERDIR := $(PREFIX)/share/qemu/vhost-user
 MAN1DIR := $(PREFIX)/share/man/man1
 GEN := target/generated
 
-.PHONY: xfstests xfstests-ci attack migrate test-start no-leftovers bench-guest bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
+.PHONY: xfstests xfstests-guest xfstests-ci attack migrate test-start no-leftovers bench-guest bench-reports setup setup-mount build install uninstall deb install-deb package-test mount umount test lint unit memcheck e2e conformance pytest vm-test vm-test-ci vm-test-all vm-steps bench bench-real clean
 
 setup:
 	bash scripts/setup.sh
@@ -188,6 +189,17 @@ xfstests: build
 	@for c in $(XFSTESTS_CONFIGS); do bash scripts/xfstests/run.sh $$c -g $(XFSTESTS_GROUP) || true; done
 	python3 scripts/xfstests/report.py target/xfstests/results $(XFSTESTS_CONFIGS) >target/xfstests/report.md
 	@echo "xfstests: report in target/xfstests/report.md"
+
+# xfstests inside a guest over virtio-fs (scripts/xfstests/guest.sh, FSTYP=virtiofs): the tests
+# of scripts/xfstests/guest-subset (or XFSTESTS_GUEST_TESTS) on `memofs virtiofsd`'s mem
+# backend, its export and virtiofsd, then one report against virtiofsd,
+# target/xfstests/guest-report.md. Under TCG this takes about 15 minutes a configuration.
+XFSTESTS_GUEST_TESTS ?= $(shell sed 's/\#.*//' scripts/xfstests/guest-subset)
+xfstests-guest: build
+	bash scripts/xfstests/build.sh
+	@for c in mem export virtiofsd; do bash scripts/xfstests/guest.sh $(or $(KERNEL),7.3) $$c $(XFSTESTS_GUEST_TESTS) || true; done
+	python3 scripts/xfstests/report.py --ref guest-virtiofsd target/xfstests/results guest-virtiofsd guest-mem guest-export >target/xfstests/guest-report.md
+	@echo "xfstests-guest: report in target/xfstests/guest-report.md"
 
 # make test's part: fsstress and fsx on each memofs configuration, the same while `memofs
 # upgrade` replaces the server 20 times, and the tests listed in scripts/xfstests/subset on

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""report.py RESULTS CONFIG...: one markdown report of xfstests runs (scripts/xfstests/run.sh
-leaves each in RESULTS/CONFIG): per configuration ran, passed, failed and not run; every
-failure with check's message and the first lines of its output's difference; every test
-not run that tmpfs ran, with the reason; and, against tmpfs, the failures tmpfs does not
-have."""
+"""report.py [--ref CONFIG] RESULTS CONFIG...: one markdown report of xfstests runs
+(scripts/xfstests/run.sh and guest.sh leave each in RESULTS/CONFIG): per configuration ran,
+passed, failed and not run; every failure with check's message and the first lines of its
+output's difference; every test not run that the reference (default tmpfs) ran, with the
+reason; and, against the reference, the failures it does not have."""
 import sys
 from pathlib import Path
 
@@ -23,12 +23,16 @@ def first_diff(results: Path, test: str, lines: int = 6) -> str:
 
 
 def main() -> int:
-    base = Path(sys.argv[1])
-    configs = sys.argv[2:]
+    args = sys.argv[1:]
+    refname = "tmpfs"
+    if args[:1] == ["--ref"]:
+        refname, args = args[1], args[2:]
+    base = Path(args[0])
+    configs = args[1:]
     got = {c: outcomes(base / c) for c in configs if (base / c / "result.xml").exists()}
-    ref = got.get("tmpfs", {})
+    ref = got.get(refname, {})
     out = ["# xfstests results", "",
-           "| configuration | ran | passed | failed | not run | failed where tmpfs passed |",
+           f"| configuration | ran | passed | failed | not run | failed where {refname} passed |",
            "|---|---|---|---|---|---|"]
     for c, res in got.items():
         n = {k: sum(1 for s, _ in res.values() if s == k) for k in ("passed", "failed", "notrun")}
@@ -40,13 +44,13 @@ def main() -> int:
         fails = sorted(t for t, (s, _) in res.items() if s == "failed")
         out.append(f"Failed ({len(fails)}):" if fails else "Failed: none.")
         for t in fails:
-            tmpfs = ref.get(t, ("not in the tmpfs run", ""))[0] if ref else "-"
-            out.append(f"- `{t}` (tmpfs: {tmpfs}): {first_diff(base / c, t) or res[t][1]}")
+            there = ref.get(t, (f"not in the {refname} run", ""))[0] if ref else "-"
+            out.append(f"- `{t}` ({refname}: {there}): {first_diff(base / c, t) or res[t][1]}")
         skipped = sorted(t for t, (s, _) in res.items()
                          if s == "notrun" and ref.get(t, ("notrun", ""))[0] != "notrun")
-        if c != "tmpfs":
-            out += ["", f"Not run here but run on tmpfs ({len(skipped)}):" if skipped
-                    else "Not run here but run on tmpfs: none."]
+        if c != refname:
+            out += ["", f"Not run here but run on {refname} ({len(skipped)}):" if skipped
+                    else f"Not run here but run on {refname}: none."]
             out += [f"- `{t}`: {res[t][1]}" for t in skipped]
     print("\n".join(out))
     return 0

@@ -84,7 +84,7 @@ pub fn passthrough(
     reserved_fds: usize,
 ) -> Built<PassthroughFs> {
     let config = PassthroughConfig {
-        atime: plan.atime,
+        atime: plan.atime_in_effect(),
         apply_atime: plan.atime_given(),
         watch: plan.watch,
         changes: plan.changes.clone(),
@@ -172,7 +172,7 @@ pub fn mem(
         root_mode: opts.mode,
         root_uid: opts.uid.unwrap_or(uid),
         root_gid: opts.gid.unwrap_or(gid),
-        atime: plan.atime,
+        atime: plan.atime_in_effect(),
         kernel_data: plan.kernel_data,
         huge: plan.huge,
     };

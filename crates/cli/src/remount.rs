@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use memofs_control::{RemountDoc, REMOUNT};
 use memofs_core::options::{parse_options, KernelFlag, MountOptions};
-use memofs_core::Backend;
+use memofs_core::{AtimePolicy, Backend};
 use memofs_request::Server;
 
 use crate::cli::MountArgs;
@@ -181,13 +181,21 @@ pub fn main(args: &MountArgs) -> ExitCode {
     }
 }
 
-/// The atime words and `ro`/`rw` of a mount's options as the kernel shows them.
+/// The atime rule and `ro`/`rw` of a mount's options as the kernel shows them, as words
+/// that say the whole rule (the kernel shows no word for `strictatime` or `diratime`).
 fn mount_words(options: &str) -> String {
-    let atime = options
-        .split(',')
-        .filter(|w| ATIME.iter().any(|(n, _)| n == w));
-    let ro = options.split(',').filter(|w| *w == "ro" || *w == "rw");
-    ro.chain(atime).collect::<Vec<_>>().join(",")
+    let has = |w: &str| options.split(',').any(|o| o == w);
+    let mode = ["noatime", "relatime"]
+        .into_iter()
+        .find(|w| has(w))
+        .unwrap_or("strictatime");
+    let dir = if has("nodiratime") {
+        "nodiratime"
+    } else {
+        "diratime"
+    };
+    let ro = if has("ro") { "ro" } else { "rw" };
+    format!("{ro},{mode},{dir}")
 }
 
 /// `mount(2)` with `MS_REMOUNT` and the whole set of flags wanted (those left out clear).
@@ -270,6 +278,19 @@ impl<B: Backend> Live<B> {
 }
 
 impl<B: Backend> Live<B> {
+    /// The atime rule `o` puts in effect: the one it names, else the mount's (which the
+    /// backend may have chosen, as `noatime` over a network filesystem); none while
+    /// read-only.
+    fn atime_in_effect(&self, o: &MountOptions) -> AtimePolicy {
+        if o.kernel_flags.contains(&KernelFlag::ReadOnly) {
+            return AtimePolicy::READ_ONLY;
+        }
+        match o.atime_given {
+            true => o.atime,
+            false => self.server.plan().atime,
+        }
+    }
+
     /// Puts in effect what changes from `now` to `new`: the read-only flag, the atime
     /// rule, the limits, in that order; a step refused takes back the steps before it.
     /// What changed, as options.
@@ -299,9 +320,9 @@ impl<B: Backend> Live<B> {
                 Box::new(move || drop(server.set_read_only(was))),
             )?;
         }
-        let atime = new.atime_in_effect();
-        if atime != now.atime_in_effect() {
-            let was = now.atime_in_effect();
+        let atime = self.atime_in_effect(new);
+        if atime != self.atime_in_effect(now) {
+            let was = self.atime_in_effect(now);
             step(
                 server.set_atime(atime),
                 atime.describe(),
@@ -335,6 +356,16 @@ fn same_but_live(now: &MountOptions, new: &MountOptions) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_s_words_say_its_whole_rule() {
+        assert_eq!(mount_words("rw,nosuid,relatime"), "rw,relatime,diratime");
+        assert_eq!(
+            mount_words("ro,noatime,nodiratime"),
+            "ro,noatime,nodiratime"
+        );
+        assert_eq!(mount_words("rw,nodev"), "rw,strictatime,diratime");
+    }
 
     #[test]
     fn flags_are_the_whole_state_wanted() {

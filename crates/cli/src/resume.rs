@@ -234,7 +234,7 @@ impl Taking {
             memofs_fuse::resume(backend, mountpoint, plan, session).map_err(|e| e.to_string())?;
         mounted.server().restore_exec_opens(&self.state.exec_opens);
         mounted.server().restore_backings(&self.state.backings);
-        if self.state.opendir_declined {
+        if self.state.opendir_declined.unwrap_or(true) {
             mounted.server().note_opendir_declined();
         }
         Ok(mounted)

@@ -96,8 +96,9 @@ pub(crate) struct State {
     /// `CLOCK_MONOTONIC` when the requests were stopped, in nanoseconds.
     pub paused_at_ns: u64,
     /// An OPENDIR was declined: the kernel keeps every listing for the connection's life.
+    /// A server that did not say may have (the new one then assumes it did).
     #[serde(default)]
-    pub opendir_declined: bool,
+    pub opendir_declined: Option<bool>,
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds (the same clock before and after an exec).
@@ -376,7 +377,7 @@ impl<B: HandOver> Handover<B> {
             old_exe_fd: old_exe_fd.as_raw_fd(),
             new_exe_fd: exe.as_raw_fd(),
             paused_at_ns,
-            opendir_declined: self.server.opendir_declined(),
+            opendir_declined: Some(self.server.opendir_declined()),
         };
         let memfd = self
             .write_state(&state)

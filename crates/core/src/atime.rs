@@ -43,6 +43,13 @@ impl Default for AtimePolicy {
 pub const RELATIME_MAX_AGE_NS: i128 = 24 * 3600 * 1_000_000_000;
 
 impl AtimePolicy {
+    /// The rule of a read-only mount: nothing changes, atime neither (as the kernel's
+    /// `touch_atime` skips read-only mounts).
+    pub const READ_ONLY: AtimePolicy = AtimePolicy {
+        mode: AtimeMode::Noatime,
+        nodiratime: true,
+    };
+
     /// The rule as mount options spell it (`relatime`, `noatime,nodiratime`, ...).
     pub fn describe(&self) -> String {
         let mode = match self.mode {
@@ -111,7 +118,7 @@ impl AtomicAtime {
 
     /// The rule in effect.
     pub fn load(&self) -> AtimePolicy {
-        let v = self.0.load(Ordering::Relaxed);
+        let v = self.0.load(Ordering::SeqCst);
         AtimePolicy {
             mode: match v & 0b11 {
                 0 => AtimeMode::Strict,
@@ -124,7 +131,7 @@ impl AtomicAtime {
 
     /// Puts `p` in effect for the accesses that follow.
     pub fn store(&self, p: AtimePolicy) {
-        self.0.store(Self::encode(p), Ordering::Relaxed);
+        self.0.store(Self::encode(p), Ordering::SeqCst);
     }
 }
 

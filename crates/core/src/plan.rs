@@ -70,7 +70,9 @@ pub struct MountPlan {
     pub backend: BackendKind,
     /// Kernel cache timeouts.
     pub cache: CachePolicy,
-    /// atime rule.
+    /// The atime rule the mount names (or the backend chose): the mount table shows it, and
+    /// a read-only mount keeps it for when it is made writable again
+    /// ([`MountPlan::atime_in_effect`]).
     pub atime: AtimePolicy,
     /// Mem backend: regular files keep their data in a private kernel tmpfs (so the kernel
     /// can serve it with FUSE passthrough) instead of the server's page store.
@@ -162,7 +164,7 @@ impl MountPlan {
         MountPlan {
             backend,
             cache: opts.cache,
-            atime: opts.atime_in_effect(),
+            atime: opts.atime,
             kernel_data,
             huge: opts.huge,
             watch: opts.watch,
@@ -232,6 +234,14 @@ impl MountPlan {
             };
         }
         self.sole_writer = caps.sole_writer;
+    }
+
+    /// The atime rule in effect: the mount's, or none on a read-only mount.
+    pub fn atime_in_effect(&self) -> AtimePolicy {
+        match self.read_only() {
+            true => AtimePolicy::READ_ONLY,
+            false => self.atime,
+        }
     }
 
     /// Whether the mount's options named an atime rule (else the backend's own rule
@@ -324,7 +334,7 @@ impl MountPlan {
     pub fn guest_visible(&self) -> Vec<(&'static str, String)> {
         vec![
             ("cache", format!("{:?}", self.cache)),
-            ("atime", self.atime.describe()),
+            ("atime", self.atime_in_effect().describe()),
             ("read_only", self.read_only().to_string()),
             ("direct_io", self.direct_io.name().to_string()),
             ("xattr", self.xattr.to_string()),
@@ -347,7 +357,7 @@ impl MountPlan {
                 }
                 .to_string(),
             ),
-            ("atime", self.atime.describe()),
+            ("atime", self.atime_in_effect().describe()),
             (
                 "passthrough",
                 match self.passthrough {
@@ -412,7 +422,8 @@ mod tests {
         };
         let ro = plan(&["ro", "strictatime"], BackendKind::Mem, true, caps);
         assert!(ro.read_only());
-        assert_eq!(ro.atime.mode, AtimeMode::Noatime);
+        assert_eq!(ro.atime_in_effect(), AtimePolicy::READ_ONLY);
+        assert_eq!(ro.atime.mode, AtimeMode::Strict, "kept for a remount rw");
         assert!(ro.posix_acl);
         let mut p = MountPlan::new(
             &parse_options::<&str>(&[], 8 << 30).unwrap(),

@@ -22,7 +22,7 @@ pub enum SetupError {
     /// re-open files by descriptor.
     NoProc(io::Error),
     /// The private copy of the source's mount refused the atime rule asked for.
-    NoAtimeRule(io::Error),
+    NoAtimeRule(String),
     /// The host kernel lacks `openat2` (Linux 5.6+), which confinement relies on.
     NoOpenat2(io::Error),
     /// The change feed `-o changes=` asks for cannot run for this source.
@@ -43,10 +43,10 @@ impl fmt::Display for SetupError {
                 write!(f, "cannot open source {}: {source}", path.display())
             }
             SetupError::NoProc(e) => write!(f, "cannot open /proc/self/fd: {e}"),
-            SetupError::NoAtimeRule(e) => write!(
+            SetupError::NoAtimeRule(why) => write!(
                 f,
-                "the atime option cannot be applied to the export's private mount \
-                 (mount_setattr, Linux 5.12): {e}; mount without it to keep the host's rule"
+                "the atime option cannot take effect: {why}; mount without it to keep the \
+                 host's rule"
             ),
             SetupError::NoOpenat2(e) => {
                 write!(f, "openat2 unavailable (Linux 5.6 or later needed): {e}")
@@ -65,12 +65,11 @@ impl std::error::Error for SetupError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SetupError::CannotOpen { source, .. } => Some(source),
-            SetupError::NoProc(e) | SetupError::NoOpenat2(e) | SetupError::NoAtimeRule(e) => {
-                Some(e)
-            }
+            SetupError::NoProc(e) | SetupError::NoOpenat2(e) => Some(e),
             SetupError::SourceMissing(_)
             | SetupError::NotADirectory(_)
             | SetupError::NoChangeFeed(_)
+            | SetupError::NoAtimeRule(_)
             | SetupError::NoFileHandles(_) => None,
         }
     }

@@ -124,7 +124,7 @@ mod watch;
 mod xattr;
 
 use std::ffi::CString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,8 +229,7 @@ impl PassthroughFs {
         let (fd, private) = match sys::at::clone_mount(fd.as_fd()) {
             Ok(clone) => {
                 if config.apply_atime {
-                    let attrs = memofs_core::mount_api::atime_attrs(config.atime);
-                    memofs_core::mount_api::set_attrs(clone.as_fd(), attrs, 0, true)
+                    apply_atime(clone.as_fd(), true, config.atime)
                         .map_err(SetupError::NoAtimeRule)?;
                 }
                 if config.read_only {
@@ -407,38 +406,31 @@ impl PassthroughFs {
     }
 
     /// Puts the atime rule `p` in effect: the private copy of the source's mount takes it
-    /// as its flags (see the module documentation); an export on the host's own mount has
-    /// the host's rule, and refuses.
+    /// as its flags (see the module documentation). Where there is no copy, or its flags are
+    /// locked (a copy made in a user namespace), only a rule the server can keep itself is
+    /// taken: one that never moves atime (`O_NOATIME`) or the one the mount already has.
     pub fn change_atime(&self, p: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
-        if !self.export.private {
-            return Err(
-                "this export works on the host's own mount (a private copy takes \
-                        CAP_SYS_ADMIN), whose atime rule the host decides"
-                    .into(),
-            );
-        }
         let root = self.table.root().fd().map_err(|e| e.to_string())?;
-        let attrs = memofs_core::mount_api::atime_attrs(p);
-        memofs_core::mount_api::set_attrs(root.as_fd(), attrs, 0, true)
-            .map_err(|e| format!("the kernel refused the export's new atime rule: {e}"))?;
+        apply_atime(root.as_fd(), self.export.private, p)?;
         self.atime.store(p);
         Ok(())
     }
 
-    /// Makes the private copy of the source's mount read-only or writable again (a
-    /// remount), as it was made read-only at start for `ro`; without one, the request
-    /// layer's refusals are all there is.
+    /// Makes the export read-only or writable again (a remount). Read-only needs nothing
+    /// more here: the kernel refuses changes on its read-only mount, the request layer on a
+    /// guest's. An export mounted read-only stays so: its private copy of the host's mounts
+    /// was made read-only, the mounts below it included, and which of them the host had
+    /// made read-only itself is not known any more.
     pub fn change_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
-        if !self.export.private {
-            return Ok(());
+        if !read_only && self.config.read_only && self.export.private {
+            return Err(
+                "this export was mounted read-only, and its private copy of the \
+                        host's mounts with it (which of them the host had made read-only is \
+                        not kept): unmount and mount it again to write"
+                    .into(),
+            );
         }
-        let root = self.table.root().fd().map_err(|e| e.to_string())?;
-        let attrs = match read_only {
-            true => (libc::MOUNT_ATTR_RDONLY, 0),
-            false => (0, libc::MOUNT_ATTR_RDONLY),
-        };
-        memofs_core::mount_api::set_attrs(root.as_fd(), attrs, 0, true)
-            .map_err(|e| format!("the kernel refused to change the export's private mount: {e}"))
+        Ok(())
     }
 
     /// Whether the server works on a private, detached copy of the source's mount (as
@@ -518,4 +510,37 @@ fn fd_limit(configured: usize, reserved: usize) -> usize {
         );
     }
     configured.min(allowed)
+}
+
+/// Gives the mount at `dir` (and those below it) the atime rule `p`, where it is the
+/// server's own copy (`private`) and its flags are not locked; otherwise succeeds only for a
+/// rule the server keeps without it (see [`PassthroughFs::change_atime`]).
+fn apply_atime(
+    dir: BorrowedFd<'_>,
+    private: bool,
+    p: memofs_core::AtimePolicy,
+) -> std::result::Result<(), String> {
+    let attrs = memofs_core::mount_api::atime_attrs(p);
+    let on_copy = match private {
+        true => memofs_core::mount_api::set_attrs(dir, attrs, 0, true).map_err(|e| e.to_string()),
+        false => Err(
+            "the export works on the host's own mount (a private copy of it takes \
+                      CAP_SYS_ADMIN)"
+                .to_string(),
+        ),
+    };
+    match on_copy {
+        Ok(()) => Ok(()),
+        Err(_) if p.never(false) || sys::io::atime_mode(dir) == Some(p.mode) => Ok(()),
+        Err(why) => Err(format!(
+            "{why}; the host's rule for its mount is {}, which the server cannot change",
+            sys::io::atime_mode(dir).map_or("unknown".into(), |m| {
+                memofs_core::AtimePolicy {
+                    mode: m,
+                    nodiratime: false,
+                }
+                .describe()
+            })
+        )),
+    }
 }

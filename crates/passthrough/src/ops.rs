@@ -22,6 +22,12 @@ impl Backend for PassthroughFs {
     fn set_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
         self.change_read_only(read_only)
     }
+    fn directories_known(&self) -> Vec<Ino> {
+        let all = self.table.all().into_iter();
+        all.filter(|i| i.kind == FileKind::Directory)
+            .map(|i| i.ino)
+            .collect()
+    }
     fn lookup(&self, _caller: &Caller, parent: Ino, name: &OsStr) -> Result<Attr> {
         self.lookup_any(parent, name)
     }

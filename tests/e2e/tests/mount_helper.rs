@@ -340,7 +340,9 @@ fn remount_changes_the_atime_rule_live() {
 
 /// A mount made read-only takes writes once remounted `rw` (the server refuses changes on
 /// a read-only mount itself, for transports whose kernel is not told), and refuses them
-/// again after `ro`.
+/// again after `ro`. An export mounted read-only stays so (its private copy of the host's
+/// mounts was made read-only, and which of them the host had made so is not kept), but one
+/// remounted `ro` goes back to `rw`.
 #[test]
 fn a_mount_made_read_only_is_writable_after_remount_rw() {
     require_mount!();
@@ -350,20 +352,44 @@ fn a_mount_made_read_only_is_writable_after_remount_rw() {
     }
     for kind in ["mem", "export"] {
         let h = Helper::new();
+        let host = h.dir.path().join("host");
+        ok!(fs::create_dir(&host));
         let (src, opts) = match kind {
-            "export" => {
-                let host = h.dir.path().join("host");
-                ok!(fs::create_dir(&host));
-                ("host".to_string(), format!("ro,source={}", host.display()))
-            }
-            _ => ("memofs:e2e-ro".to_string(), "ro,size=8m".to_string()),
+            "export" => ("host".to_string(), format!("source={}", host.display())),
+            _ => ("memofs:e2e-ro".to_string(), "size=8m".to_string()),
         };
-        h.run("mount.memofs", &[&src, h.mnt(), "-o", &opts])
-            .assert_success();
+        h.run(
+            "mount.memofs",
+            &[&src, h.mnt(), "-o", &format!("ro,{opts}")],
+        )
+        .assert_success();
         let f = h.mnt.join("f");
         let e = fs::write(&f, b"x").unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{kind}: {e}");
-        remount(&h, &src, "rw").assert_success();
+        let out = remount(&h, &src, "rw");
+        if kind == "export" {
+            assert_eq!(out.code(), Some(2), "{}", out.describe("rw"));
+            assert!(
+                out.stderr.contains("mounted read-only"),
+                "{}",
+                out.describe("rw")
+            );
+            let e = fs::write(&f, b"x").unwrap_err();
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::EROFS),
+                "{kind} stays read-only: {e}"
+            );
+            memofs(&["umount", h.mnt()]).assert_success();
+            h.run("mount.memofs", &[&src, h.mnt(), "-o", &opts])
+                .assert_success();
+            remount(&h, &src, "ro").assert_success();
+            let e = fs::write(&f, b"x").unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{kind}: {e}");
+            remount(&h, &src, "rw").assert_success();
+        } else {
+            out.assert_success();
+        }
         ok!(fs::write(&f, b"data"));
         assert_eq!(ok!(fs::read(&f)), b"data", "{kind}");
         remount(&h, &src, "ro").assert_success();

@@ -213,20 +213,6 @@ pub struct MountOptions {
     pub debug: bool,
 }
 
-impl MountOptions {
-    /// The atime rule these options put in effect: nothing on a read-only mount changes,
-    /// atime neither (as the kernel's `touch_atime` skips read-only mounts).
-    pub fn atime_in_effect(&self) -> AtimePolicy {
-        match self.kernel_flags.contains(&KernelFlag::ReadOnly) {
-            true => AtimePolicy {
-                mode: AtimeMode::Noatime,
-                nodiratime: true,
-            },
-            false => self.atime,
-        }
-    }
-}
-
 /// A rejected option, with a message a user can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OptionError {

@@ -130,9 +130,13 @@ impl<B: Backend> Server<B> {
     /// OPENDIR: declined where the kernel keeps every listing, else the backend's handle,
     /// with the listing kept while no listing could move atime (see `may_keep_listings`).
     fn opendir(&self, caller: &Caller, ino: Ino, flags: i32, out: &mut dyn ReplyOut) {
+        // The flag first, then the rule again: a remount to `strictatime` that stored its
+        // rule before this saw it either sees the flag or is seen here (`Server::set_atime`).
         if self.declines_opendir() {
             self.note_opendir_declined();
-            return out.error(Errno::ENOSYS);
+            if self.declines_opendir() {
+                return out.error(Errno::ENOSYS);
+            }
         }
         let flags = self.noatime_flag(flags);
         answer(out, self.backend.opendir(caller, ino, flags), |out, o| {

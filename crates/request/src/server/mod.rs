@@ -100,7 +100,7 @@ impl<B: Backend> Server<B> {
     /// [`Server::start`] once INIT is done and before the first request.
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
         let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
-        let keeper = Keeper::new(plan.atime);
+        let keeper = Keeper::new(plan.atime_in_effect());
         let read_only = plan.read_only();
         let caps = crate::xattrs::caps_name(&plan);
         Server {
@@ -138,19 +138,29 @@ impl<B: Backend> Server<B> {
     /// was declined), `strictatime` needs `nodiratime`: a listing served from the kernel's
     /// copy never reaches the server to move the directory's atime.
     pub fn set_atime(&self, p: AtimePolicy) -> std::result::Result<(), String> {
-        use std::sync::atomic::Ordering;
-        let declined = self.opendir_declined.load(Ordering::SeqCst);
-        if declined && p.mode == memofs_core::atime::AtimeMode::Strict && !p.nodiratime {
-            return Err(
+        let strict_dirs = p.mode == memofs_core::atime::AtimeMode::Strict && !p.nodiratime;
+        let refused = || {
+            Err(
                 "strictatime needs nodiratime on this mount: the kernel keeps every \
-                        directory listing for the connection's life (it was told so at an \
-                        OPENDIR), so listings would not move directories' atime; remount with \
-                        strictatime,nodiratime, or unmount and mount with strictatime"
+                 directory listing for the connection's life (it was told so at an OPENDIR), \
+                 so listings would not move directories' atime; remount with \
+                 strictatime,nodiratime, or unmount and mount with strictatime"
                     .into(),
-            );
+            )
+        };
+        if strict_dirs && self.opendir_declined() {
+            return refused();
         }
+        let was = self.keeper.policy();
         self.backend.set_atime(p)?;
         self.keeper.set_policy(p);
+        // The rule first, then the flag again (an OPENDIR sets the flag, then reads the rule).
+        let declined = self.opendir_declined();
+        if strict_dirs && declined {
+            self.keeper.set_policy(was);
+            let _ = self.backend.set_atime(was);
+            return refused();
+        }
         if let (true, Some(inv)) = (declined, &self.invalidator) {
             for ino in self.backend.directories_known() {
                 inv.inode(ino);
