@@ -9,7 +9,7 @@
 # The guest's userland is the host's own root, shared read-only by a third `memofs
 # virtiofsd` (the suite needs bash, xfs_io, GNU awk and the rest of its README's list, and
 # the build of build.sh), with the guest's own proc, sys, dev and tmpfs over it; a fourth
-# share takes the results. Environment: MEMOFS_BIN (default target/release/memofs),
+# share holds a copy of the suite's tree (it writes there) and takes the results. Environment: MEMOFS_BIN (default target/release/memofs),
 # XFSTESTS_DIR (default target/xfstests/src), RESULTS (default
 # target/xfstests/results/guest-CONFIG), EXCLUDE (default scripts/xfstests/exclude),
 # MEMOFS_VM_CACHE and MEMOFS_VM_REQUIRED (as scripts/vm/run.sh), XFSTESTS_GUEST_TIMEOUT
@@ -99,7 +99,10 @@ export SCRATCH_DEV=scratch
 export SCRATCH_MNT=/mnt/scratch
 export RESULT_BASE=/mnt/out/results
 CFG
-echo "$src" >"$out/share/xfstests-dir"
+# The suite writes into its own tree (a test's output file may be a link it makes): a copy
+# on the results share.
+cp -a "$src" "$out/share/xfstests"
+echo /mnt/out/xfstests >"$out/share/xfstests-dir"
 echo "-E $exclude $*" >"$out/share/check-args"
 cp "$(command -v busybox)" "$out/root/bin/busybox"
 install -m 755 "$top/scripts/xfstests/guest-init.sh" "$out/root/init"
