@@ -3,8 +3,9 @@
 //! writes and mmap never reach the server.
 //!
 //! The private tmpfs is mounted with the mount's `size=` (so the kernel enforces it, even
-//! against writes the server never sees), opened, and detached at once: it has no path in any
-//! mount table, and its files, named by a counter under the one directory descriptor the server
+//! against writes the server never sees), copied (`open_tree`), and detached at once: it has
+//! no path in any mount table (the server keeps the copy, whose flags a remount may still
+//! change: [`BackingStore::set_atime`]), and its files, named by a counter under the one directory descriptor the server
 //! keeps, are internal files nobody else can look up. The server holds a data file open only
 //! while its memofs file is open and the data file was used (descriptors stay bounded by open
 //! files, not by files); the kernel's registration of it as a FUSE passthrough backing file may

@@ -227,6 +227,15 @@ fn remount_changes_flags_and_limits_and_refuses_the_rest() {
     memofs(&["umount", h.mnt()]).assert_success();
 }
 
+/// Whether a remount of the kernel's flags can run here (it takes root); says why not.
+fn can_remount() -> bool {
+    let root = memofs_e2e::is_root();
+    if !root {
+        eprintln!("SKIP: a remount of the kernel's flags takes root");
+    }
+    root
+}
+
 fn atime(p: &Path) -> std::time::SystemTime {
     ok!(ok!(fs::metadata(p)).accessed())
 }
@@ -257,8 +266,7 @@ fn clock_past(dir: &Path, p: &Path) {
 #[test]
 fn remount_changes_the_atime_rule_live() {
     require_mount!();
-    if !memofs_e2e::is_root() {
-        eprintln!("SKIP: a remount of the kernel's flags takes root");
+    if !can_remount() {
         return;
     }
     for data in ["passthrough=auto", "passthrough=off", "export"] {
@@ -346,8 +354,7 @@ fn remount_changes_the_atime_rule_live() {
 #[test]
 fn a_mount_made_read_only_is_writable_after_remount_rw() {
     require_mount!();
-    if !memofs_e2e::is_root() {
-        eprintln!("SKIP: a remount of the kernel's flags takes root");
+    if !can_remount() {
         return;
     }
     for kind in ["mem", "export"] {
