@@ -46,11 +46,13 @@ const FLAGS: [(&str, libc::c_ulong, bool); 11] = [
 ];
 
 /// The atime words, as the kernel's mount flags show the server's rule.
-const ATIME: [(&str, libc::c_ulong); 4] = [
+const ATIME: [(&str, libc::c_ulong); 6] = [
     ("strictatime", libc::MS_STRICTATIME),
     ("relatime", libc::MS_RELATIME),
+    ("atime", libc::MS_RELATIME),
     ("noatime", libc::MS_NOATIME),
     ("nodiratime", libc::MS_NODIRATIME),
+    ("diratime", libc::MS_NODIRATIME),
 ];
 
 /// What the kernel shows of a FUSE connection among the mount's options: fixed for its life.
@@ -75,18 +77,25 @@ fn words(options: &[String]) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
-/// The kernel's flags after `words`, starting from `flags`.
+/// The kernel's flags after `words`, starting from `flags`, with the atime mode always named
+/// (the mount table shows no word for `strictatime`, and a remount that names no mode gets
+/// `relatime`).
 fn kernel_flags(mut flags: libc::c_ulong, words: &[&str]) -> libc::c_ulong {
     const ATIME_MODES: libc::c_ulong = libc::MS_STRICTATIME | libc::MS_RELATIME | libc::MS_NOATIME;
     for w in words {
         if let Some((_, bit, clears)) = FLAGS.iter().find(|(n, ..)| n == w) {
             flags = if *clears { flags & !bit } else { flags | bit };
+        } else if *w == "diratime" {
+            flags &= !libc::MS_NODIRATIME;
         } else if let Some((_, bit)) = ATIME.iter().find(|(n, _)| n == w) {
             if *bit & ATIME_MODES != 0 {
                 flags &= !ATIME_MODES;
             }
             flags |= bit;
         }
+    }
+    if flags & ATIME_MODES == 0 {
+        flags |= libc::MS_STRICTATIME;
     }
     flags
 }
@@ -113,9 +122,21 @@ pub fn main(args: &MountArgs) -> ExitCode {
     let words: Vec<&str> = words(&args.options).collect();
     let now = kernel_flags(0, &mount.options.split(',').collect::<Vec<_>>());
     let wanted = kernel_flags(now, &words);
+    // Only root remounts the kernel's mount (and a plain user's mount shows the kernel's
+    // default atime rule whatever the server's: see `memofs_fuse::mount`).
+    if wanted != now && !nix::unistd::geteuid().is_root() {
+        return fail(
+            EXIT_FAILURE,
+            format!(
+                "remount of {}: changing the kernel's flags or the atime rule of a mount takes root",
+                path.display()
+            ),
+        );
+    }
     // The mount's flags show the server's atime rule, and mount(8) hands them back: they
     // go to the server only where they would change it.
-    let atime_changes = (now ^ wanted) & ATIME.iter().fold(0, |m, (_, bit)| m | bit) != 0;
+    let atime_bits = ATIME.iter().fold(0, |m, (_, bit)| m | bit);
+    let atime_changes = (now ^ wanted) & atime_bits != 0;
     let mut server = Vec::new();
     for w in &words {
         let key = w.split('=').next().unwrap_or(w);
@@ -278,63 +299,45 @@ impl<B: Backend> Live<B> {
 }
 
 impl<B: Backend> Live<B> {
-    /// The atime rule `o` puts in effect: the one it names, else the mount's (which the
-    /// backend may have chosen, as `noatime` over a network filesystem); none while
-    /// read-only.
-    fn atime_in_effect(&self, o: &MountOptions) -> AtimePolicy {
-        if o.kernel_flags.contains(&KernelFlag::ReadOnly) {
-            return AtimePolicy::READ_ONLY;
-        }
+    /// What `o` makes of the mount: read-only or not, and the atime rule it names (`true`),
+    /// else the mount's own (which the backend may have chosen: `noatime` over a network
+    /// filesystem, the host mount's rule for an export).
+    fn state(&self, o: &MountOptions) -> (bool, AtimePolicy, bool) {
+        let ro = o.kernel_flags.contains(&KernelFlag::ReadOnly);
         match o.atime_given {
-            true => o.atime,
-            false => self.server.plan().atime,
+            true => (ro, o.atime, true),
+            false => (
+                ro,
+                self.server.plan().atime,
+                self.server.plan().atime_given(),
+            ),
         }
     }
 
-    /// Puts in effect what changes from `now` to `new`: the read-only flag, the atime
-    /// rule, the limits, in that order; a step refused takes back the steps before it.
-    /// What changed, as options.
+    /// Puts in effect what changes from `now` to `new`: the read-only flag and the atime
+    /// rule, then the limits; a step refused takes back the one before it. What changed,
+    /// as options.
     fn apply(&self, now: &MountOptions, new: &MountOptions) -> Result<String, String> {
-        let ro = |o: &MountOptions| o.kernel_flags.contains(&KernelFlag::ReadOnly);
-        let limits = |o: &MountOptions| (o.size, o.nr_inodes);
         let server = &self.server;
-        let mut undo: Vec<Box<dyn Fn()>> = Vec::new();
+        let (before, after) = (self.state(now), self.state(new));
         let mut changed = Vec::new();
-        let mut step = |done: Result<(), String>, what: String, back: Box<dyn Fn()>| match done {
-            Ok(()) => {
-                changed.push(what);
-                undo.push(back);
-                Ok(())
+        if after != before {
+            server.remount(after.0, after.1, after.2)?;
+            if after.0 != before.0 {
+                changed.push(if after.0 { "ro" } else { "rw" }.to_string());
             }
-            Err(e) => {
-                undo.iter().rev().for_each(|f| f());
-                Err(e)
+            if after.1 != before.1 {
+                changed.push(after.1.describe());
             }
-        };
-        if ro(new) != ro(now) {
-            let was = ro(now);
-            let word = if ro(new) { "ro" } else { "rw" };
-            step(
-                server.set_read_only(ro(new)),
-                word.into(),
-                Box::new(move || drop(server.set_read_only(was))),
-            )?;
         }
-        let atime = self.atime_in_effect(new);
-        if atime != self.atime_in_effect(now) {
-            let was = self.atime_in_effect(now);
-            step(
-                server.set_atime(atime),
-                atime.describe(),
-                Box::new(move || drop(server.set_atime(was))),
-            )?;
-        }
-        if limits(new) != limits(now) {
-            step(
-                server.backend().set_limits(new.size, new.nr_inodes),
-                format!("size={},nr_inodes={}", new.size, new.nr_inodes),
-                Box::new(|| ()),
-            )?;
+        if (new.size, new.nr_inodes) != (now.size, now.nr_inodes) {
+            if let Err(e) = server.backend().set_limits(new.size, new.nr_inodes) {
+                if after != before {
+                    let _ = server.remount(before.0, before.1, before.2);
+                }
+                return Err(e);
+            }
+            changed.push(format!("size={},nr_inodes={}", new.size, new.nr_inodes));
         }
         Ok(changed.join(","))
     }
@@ -375,8 +378,12 @@ mod tests {
         assert_eq!(ro, libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_RELATIME);
         let back = kernel_flags(ro, &["rw", "suid", "noatime"]);
         assert_eq!(back, libc::MS_NOATIME);
+        let strict = kernel_flags(back, &["strictatime", "nodiratime"]);
+        assert_eq!(strict, libc::MS_STRICTATIME | libc::MS_NODIRATIME);
+        assert_eq!(kernel_flags(strict, &["diratime"]), libc::MS_STRICTATIME);
+        // A strictatime mount, as the mount table shows it: no mode word.
         assert_eq!(
-            kernel_flags(back, &["strictatime", "nodiratime"]),
+            kernel_flags(0, &["rw", "nodiratime"]),
             libc::MS_STRICTATIME | libc::MS_NODIRATIME
         );
     }

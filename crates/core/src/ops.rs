@@ -270,8 +270,13 @@ pub trait Backend: Send + Sync + 'static {
         Err("this backend has no size or inode limits".into())
     }
     /// Puts a new atime rule in effect on the live filesystem (`mount -o
-    /// remount,strictatime`, ...); an error says why not.
-    fn set_atime(&self, _atime: crate::AtimePolicy) -> std::result::Result<(), String> {
+    /// remount,strictatime`, ...): one the mount names (`named`), or else the backend's own
+    /// choice; an error says why not.
+    fn set_atime(
+        &self,
+        _atime: crate::AtimePolicy,
+        _named: bool,
+    ) -> std::result::Result<(), String> {
         Err("this backend's atime rule is fixed when it is mounted".into())
     }
     /// Makes the live filesystem read-only or writable again (`mount -o remount,ro`); the

@@ -748,7 +748,11 @@ impl Backend for MemFs {
         }
     }
 
-    fn set_atime(&self, atime: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
+    fn set_atime(
+        &self,
+        atime: memofs_core::AtimePolicy,
+        _: bool,
+    ) -> std::result::Result<(), String> {
         self.change_atime(atime)
     }
     fn directories_known(&self) -> Vec<Ino> {

@@ -405,13 +405,22 @@ impl PassthroughFs {
         self.watching.load(Ordering::Acquire) && self.table.on_root_filesystem(inode)
     }
 
-    /// Puts the atime rule `p` in effect: the private copy of the source's mount takes it
-    /// as its flags (see the module documentation). Where there is no copy, or its flags are
-    /// locked (a copy made in a user namespace), only a rule the server can keep itself is
-    /// taken: one that never moves atime (`O_NOATIME`) or the one the mount already has.
-    pub fn change_atime(&self, p: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
-        let root = self.table.root().fd().map_err(|e| e.to_string())?;
-        apply_atime(root.as_fd(), self.export.private, p)?;
+    /// Puts the atime rule `p` in effect: one the mount names (`named`) goes to the private
+    /// copy of the source's mount as its flags (see the module documentation); where there
+    /// is no copy, or its flags are locked (a copy made in a user namespace), only a rule
+    /// the server can keep itself is taken: one that never moves atime (`O_NOATIME`) or
+    /// the one the mount already has. A rule not named leaves the host's mount alone: the
+    /// server then only opens with `O_NOATIME` where the rule says never (a read-only
+    /// mount).
+    pub fn change_atime(
+        &self,
+        p: memofs_core::AtimePolicy,
+        named: bool,
+    ) -> std::result::Result<(), String> {
+        if named {
+            let root = self.table.root().fd().map_err(|e| e.to_string())?;
+            apply_atime(root.as_fd(), self.export.private, p)?;
+        }
         self.atime.store(p);
         Ok(())
     }
@@ -531,16 +540,10 @@ fn apply_atime(
     };
     match on_copy {
         Ok(()) => Ok(()),
-        Err(_) if p.never(false) || sys::io::atime_mode(dir) == Some(p.mode) => Ok(()),
+        Err(_) if p.never(false) || sys::io::atime_rule(dir) == Some(p) => Ok(()),
         Err(why) => Err(format!(
             "{why}; the host's rule for its mount is {}, which the server cannot change",
-            sys::io::atime_mode(dir).map_or("unknown".into(), |m| {
-                memofs_core::AtimePolicy {
-                    mode: m,
-                    nodiratime: false,
-                }
-                .describe()
-            })
+            sys::io::atime_rule(dir).map_or("unknown".into(), |r| r.describe())
         )),
     }
 }

@@ -16,8 +16,12 @@ use crate::sys;
 use crate::PassthroughFs;
 
 impl Backend for PassthroughFs {
-    fn set_atime(&self, atime: memofs_core::AtimePolicy) -> std::result::Result<(), String> {
-        self.change_atime(atime)
+    fn set_atime(
+        &self,
+        atime: memofs_core::AtimePolicy,
+        named: bool,
+    ) -> std::result::Result<(), String> {
+        self.change_atime(atime, named)
     }
     fn set_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
         self.change_read_only(read_only)

@@ -27,8 +27,10 @@ use memofs_core::{AtimePolicy, AtomicAtime, Attr, FileKind, Ino, Invalidator, Ti
 
 /// Decides which caches may be kept, and drops them when relatime's day is up.
 pub(crate) struct Keeper {
-    /// The mount's atime rule; a remount may change it ([`Keeper::set_policy`]).
+    /// The atime rule in effect; a remount may change it ([`Keeper::set_policy`]).
     policy: AtomicAtime,
+    /// The rule the mount names, which a read-only mount returns to when made writable.
+    rule: AtomicAtime,
     /// When each kept copy is to be dropped, shared with the refresh thread (started on
     /// first use).
     refresh: Arc<Refresh>,
@@ -110,9 +112,10 @@ impl Due {
 }
 
 impl Keeper {
-    pub(crate) fn new(policy: AtimePolicy) -> Keeper {
+    pub(crate) fn new(policy: AtimePolicy, rule: AtimePolicy) -> Keeper {
         Keeper {
             policy: AtomicAtime::new(policy),
+            rule: AtomicAtime::new(rule),
             refresh: Arc::new(Refresh::default()),
             started: OnceLock::new(),
         }
@@ -135,8 +138,15 @@ impl Keeper {
         self.policy.load()
     }
 
-    /// Puts the rule `p` in effect for the opens and reads that follow (a remount).
-    pub(crate) fn set_policy(&self, p: AtimePolicy) {
+    /// The rule the mount names.
+    pub(crate) fn rule(&self) -> AtimePolicy {
+        self.rule.load()
+    }
+
+    /// Puts the rule `p` in effect for the opens and reads that follow, and `rule` as the
+    /// one the mount names (a remount).
+    pub(crate) fn set_policy(&self, p: AtimePolicy, rule: AtimePolicy) {
+        self.rule.store(rule);
         self.policy.store(p);
     }
 
@@ -148,8 +158,13 @@ impl Keeper {
 
     /// Whether directory listings may live in the kernel at all (no OPENDIR needed to
     /// decide per open).
+    /// Never while the rule the mount names moves directories' atime at every listing: the
+    /// kernel keeps listings for good once told, and a read-only mount made writable again
+    /// returns to that rule.
     pub(crate) fn listings_kept(&self) -> bool {
-        self.policy.load().mode != AtimeMode::Strict
+        let strict = |p: AtimePolicy| p.mode == AtimeMode::Strict;
+        let rule = self.rule.load();
+        !strict(self.policy.load()) && (!strict(rule) || rule.nodiratime)
     }
 
     /// The server served a read of the inode with `attr` (after its atime was updated) whose
@@ -247,7 +262,8 @@ mod tests {
     }
 
     fn keeper(mode: AtimeMode, nodiratime: bool) -> Keeper {
-        Keeper::new(AtimePolicy { mode, nodiratime })
+        let p = AtimePolicy { mode, nodiratime };
+        Keeper::new(p, p)
     }
 
     #[test]

@@ -236,13 +236,45 @@ fn can_remount() -> bool {
     root
 }
 
+/// `p`'s atime as the server has it: `statx` with `AT_STATX_FORCE_SYNC`, so that no
+/// attributes the kernel cached stand in for it.
 fn atime(p: &Path) -> std::time::SystemTime {
-    ok!(ok!(fs::metadata(p)).accessed())
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `path` is NUL-terminated and `stx` has room for a `statx`.
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_ATIME,
+            stx.as_mut_ptr(),
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "statx {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: statx succeeded and filled `stx`.
+    let a = unsafe { stx.assume_init() }.stx_atime;
+    std::time::UNIX_EPOCH + Duration::new(a.tv_sec as u64, a.tv_nsec)
 }
 
-/// Reads `p` through a new open (as `cat` does).
+/// Reads `p` through a new open (as `cat` does), with the kernel's cached pages of it
+/// dropped first, so that the read reaches the server (or the kernel-backed data file).
 fn read(p: &Path) {
-    assert_eq!(ok!(fs::read(p)), b"data");
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mut f = ok!(fs::File::open(p));
+    // SAFETY: `f` is open; advice only.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut got = Vec::new();
+    ok!(f.read_to_end(&mut got));
+    assert_eq!(got, b"data");
 }
 
 /// Waits until the clock is past `p`'s atime (a new file's mtime in `dir`, outside the

@@ -141,19 +141,23 @@ pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> Result<libc::statfs> {
 }
 
 /// The atime rule of the mount `fd` is on, as `fstatvfs`'s flags show it.
-pub(crate) fn atime_mode(fd: BorrowedFd<'_>) -> Option<memofs_core::atime::AtimeMode> {
+pub(crate) fn atime_rule(fd: BorrowedFd<'_>) -> Option<memofs_core::AtimePolicy> {
     use memofs_core::atime::AtimeMode;
     let mut st = MaybeUninit::<libc::statvfs>::uninit();
     // SAFETY: `st` has room for a `statvfs`; `fd` is open.
     check(unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) }).ok()?;
     // SAFETY: `fstatvfs` succeeded, so it filled `st`.
     let flags = unsafe { st.assume_init() }.f_flag;
-    Some(if flags & libc::ST_NOATIME != 0 {
+    let mode = if flags & libc::ST_NOATIME != 0 {
         AtimeMode::Noatime
     } else if flags & libc::ST_RELATIME != 0 {
         AtimeMode::Relatime
     } else {
         AtimeMode::Strict
+    };
+    Some(memofs_core::AtimePolicy {
+        mode,
+        nodiratime: flags & libc::ST_NODIRATIME != 0,
     })
 }
 

@@ -131,7 +131,7 @@ impl<B: Backend> Server<B> {
     /// with the listing kept while no listing could move atime (see `may_keep_listings`).
     fn opendir(&self, caller: &Caller, ino: Ino, flags: i32, out: &mut dyn ReplyOut) {
         // The flag first, then the rule again: a remount to `strictatime` that stored its
-        // rule before this saw it either sees the flag or is seen here (`Server::set_atime`).
+        // rule before this saw it either sees the flag or is seen here (`Server::remount`).
         if self.declines_opendir() {
             self.note_opendir_declined();
             if self.declines_opendir() {

@@ -78,6 +78,8 @@ pub struct Server<B: Backend> {
     /// Requests that would change something are refused (`EROFS`): the plan's `ro`, then
     /// each remount's.
     read_only: std::sync::atomic::AtomicBool,
+    /// The mount names its atime rule (else it is the backend's own choice).
+    atime_named: std::sync::atomic::AtomicBool,
     backings: Backings,
     /// The exec opens not yet released (see [`crate::running`]).
     running: Running,
@@ -100,8 +102,9 @@ impl<B: Backend> Server<B> {
     /// [`Server::start`] once INIT is done and before the first request.
     pub fn new(backend: Arc<B>, plan: MountPlan, stats: Arc<Stats>) -> Server<B> {
         let misses = Arc::new(Misses::new(plan.cache.negative_timeout));
-        let keeper = Keeper::new(plan.atime_in_effect());
+        let keeper = Keeper::new(plan.atime_in_effect(), plan.atime);
         let read_only = plan.read_only();
+        let atime_named = plan.atime_given();
         let caps = crate::xattrs::caps_name(&plan);
         Server {
             backend,
@@ -114,6 +117,7 @@ impl<B: Backend> Server<B> {
             keeper,
             opendir_declined: Default::default(),
             read_only: read_only.into(),
+            atime_named: atime_named.into(),
             backings: Backings::default(),
             running: Running::default(),
             control_address: std::sync::OnceLock::new(),
@@ -131,14 +135,23 @@ impl<B: Backend> Server<B> {
         self.granted
     }
 
-    /// Puts the atime rule `p` in effect (a remount): in the backend, for the server's own
-    /// accesses and whatever the kernel applies for it, and for what the kernel may keep.
+    /// Puts a remount's read-only flag and atime rule in effect: `rule` is the rule the
+    /// mount names (`named`), or the backend's own choice, which a read-only mount keeps for
+    /// when it is made writable (nothing moves atime while it is read-only). The backend
+    /// takes both (the kernel-backed data's mount flag, an export's private copy of the
+    /// host mount), then the request layer (its `EROFS`, what the kernel may keep).
     /// Listings the kernel kept under the old rule are dropped, so each directory's next
-    /// listing reaches the server. Where the kernel keeps every listing for good (an OPENDIR
-    /// was declined), `strictatime` needs `nodiratime`: a listing served from the kernel's
-    /// copy never reaches the server to move the directory's atime.
-    pub fn set_atime(&self, p: AtimePolicy) -> std::result::Result<(), String> {
-        let strict_dirs = p.mode == memofs_core::atime::AtimeMode::Strict && !p.nodiratime;
+    /// listing reaches the server. Where the kernel keeps every listing for good (an
+    /// OPENDIR was declined), `strictatime` needs `nodiratime`: a listing served from the
+    /// kernel's copy never reaches the server to move the directory's atime.
+    pub fn remount(
+        &self,
+        read_only: bool,
+        rule: AtimePolicy,
+        named: bool,
+    ) -> std::result::Result<(), String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let strict_dirs = rule.mode == memofs_core::atime::AtimeMode::Strict && !rule.nodiratime;
         let refused = || {
             Err(
                 "strictatime needs nodiratime on this mount: the kernel keeps every \
@@ -151,17 +164,39 @@ impl<B: Backend> Server<B> {
         if strict_dirs && self.opendir_declined() {
             return refused();
         }
-        let was = self.keeper.policy();
-        self.backend.set_atime(p)?;
-        self.keeper.set_policy(p);
+        let in_effect = |ro: bool, rule| if ro { AtimePolicy::READ_ONLY } else { rule };
+        let was = (
+            self.read_only.load(SeqCst),
+            self.keeper.rule(),
+            self.atime_named.load(SeqCst),
+        );
+        let back = || {
+            let _ = self.backend.set_read_only(was.0);
+            let _ = self.backend.set_atime(in_effect(was.0, was.1), was.2);
+            self.read_only.store(was.0, SeqCst);
+            self.atime_named.store(was.2, SeqCst);
+            self.keeper.set_policy(in_effect(was.0, was.1), was.1);
+        };
+        let policy = in_effect(read_only, rule);
+        let changed = policy != self.keeper.policy();
+        let done = self
+            .backend
+            .set_read_only(read_only)
+            .and_then(|()| self.backend.set_atime(policy, named));
+        if let Err(e) = done {
+            back();
+            return Err(e);
+        }
+        self.read_only.store(read_only, SeqCst);
+        self.atime_named.store(named, SeqCst);
+        self.keeper.set_policy(policy, rule);
         // The rule first, then the flag again (an OPENDIR sets the flag, then reads the rule).
         let declined = self.opendir_declined();
         if strict_dirs && declined {
-            self.keeper.set_policy(was);
-            let _ = self.backend.set_atime(was);
+            back();
             return refused();
         }
-        if let (true, Some(inv)) = (declined, &self.invalidator) {
+        if let (true, true, Some(inv)) = (declined, changed, &self.invalidator) {
             for ino in self.backend.directories_known() {
                 inv.inode(ino);
             }
@@ -169,16 +204,7 @@ impl<B: Backend> Server<B> {
         Ok(())
     }
 
-    /// Makes the mount read-only or writable again (a remount): the backend first, then the
-    /// request layer's refusals.
-    pub fn set_read_only(&self, read_only: bool) -> std::result::Result<(), String> {
-        self.backend.set_read_only(read_only)?;
-        self.read_only
-            .store(read_only, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Whether an OPENDIR was declined (see [`Server::set_atime`]).
+    /// Whether an OPENDIR was declined (see [`Server::remount`]).
     pub fn opendir_declined(&self) -> bool {
         self.opendir_declined
             .load(std::sync::atomic::Ordering::SeqCst)
