@@ -121,9 +121,14 @@ impl BackingStore {
         // The server keeps a detached copy of the mount, not the mount itself: a copy belongs
         // to an anonymous mount namespace, where `mount_setattr` can still change its atime
         // rule (`set_atime`); a mount detached by `umount2` is in none.
-        let copy = std::fs::File::open(dir)
-            .and_then(|d| memofs_core::mount_api::clone_tree(std::os::fd::AsFd::as_fd(&d), false));
-        // SAFETY: `target` is a valid path; MNT_DETACH leaves open descriptors working.
+        let copy = std::fs::File::open(dir).and_then(|d| {
+            match memofs_core::mount_api::clone_tree(std::os::fd::AsFd::as_fd(&d), false) {
+                // Without `open_tree` (before Linux 5.2, or under valgrind) the mount itself
+                // is kept: it serves the same, and `set_atime` is refused.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(d.into()),
+                r => r,
+            }
+        }); // SAFETY: `target` is a valid path; MNT_DETACH leaves open descriptors working.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
         let fd = copy?;
         let root = Arc::new(StoreRoot {

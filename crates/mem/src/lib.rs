@@ -151,6 +151,29 @@ impl MemFs {
         Ok(())
     }
 
+    /// Takes new size and inode limits (0 = unlimited) on the live filesystem, for the
+    /// server's charges and, where file data is kernel-backed, for the private tmpfs (the
+    /// kernel refuses limits below what is in use); both stay as they were if either refuses.
+    pub fn change_limits(&self, size: u64, nr_inodes: u64) -> std::result::Result<(), String> {
+        let old = (self.limits.bytes_limit(), self.limits.inodes_limit());
+        self.limits.set_limits(size, nr_inodes)?;
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        // The private tmpfs also holds its root and the ballast (see `MemFs::new`).
+        let store_inodes = if nr_inodes == 0 { 0 } else { nr_inodes + 2 };
+        let used = store.usage().map_or(0, |(total, free)| total - free);
+        let resized = match size != 0 && size < used {
+            true => Err(format!("size={size} is below the {used} bytes the files use")),
+            false => store.resize(size, store_inodes).map_err(|e| {
+                format!("size={size},nr_inodes={nr_inodes}: the kernel refused them for the files' data ({e})")
+            }),
+        };
+        resized.inspect_err(|_| {
+            let _ = self.limits.set_limits(old.0, old.1);
+        })
+    }
+
     /// The directories the kernel holds lookups of, and the root.
     pub fn known_directories(&self) -> Vec<memofs_core::Ino> {
         let known = |i: &inode::Inode| i.ino == memofs_core::ROOT_INO || i.looked_up();

@@ -759,23 +759,7 @@ impl Backend for MemFs {
         self.known_directories()
     }
     fn set_limits(&self, size: u64, nr_inodes: u64) -> std::result::Result<(), String> {
-        let old = (self.limits.bytes_limit(), self.limits.inodes_limit());
-        self.limits.set_limits(size, nr_inodes)?;
-        let Some(store) = &self.store else {
-            return Ok(());
-        };
-        // The private tmpfs also holds its root and the ballast (see `MemFs::new`).
-        let store_inodes = if nr_inodes == 0 { 0 } else { nr_inodes + 2 };
-        let used = store.usage().map_or(0, |(total, free)| total - free);
-        let resized = match size != 0 && size < used {
-            true => Err(format!("size={size} is below the {used} bytes the files use")),
-            false => store.resize(size, store_inodes).map_err(|e| {
-                format!("size={size},nr_inodes={nr_inodes}: the kernel refused them for the files' data ({e})")
-            }),
-        };
-        resized.inspect_err(|_| {
-            let _ = self.limits.set_limits(old.0, old.1);
-        })
+        self.change_limits(size, nr_inodes)
     }
 
     fn get_flags(&self, ino: Ino) -> Result<u32> {
