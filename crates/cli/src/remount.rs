@@ -45,14 +45,15 @@ const FLAGS: [(&str, libc::c_ulong, bool); 11] = [
     ("dirsync", libc::MS_DIRSYNC, false),
 ];
 
-/// The atime words, as the kernel's mount flags show the server's rule.
-const ATIME: [(&str, libc::c_ulong); 6] = [
-    ("strictatime", libc::MS_STRICTATIME),
-    ("relatime", libc::MS_RELATIME),
-    ("atime", libc::MS_RELATIME),
-    ("noatime", libc::MS_NOATIME),
-    ("nodiratime", libc::MS_NODIRATIME),
-    ("diratime", libc::MS_NODIRATIME),
+/// The atime words, as the kernel's mount flags show the server's rule, with the `mount(2)`
+/// bit each sets (`clears`: the word clears it).
+const ATIME: [(&str, libc::c_ulong, bool); 6] = [
+    ("strictatime", libc::MS_STRICTATIME, false),
+    ("relatime", libc::MS_RELATIME, false),
+    ("atime", libc::MS_RELATIME, false),
+    ("noatime", libc::MS_NOATIME, false),
+    ("nodiratime", libc::MS_NODIRATIME, false),
+    ("diratime", libc::MS_NODIRATIME, true),
 ];
 
 /// What the kernel shows of a FUSE connection among the mount's options: fixed for its life.
@@ -85,13 +86,11 @@ fn kernel_flags(mut flags: libc::c_ulong, words: &[&str]) -> libc::c_ulong {
     for w in words {
         if let Some((_, bit, clears)) = FLAGS.iter().find(|(n, ..)| n == w) {
             flags = if *clears { flags & !bit } else { flags | bit };
-        } else if *w == "diratime" {
-            flags &= !libc::MS_NODIRATIME;
-        } else if let Some((_, bit)) = ATIME.iter().find(|(n, _)| n == w) {
+        } else if let Some((_, bit, clears)) = ATIME.iter().find(|(n, ..)| n == w) {
             if *bit & ATIME_MODES != 0 {
                 flags &= !ATIME_MODES;
             }
-            flags |= bit;
+            flags = if *clears { flags & !bit } else { flags | bit };
         }
     }
     if flags & ATIME_MODES == 0 {
@@ -135,7 +134,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
     }
     // The mount's flags show the server's atime rule, and mount(8) hands them back: they
     // go to the server only where they would change it.
-    let atime_bits = ATIME.iter().fold(0, |m, (_, bit)| m | bit);
+    let atime_bits = ATIME.iter().fold(0, |m, (_, bit, _)| m | bit);
     let atime_changes = (now ^ wanted) & atime_bits != 0;
     let mut server = Vec::new();
     for w in &words {
@@ -148,7 +147,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
                     format!("remount: '{w}' cannot change on a live mount (it is set when the kernel's FUSE connection is made)"),
                 );
             }
-        } else if ATIME.iter().any(|(n, _)| n == w) {
+        } else if ATIME.iter().any(|(n, ..)| n == w) {
             if atime_changes {
                 server.push(*w);
             }
@@ -186,7 +185,7 @@ pub fn main(args: &MountArgs) -> ExitCode {
             // mount's own words back (a server that refuses them keeps the new rule).
             if server
                 .iter()
-                .any(|w| *w == "ro" || *w == "rw" || ATIME.iter().any(|(n, _)| n == w))
+                .any(|w| *w == "ro" || *w == "rw" || ATIME.iter().any(|(n, ..)| n == w))
             {
                 let back = mount_words(&mount.options);
                 let _ = memofs_control::request(mount.dev, &path, &format!("{REMOUNT} {back}"));
@@ -296,9 +295,7 @@ impl<B: Backend> Live<B> {
         current.push(opts.to_string());
         Ok(changed)
     }
-}
 
-impl<B: Backend> Live<B> {
     /// What `o` makes of the mount: read-only or not, and the atime rule it names (`true`),
     /// else the mount's own (which the backend may have chosen: `noatime` over a network
     /// filesystem, the host mount's rule for an export).

@@ -50,6 +50,20 @@ impl AtimePolicy {
         nodiratime: true,
     };
 
+    /// The rule in effect on a mount that is `read_only` or not: none while read-only.
+    pub fn in_effect(self, read_only: bool) -> AtimePolicy {
+        match read_only {
+            true => AtimePolicy::READ_ONLY,
+            false => self,
+        }
+    }
+
+    /// Whether every listing of a directory moves its atime (`strictatime` without
+    /// `nodiratime`): then no listing may be served from a copy the kernel keeps.
+    pub fn moves_every_listing(&self) -> bool {
+        self.mode == AtimeMode::Strict && !self.nodiratime
+    }
+
     /// The rule as mount options spell it (`relatime`, `noatime,nodiratime`, ...).
     pub fn describe(&self) -> String {
         let mode = match self.mode {

@@ -238,10 +238,7 @@ impl MountPlan {
 
     /// The atime rule in effect: the mount's, or none on a read-only mount.
     pub fn atime_in_effect(&self) -> AtimePolicy {
-        match self.read_only() {
-            true => AtimePolicy::READ_ONLY,
-            false => self.atime,
-        }
+        self.atime.in_effect(self.read_only())
     }
 
     /// Whether the mount's options named an atime rule (else the backend's own rule

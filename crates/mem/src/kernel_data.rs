@@ -5,8 +5,8 @@
 //! The private tmpfs is mounted with the mount's `size=` (so the kernel enforces it, even
 //! against writes the server never sees), copied (`open_tree`), and detached at once: it has
 //! no path in any mount table (the server keeps the copy, whose flags a remount may still
-//! change: [`BackingStore::set_atime`]), and its files, named by a counter under the one directory descriptor the server
-//! keeps, are internal files nobody else can look up. The server holds a data file open only
+//! change: [`BackingStore::set_atime`]), and its files, named by a counter under the one
+//! directory descriptor the server keeps, are internal files nobody else can look up. The server holds a data file open only
 //! while its memofs file is open and the data file was used (descriptors stay bounded by open
 //! files, not by files); the kernel's registration of it as a FUSE passthrough backing file may
 //! outlive the last close (memofs-request's `backing` module), holding the kernel's reference,
@@ -128,7 +128,8 @@ impl BackingStore {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(d.into()),
                 r => r,
             }
-        }); // SAFETY: `target` is a valid path; MNT_DETACH leaves open descriptors working.
+        });
+        // SAFETY: `target` is a valid path; MNT_DETACH leaves open descriptors working.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
         let fd = copy?;
         let root = Arc::new(StoreRoot {

@@ -434,8 +434,8 @@ impl PassthroughFs {
         if !read_only && self.config.read_only && self.export.private {
             return Err(
                 "this export was mounted read-only, and its private copy of the \
-                        host's mounts with it (which of them the host had made read-only is \
-                        not kept): unmount and mount it again to write"
+                 host's mounts with it (which of them the host had made read-only is \
+                 not kept): unmount and mount it again to write"
                     .into(),
             );
         }
@@ -534,7 +534,7 @@ fn apply_atime(
         true => memofs_core::mount_api::set_attrs(dir, attrs, 0, true).map_err(|e| e.to_string()),
         false => Err(
             "the export works on the host's own mount (a private copy of it takes \
-                      CAP_SYS_ADMIN)"
+             CAP_SYS_ADMIN)"
                 .to_string(),
         ),
     };

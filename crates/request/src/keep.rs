@@ -162,9 +162,7 @@ impl Keeper {
     /// kernel keeps listings for good once told, and a read-only mount made writable again
     /// returns to that rule.
     pub(crate) fn listings_kept(&self) -> bool {
-        let strict = |p: AtimePolicy| p.mode == AtimeMode::Strict;
-        let rule = self.rule.load();
-        !strict(self.policy.load()) && (!strict(rule) || rule.nodiratime)
+        self.policy.load().mode != AtimeMode::Strict && !self.rule.load().moves_every_listing()
     }
 
     /// The server served a read of the inode with `attr` (after its atime was updated) whose

@@ -151,7 +151,7 @@ impl<B: Backend> Server<B> {
         named: bool,
     ) -> std::result::Result<(), String> {
         use std::sync::atomic::Ordering::SeqCst;
-        let strict_dirs = rule.mode == memofs_core::atime::AtimeMode::Strict && !rule.nodiratime;
+        let strict_dirs = rule.moves_every_listing();
         let refused = || {
             Err(
                 "strictatime needs nodiratime on this mount: the kernel keeps every \
@@ -164,7 +164,6 @@ impl<B: Backend> Server<B> {
         if strict_dirs && self.opendir_declined() {
             return refused();
         }
-        let in_effect = |ro: bool, rule| if ro { AtimePolicy::READ_ONLY } else { rule };
         let was = (
             self.read_only.load(SeqCst),
             self.keeper.rule(),
@@ -172,12 +171,12 @@ impl<B: Backend> Server<B> {
         );
         let back = || {
             let _ = self.backend.set_read_only(was.0);
-            let _ = self.backend.set_atime(in_effect(was.0, was.1), was.2);
+            let _ = self.backend.set_atime(was.1.in_effect(was.0), was.2);
             self.read_only.store(was.0, SeqCst);
             self.atime_named.store(was.2, SeqCst);
-            self.keeper.set_policy(in_effect(was.0, was.1), was.1);
+            self.keeper.set_policy(was.1.in_effect(was.0), was.1);
         };
-        let policy = in_effect(read_only, rule);
+        let policy = rule.in_effect(read_only);
         let changed = policy != self.keeper.policy();
         let done = self
             .backend
